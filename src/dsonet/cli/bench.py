@@ -1,0 +1,22 @@
+"""`dso bench ...`: every benchmark is one module in dsonet.bench with a click command `cli`."""
+
+from __future__ import annotations
+
+import click
+
+from dsonet.cli.lazy import LazyGroup
+
+BENCHMARKS = {
+    "codec": ("dsonet.bench.codec:cli", "BitDelta fidelity, size and speed on real embeddings."),
+}
+
+
+@click.group(cls=LazyGroup, lazy=BENCHMARKS)
+def bench() -> None:
+    """Benchmarks: each prints a table, writes bench/results/<name>.json and puts our figure
+    beside the paper's and beside the library a user would pick instead.
+
+    \b
+    Example:
+      dso bench codec --quick
+    """

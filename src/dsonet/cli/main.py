@@ -1,0 +1,28 @@
+"""`dso`: the command line. Commands are imported lazily so that `dso --help` is instant."""
+
+from __future__ import annotations
+
+import click
+
+from dsonet import __version__
+from dsonet.cli.lazy import LazyGroup
+
+COMMANDS = {
+    "keygen": ("dsonet.cli.identity:keygen", "Create a node identity (an Ed25519 key pair)."),
+    "bench": ("dsonet.cli.bench:bench", "Run benchmarks and write bench/results/*.json."),
+}
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="dso")
+def cli() -> None:
+    """dsonet: agents learn short experiences from their own attempts and share them
+    as signed, ~1-bit-per-dimension embeddings with a network that defends itself.
+
+    \b
+    Quick start:
+      dso keygen ~/.dsonet/node.key      create this node's identity
+      dso bench codec --quick            measure BitDelta on real embeddings
+
+    Every command has --help with examples.
+    """

@@ -1,0 +1,175 @@
+"""BitDelta: one bit per dimension plus one float32 scale per group (seeds/004).
+
+For a batch E (M x d) with baseline ē (the batch mean unless given):
+
+    Δ = E − ē,  split into G = d/g groups of g coordinates
+    α_j = ‖Δ_j‖₁ / g            (float32; the least-squares optimal scale, Theorem in seeds/004)
+    s_j = sign(Δ_j), sign(0) = +1, packed little-endian into ⌈g/32⌉ uint32 words
+    ê   = ē + [α_1 s_1; …; α_G s_G]
+
+Bit k of word w of a group holds coordinate 32·w + k of that group; a set bit means +1.
+
+With ``rotation_seed`` set, Δ is rotated by a seeded orthogonal map before quantisation and
+rotated back on decompression (see `dsonet.codec.rotation`). The code has the same size.
+
+Everything is vectorised over vectors and groups; large batches are processed in chunks
+that fit in cache, so the floats are read from memory about once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dsonet.codec.rotation import get_rotation
+from dsonet.errors import CodecError
+
+_CHUNK_ROWS = 256  # 256 x 7680 float32 = 7.5 MB of temporaries: stays near cache, amortises calls
+
+
+@dataclass(frozen=True)
+class BitDeltaCodes:
+    """A compressed batch of M vectors of dimension d with group size g."""
+
+    signs: np.ndarray  # (M, G, W) uint32, W = ceil(g / 32)
+    scales: np.ndarray  # (M, G) float32
+    baseline: np.ndarray  # (d,) float32, the ē the deltas were taken against
+    group_size: int
+    rotation_seed: int | None = None
+
+    @property
+    def dim(self) -> int:
+        return int(self.baseline.shape[0])
+
+    @property
+    def n_groups(self) -> int:
+        return self.dim // self.group_size
+
+    def __len__(self) -> int:
+        return int(self.scales.shape[0])
+
+    @property
+    def bytes_per_vector(self) -> int:
+        """Sign words plus scales; the baseline is shared by the batch and not counted."""
+        return bytes_per_vector(self.dim, self.group_size)
+
+    def __getitem__(self, rows) -> "BitDeltaCodes":
+        """A subset of the vectors (index, slice or mask), sharing the baseline."""
+        rows = np.atleast_1d(np.arange(len(self))[rows])
+        return BitDeltaCodes(self.signs[rows], self.scales[rows], self.baseline, self.group_size, self.rotation_seed)
+
+
+def words_per_group(group_size: int) -> int:
+    return -(-group_size // 32)
+
+
+def bytes_per_vector(dim: int, group_size: int) -> int:
+    """Exact on-wire size of one code: 4 bytes per sign word, 4 per scale."""
+    n_groups = dim // group_size
+    return 4 * n_groups * words_per_group(group_size) + 4 * n_groups
+
+
+def compression_ratio(group_size: int) -> float:
+    """Float32 size over code size when g is a multiple of 32: 32g / (g + 32) (Proposition, seeds/004)."""
+    return 32 * group_size / (group_size + 32)
+
+
+def check_group_size(dim: int, group_size: int) -> None:
+    if group_size < 1 or dim % group_size:
+        raise CodecError(
+            f"group_size must divide the dimension: dim={dim}, group_size={group_size}; "
+            f"pick a divisor of {dim}, e.g. {dim} (one scale per vector) or 128"
+        )
+
+
+def _as_matrix(embeddings: np.ndarray) -> np.ndarray:
+    e = np.asarray(embeddings)
+    if e.ndim != 2:
+        raise CodecError(f"embeddings must be a 2-D array (M, d), got shape {e.shape}")
+    if e.shape[0] == 0 or e.shape[1] == 0:
+        raise CodecError(f"embeddings must be non-empty, got shape {e.shape}")
+    if not np.issubdtype(e.dtype, np.floating):
+        raise CodecError(f"embeddings must be floating point, got dtype {e.dtype}")
+    e = e.astype(np.float32, copy=False)
+    if not np.isfinite(e).all():
+        bad = np.argwhere(~np.isfinite(e))[0]
+        raise CodecError(f"embeddings contain NaN or Inf (first at row {bad[0]}, column {bad[1]})")
+    return e
+
+
+def pack_signs(positive: np.ndarray) -> np.ndarray:
+    """(M, G, g) bool -> (M, G, W) little-endian uint32 words."""
+    m, n_groups, g = positive.shape
+    pad = words_per_group(g) * 32 - g
+    if pad:
+        positive = np.concatenate([positive, np.zeros((m, n_groups, pad), dtype=bool)], axis=-1)
+    packed = np.packbits(positive, axis=-1, bitorder="little")  # (M, G, 4W) bytes
+    return np.ascontiguousarray(packed).view("<u4")
+
+
+def unpack_signs(words: np.ndarray, group_size: int) -> np.ndarray:
+    """(M, G, W) uint32 -> (M, G, g) float32 of ±1."""
+    words = np.ascontiguousarray(words, dtype="<u4")
+    bits = np.unpackbits(words.view(np.uint8), axis=-1, bitorder="little", count=group_size)
+    return bits.astype(np.float32) * 2.0 - 1.0
+
+
+def _compress_chunk(delta: np.ndarray, group_size: int) -> tuple[np.ndarray, np.ndarray]:
+    m, d = delta.shape
+    grouped = delta.reshape(m, d // group_size, group_size)  # (M, G, g)
+    scales = np.abs(grouped).mean(axis=-1, dtype=np.float32)  # (M, G)
+    return pack_signs(grouped >= 0), scales
+
+
+def compress(
+    embeddings: np.ndarray,
+    group_size: int,
+    baseline: np.ndarray | None = None,
+    rotation_seed: int | None = None,
+) -> BitDeltaCodes:
+    """Compress a batch (M, d) of float vectors to BitDelta codes.
+
+    ``baseline`` defaults to the batch mean. ``rotation_seed`` selects rotated BitDelta.
+    """
+    e = _as_matrix(embeddings)
+    m, d = e.shape
+    check_group_size(d, group_size)
+    if baseline is None:
+        base = e.mean(axis=0, dtype=np.float64).astype(np.float32)
+    else:
+        base = np.asarray(baseline, dtype=np.float32)
+        if base.shape != (d,):
+            raise CodecError(f"baseline must have shape ({d},) to match the embeddings, got {base.shape}")
+        if not np.isfinite(base).all():
+            raise CodecError("baseline contains NaN or Inf")
+    rotation = get_rotation(d, rotation_seed) if rotation_seed is not None else None
+    n_groups, n_words = d // group_size, words_per_group(group_size)
+    signs = np.empty((m, n_groups, n_words), dtype="<u4")
+    scales = np.empty((m, n_groups), dtype=np.float32)
+    for start in range(0, m, _CHUNK_ROWS):  # a loop over cache-sized blocks, not over vectors
+        stop = min(start + _CHUNK_ROWS, m)
+        delta = e[start:stop] - base
+        if rotation is not None:
+            delta = rotation.apply(delta)
+        signs[start:stop], scales[start:stop] = _compress_chunk(delta, group_size)
+    return BitDeltaCodes(signs, scales, base, int(group_size), None if rotation_seed is None else int(rotation_seed))
+
+
+def decompress_deltas(codes: BitDeltaCodes) -> np.ndarray:
+    """The reconstructed deltas α_j s_j, (M, d) float32, in the code's own (possibly rotated) frame."""
+    m = len(codes)
+    signs = unpack_signs(codes.signs, codes.group_size)  # (M, G, g)
+    return (signs * codes.scales[:, :, None]).reshape(m, codes.dim)
+
+
+def decompress(codes: BitDeltaCodes) -> np.ndarray:
+    """Reconstruct ê = ē + Δ̂ for every vector: (M, d) float32."""
+    out = np.empty((len(codes), codes.dim), dtype=np.float32)
+    rotation = get_rotation(codes.dim, codes.rotation_seed) if codes.rotation_seed is not None else None
+    for start in range(0, len(codes), _CHUNK_ROWS):
+        delta = decompress_deltas(codes[start : start + _CHUNK_ROWS])
+        if rotation is not None:
+            delta = rotation.invert(delta)
+        out[start : start + len(delta)] = delta + codes.baseline
+    return out

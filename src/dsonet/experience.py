@@ -1,0 +1,92 @@
+"""The Experience record: a short strategy ("When X, do Y") with its tags and lineage.
+
+An experience's id is the SHA-256 of its canonical content (normalised text and domain),
+so the same lesson learned twice, by two nodes, is one experience: inserts are idempotent
+and replicas converge. Who learned it lives in ``provenance``, which is not hashed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from dataclasses import asdict, dataclass, field, replace
+
+from dsonet.errors import DsoError
+
+MAX_WORDS = 32  # training-free GRPO's bound on one experience (DESIGN.md)
+MAX_TEXT_CHARS = 512  # 32 words of ordinary prose fit easily; bounds hostile payloads
+_DOMAIN = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)*$")
+
+
+class ExperienceError(DsoError, ValueError):
+    """An experience with an invalid field."""
+
+
+def normalise_text(text: str) -> str:
+    return " ".join(text.split())
+
+
+def experience_id(text: str, domain: str) -> str:
+    """sha256 over the canonical content; the same text and domain always give the same id."""
+    return hashlib.sha256(f"{domain}\n{normalise_text(text)}".encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where an experience came from. Not part of its id."""
+
+    node_id: str = ""
+    model: str = ""
+    timestamp_ms: int = 0
+    iteration: int = 0
+
+
+@dataclass(frozen=True)
+class Experience:
+    text: str
+    domain: str = "general"
+    confidence: float = 0.5
+    provenance: Provenance = field(default_factory=Provenance)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", normalise_text(self.text) if isinstance(self.text, str) else self.text)
+        validate(self)
+
+    @property
+    def id(self) -> str:
+        return experience_id(self.text, self.domain)
+
+    def with_provenance(self, node_id: str, model: str = "", iteration: int = 0) -> "Experience":
+        prov = Provenance(node_id, model, int(time.time() * 1000), iteration)
+        return replace(self, provenance=prov)
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Experience":
+        prov = data.get("provenance") or {}
+        return cls(
+            text=data["text"],
+            domain=data.get("domain", "general"),
+            confidence=float(data.get("confidence", 0.5)),
+            provenance=Provenance(**prov),
+        )
+
+
+def validate(exp: Experience) -> None:
+    if not isinstance(exp.text, str) or not exp.text:
+        raise ExperienceError("text: must be a non-empty string")
+    if len(exp.text) > MAX_TEXT_CHARS:
+        raise ExperienceError(f"text: {len(exp.text)} characters, the limit is {MAX_TEXT_CHARS}; shorten it")
+    words = len(exp.text.split())
+    if words > MAX_WORDS:
+        raise ExperienceError(f"text: {words} words, the limit is {MAX_WORDS}; phrase it as 'When X, do Y'")
+    if not isinstance(exp.domain, str) or len(exp.domain) > 64 or not _DOMAIN.match(exp.domain):
+        raise ExperienceError(
+            f"domain: {exp.domain!r} is not a dotted lower-case tag like 'math.geometry' (at most 64 characters)"
+        )
+    c = exp.confidence
+    if isinstance(c, bool) or not isinstance(c, (int, float)) or not (0.0 <= c <= 1.0):
+        raise ExperienceError(f"confidence: {c!r} must be a number in [0, 1]")
