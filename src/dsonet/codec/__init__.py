@@ -1,6 +1,6 @@
 """Lowest layer: BitDelta codes and the signed CompressedBatch wire format."""
 
-from dsonet.codec.batch import CompressedBatch, Profile, decode, make_batch
+from dsonet.codec.batch import CompressedBatch, Profile, decode, default_profile, make_batch
 from dsonet.codec.bitdelta import (
     BitDeltaCodes,
     bytes_per_vector,
@@ -22,6 +22,7 @@ __all__ = [
     "compress",
     "compression_ratio",
     "decode",
+    "default_profile",
     "decompress",
     "decompress_deltas",
     "get_rotation",

@@ -73,6 +73,11 @@ class Profile:
         return hashlib.sha256(_canonical_json(self.to_dict())).hexdigest()[:16]
 
 
+def default_profile(dim: int, encoder_id: str) -> Profile:
+    """The protocol's default for a space: one scale per vector (g = d: 964 bytes at d = 7680)."""
+    return Profile(dim=dim, group_size=dim, encoder_id=encoder_id, rotation_seed=None)
+
+
 @dataclass(frozen=True)
 class CompressedBatch:
     profile: Profile
