@@ -18,7 +18,11 @@ that fit in cache, so the floats are read from memory about once.
 
 from __future__ import annotations
 
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -91,11 +95,13 @@ def _as_matrix(embeddings: np.ndarray) -> np.ndarray:
         raise CodecError(f"embeddings must be non-empty, got shape {e.shape}")
     if not np.issubdtype(e.dtype, np.floating):
         raise CodecError(f"embeddings must be floating point, got dtype {e.dtype}")
-    e = e.astype(np.float32, copy=False)
-    if not np.isfinite(e).all():
-        bad = np.argwhere(~np.isfinite(e))[0]
-        raise CodecError(f"embeddings contain NaN or Inf (first at row {bad[0]}, column {bad[1]})")
-    return e
+    return e.astype(np.float32, copy=False)
+
+
+def _raise_non_finite(e: np.ndarray) -> None:
+    bad = np.argwhere(~np.isfinite(e))
+    where = f" (first at row {bad[0][0]}, column {bad[0][1]})" if len(bad) else " (magnitudes near float32's limit)"
+    raise CodecError(f"embeddings contain NaN or Inf{where}; encoders must emit finite, normalised vectors")
 
 
 def pack_signs(positive: np.ndarray) -> np.ndarray:
@@ -115,11 +121,42 @@ def unpack_signs(words: np.ndarray, group_size: int) -> np.ndarray:
     return bits.astype(np.float32) * 2.0 - 1.0
 
 
-def _compress_chunk(delta: np.ndarray, group_size: int) -> tuple[np.ndarray, np.ndarray]:
-    m, d = delta.shape
-    grouped = delta.reshape(m, d // group_size, group_size)  # (M, G, g)
-    scales = np.abs(grouped).mean(axis=-1, dtype=np.float32)  # (M, G)
-    return pack_signs(grouped >= 0), scales
+class _Scratch(threading.local):
+    """Per-thread reusable chunk buffers: fresh 7 MB allocations would page-fault on every chunk."""
+
+    def buffer(self, shape: tuple[int, int]) -> np.ndarray:
+        buf = getattr(self, "buf", None)
+        if buf is None or buf.size < shape[0] * shape[1]:
+            buf = self.buf = np.empty(shape[0] * shape[1], dtype=np.float32)
+        return buf[: shape[0] * shape[1]].reshape(shape)
+
+
+_scratch = _Scratch()
+
+
+def _compress_rows(e, base, rotation, group_size, signs, scales, start: int) -> None:
+    """Compress rows [start, start + _CHUNK_ROWS) into the output arrays, in place."""
+    chunk = e[start : start + _CHUNK_ROWS]
+    m, d = chunk.shape
+    delta = np.subtract(chunk, base, out=_scratch.buffer((m, d)))
+    if rotation is not None:
+        delta = rotation.apply(delta)
+    grouped = delta.reshape(m, d // group_size, group_size)  # (m, G, g)
+    signs[start : start + m] = pack_signs(grouped >= 0)
+    np.abs(delta, out=delta)
+    # mean |Δ| per group as a matrix-vector product: one BLAS pass instead of abs-temp + reduce
+    ones = np.full(group_size, 1.0 / group_size, dtype=np.float32)
+    scales[start : start + m] = (delta.reshape(-1, group_size) @ ones).reshape(m, -1)
+
+
+def _run_chunks(fn, n_rows: int) -> None:
+    """Run fn(start) for every chunk, on all cores: numpy releases the GIL in these kernels."""
+    starts = range(0, n_rows, _CHUNK_ROWS)
+    if len(starts) == 1:
+        fn(0)
+        return
+    with ThreadPoolExecutor(max_workers=min(len(starts), os.cpu_count() or 1)) as pool:
+        list(pool.map(fn, starts))
 
 
 def compress(
@@ -136,7 +173,7 @@ def compress(
     m, d = e.shape
     check_group_size(d, group_size)
     if baseline is None:
-        base = e.mean(axis=0, dtype=np.float64).astype(np.float32)
+        base = np.full(m, 1.0 / m, dtype=np.float32) @ e  # the batch mean, as one multi-threaded BLAS pass
     else:
         base = np.asarray(baseline, dtype=np.float32)
         if base.shape != (d,):
@@ -144,15 +181,13 @@ def compress(
         if not np.isfinite(base).all():
             raise CodecError("baseline contains NaN or Inf")
     rotation = get_rotation(d, rotation_seed) if rotation_seed is not None else None
-    n_groups, n_words = d // group_size, words_per_group(group_size)
-    signs = np.empty((m, n_groups, n_words), dtype="<u4")
-    scales = np.empty((m, n_groups), dtype=np.float32)
-    for start in range(0, m, _CHUNK_ROWS):  # a loop over cache-sized blocks, not over vectors
-        stop = min(start + _CHUNK_ROWS, m)
-        delta = e[start:stop] - base
-        if rotation is not None:
-            delta = rotation.apply(delta)
-        signs[start:stop], scales[start:stop] = _compress_chunk(delta, group_size)
+    signs = np.empty((m, d // group_size, words_per_group(group_size)), dtype="<u4")
+    scales = np.empty((m, d // group_size), dtype=np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):  # non-finite input is reported below, by name
+        _run_chunks(partial(_compress_rows, e, base, rotation, group_size, signs, scales), m)
+    # NaN and Inf propagate into the scales, so validating them costs nothing on the hot path
+    if not np.isfinite(scales).all():
+        _raise_non_finite(e)
     return BitDeltaCodes(signs, scales, base, int(group_size), None if rotation_seed is None else int(rotation_seed))
 
 
@@ -167,9 +202,13 @@ def decompress(codes: BitDeltaCodes) -> np.ndarray:
     """Reconstruct ê = ē + Δ̂ for every vector: (M, d) float32."""
     out = np.empty((len(codes), codes.dim), dtype=np.float32)
     rotation = get_rotation(codes.dim, codes.rotation_seed) if codes.rotation_seed is not None else None
-    for start in range(0, len(codes), _CHUNK_ROWS):
-        delta = decompress_deltas(codes[start : start + _CHUNK_ROWS])
+
+    def rows(start: int) -> None:
+        stop = min(start + _CHUNK_ROWS, len(codes))
+        delta = decompress_deltas(BitDeltaCodes(codes.signs[start:stop], codes.scales[start:stop], codes.baseline, codes.group_size))
         if rotation is not None:
             delta = rotation.invert(delta)
-        out[start : start + len(delta)] = delta + codes.baseline
+        np.add(delta, codes.baseline, out=out[start:stop])
+
+    _run_chunks(rows, len(codes))
     return out
