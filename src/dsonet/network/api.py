@@ -1,0 +1,192 @@
+"""The node's HTTP API for agents (FastAPI; OpenAPI docs at /docs).
+
+    POST   /experiences        {text, domain?, confidence?, vector?}  -> 201 the stored experience
+    GET    /experiences/{id}   -> the experience, or 404
+    DELETE /experiences/{id}   -> {"deleted": true} (a signed tombstone is published), or 404
+    POST   /search             {query | vector, k?, min_similarity?, max_tokens?, domain?} -> {"hits": [...]}
+    GET    /stats  /peers  /metrics (Prometheus text)  /health (no token needed)
+
+Every request except /health and the docs needs ``Authorization: Bearer <token>`` when the
+node was given a token (mandatory when it listens beyond loopback). Bodies over
+``max_body_bytes`` are refused with 413 before they are read; bad input gets a 4xx whose
+``detail`` names the field and what to send instead; nothing is stored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from contextlib import asynccontextmanager
+from typing import Any
+
+import numpy as np
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field
+
+from dsonet import __version__
+from dsonet.errors import DsoError
+from dsonet.network.node import Node
+from dsonet.network.transport import TransportError
+
+DEFAULT_MAX_BODY = 1024 * 1024  # a 7680-dim vector as JSON is ~150 KB; 1 MiB leaves room, refuses floods
+
+
+class SubmitRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    text: str = Field(min_length=1, max_length=512, description="One experience, at most 32 words: 'When X, do Y'")
+    domain: str = Field("general", max_length=64, description="Dotted lower-case tag, e.g. math.geometry")
+    confidence: float = Field(0.5, ge=0.0, le=1.0)
+    vector: list[float] | None = Field(None, description="The text's embedding in the network profile's space; "
+                                                         "omit it to let the node encode the text")
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    query: str | None = Field(None, min_length=1, max_length=4096)
+    vector: list[float] | None = None
+    k: int = Field(5, ge=1, le=100)
+    min_similarity: float = Field(0.6, ge=-1.0, le=1.0)
+    max_tokens: int = Field(2048, ge=1, le=1_000_000)
+    domain: str | None = Field(None, max_length=64)
+
+
+def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY,
+               manage_node: bool = True) -> FastAPI:
+    """The API over one node. ``manage_node``: start the node with the app and close it
+    (flushing what is pending) when the server shuts down."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        if manage_node:
+            await node.start()
+        try:
+            yield
+        finally:
+            if manage_node:
+                await node.close()
+
+    app = FastAPI(title="dsonet node", version=__version__, lifespan=lifespan,
+                  description="Submit and search experiences; the node shares them with its network.")
+    bearer = HTTPBearer(auto_error=False)
+
+    async def authorised(cred: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        if token is None:
+            return
+        if cred is None or cred.scheme.lower() != "bearer":
+            raise HTTPException(401, "missing token: send 'Authorization: Bearer <token>'",
+                                headers={"WWW-Authenticate": "Bearer"})
+        if not secrets.compare_digest(cred.credentials.encode(), token.encode()):
+            raise HTTPException(401, "wrong token", headers={"WWW-Authenticate": "Bearer"})
+
+    @app.exception_handler(DsoError)
+    async def refused(_: Request, exc: DsoError) -> JSONResponse:
+        # the network being unreachable is the node's trouble (503), anything else the caller's (400)
+        return JSONResponse({"detail": str(exc)}, status_code=503 if isinstance(exc, TransportError) else 400)
+
+    auth = [Depends(authorised)]
+
+    @app.post("/experiences", status_code=201, dependencies=auth)
+    async def submit(req: SubmitRequest) -> dict:
+        exp = await node.submit(req.text, req.domain, req.confidence, req.vector)
+        return exp.to_dict()
+
+    @app.get("/experiences/{exp_id}", dependencies=auth)
+    async def get(exp_id: str) -> dict:
+        exp = await node.get(exp_id)
+        if exp is None:
+            raise HTTPException(404, f"no experience {exp_id[:80]!r} in this node's library")
+        return _jsonable(exp)
+
+    @app.delete("/experiences/{exp_id}", dependencies=auth)
+    async def delete(exp_id: str) -> dict:
+        if not await node.delete(exp_id):
+            raise HTTPException(404, f"no experience {exp_id[:80]!r} in this node's library")
+        return {"deleted": True, "id": exp_id}
+
+    @app.post("/search", dependencies=auth)
+    async def search(req: SearchRequest) -> dict:
+        hits = await node.search(req.query, req.vector, req.k, req.min_similarity, req.max_tokens, req.domain)
+        return {"hits": [_jsonable(h) for h in hits]}
+
+    @app.get("/stats", dependencies=auth)
+    async def stats() -> dict:
+        return _jsonable(await node.stats())
+
+    @app.get("/peers", dependencies=auth)
+    async def peers() -> dict:
+        return {"peers": node.peer_list()}
+
+    @app.get("/metrics", dependencies=auth)
+    async def metrics() -> Response:
+        return Response(node.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok" if not node.closed else "closing", "node_id": node.node_id}
+
+    return BodyLimit(app, max_body_bytes)
+
+
+class BodyLimit:
+    """ASGI middleware: refuse bodies over the limit (declared or streamed) with 413."""
+
+    def __init__(self, app: FastAPI, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    def __getattr__(self, name: str) -> Any:  # let callers reach the FastAPI app (routes, openapi...)
+        return getattr(self.app, name)
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None:
+            if not declared.isdigit() or int(declared) > self.max_bytes:
+                return await self._too_large(send)
+            return await self.app(scope, receive, send)
+        # chunked body, no declared length: read it (up to the limit) before the app sees it
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_bytes:
+                return await self._too_large(send)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, send) -> None:
+        body = (b'{"detail":"request body over %d bytes; send one experience per request"}' % self.max_bytes)
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _jsonable(obj: Any) -> Any:
+    if hasattr(obj, "to_dict"):
+        return _jsonable(obj.to_dict())
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _jsonable({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj

@@ -1,0 +1,184 @@
+"""The NATS JetStream transport: batches travel through one replicated stream.
+
+Every node reads the whole stream with its own durable pull consumer (explicit acks), so a
+node that was down resumes where it stopped and a new node replays the history. A publish
+returns only once the stream has acknowledged it (stored on a quorum of replicas). The
+client reconnects on its own, to any server of the cluster, for as long as it lives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+
+from dsonet.codec.batch import MAX_BATCH_BYTES
+from dsonet.network.transport import CHUNK, Handler, Message, TransportError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class NatsConfig:
+    servers: list[str] = field(default_factory=lambda: ["nats://127.0.0.1:4222"])
+    stream: str = "DSO"
+    subject_prefix: str = "dso"
+    replicas: int = 3  # one per site; a 3-replica stream keeps accepting with one server down
+    max_age_s: float = 30 * 24 * 3600  # retention: how much history a new node can replay
+    max_bytes: int = -1  # -1: bounded by age only
+    duplicate_window_s: float = 120.0  # publishes with the same Nats-Msg-Id inside it are stored once
+    publish_timeout_s: float = 5.0
+    ack_wait_s: float = 30.0  # a fetched chunk not acked within this is delivered again
+    connect_timeout_s: float = 30.0  # how long to wait for the cluster (and its stream) at start-up
+
+    def __post_init__(self) -> None:
+        if not self.servers:
+            raise TransportError("servers: give at least one NATS url, e.g. nats://127.0.0.1:4222")
+        if self.replicas < 1 or self.replicas > 5:
+            raise TransportError(f"replicas: {self.replicas}; JetStream allows 1 to 5 (use the number of sites, up to 5)")
+
+    def stream_config(self) -> StreamConfig:
+        return StreamConfig(
+            name=self.stream,
+            subjects=[f"{self.subject_prefix}.>"],
+            retention=RetentionPolicy.LIMITS,  # keep history for replay; readers do not consume it
+            storage=StorageType.FILE,
+            num_replicas=self.replicas,
+            max_age=self.max_age_s,
+            max_bytes=self.max_bytes,
+            max_msg_size=MAX_BATCH_BYTES + 64 * 1024,
+            discard=DiscardPolicy.OLD,
+            duplicate_window=self.duplicate_window_s,
+        )
+
+
+class NatsTransport:
+    def __init__(self, nc: nats.NATS, config: NatsConfig):
+        self.nc = nc
+        self.js = nc.jetstream(timeout=config.publish_timeout_s)
+        self.config = config
+        self._tasks: list[asyncio.Task] = []
+        self.closed = False
+
+    @classmethod
+    async def connect(cls, config: NatsConfig, name: str = "dsonet") -> "NatsTransport":
+        """Connect to the cluster and make sure the stream exists (creating it on first use)."""
+
+        async def on_error(exc: Exception) -> None:
+            log.warning("nats: %s", exc)
+
+        async def on_disconnect() -> None:
+            log.warning("nats: disconnected; reconnecting")
+
+        async def on_reconnect() -> None:
+            log.info("nats: reconnected to %s", nc.connected_url.netloc if nc.connected_url else "?")
+
+        try:
+            nc = await nats.connect(
+                config.servers, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+                connect_timeout=2, allow_reconnect=True, error_cb=on_error, disconnected_cb=on_disconnect,
+                reconnected_cb=on_reconnect,
+            )
+        except (OSError, nats.errors.Error) as exc:
+            raise TransportError(f"servers: cannot reach any of {config.servers}: {exc}; is the cluster up "
+                                 "(`dso cluster up`)?") from None
+        transport = cls(nc, config)
+        try:
+            await transport._ensure_stream()
+        except BaseException:
+            await nc.close()
+            raise
+        return transport
+
+    async def _ensure_stream(self) -> None:
+        # Right after the servers start, JetStream may still be electing its meta leader: retry.
+        deadline = time.monotonic() + self.config.connect_timeout_s
+        while True:
+            try:
+                try:
+                    info = await self.js.stream_info(self.config.stream)
+                except nats.js.errors.NotFoundError:
+                    await self.js.add_stream(self.config.stream_config())
+                    return
+                if info.config.num_replicas != self.config.replicas:
+                    log.warning("stream %s has %s replicas, configured %s; keeping the stream's",
+                                self.config.stream, info.config.num_replicas, self.config.replicas)
+                return
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.APIError) as exc:
+                if time.monotonic() > deadline:
+                    raise TransportError(f"stream {self.config.stream}: JetStream did not answer within "
+                                         f"{self.config.connect_timeout_s:.0f} s ({exc!r}); check the servers' logs") from None
+                await asyncio.sleep(0.5)
+
+    async def publish(self, payload: bytes, subject: str, headers: dict[str, str] | None = None) -> int:
+        if self.closed:
+            raise TransportError("publish on a closed transport")
+        try:
+            ack = await self.js.publish(subject, payload, timeout=self.config.publish_timeout_s,
+                                        stream=self.config.stream, headers=headers or None)
+        except (nats.errors.Error, asyncio.TimeoutError, OSError) as exc:
+            raise TransportError(f"publish to {subject}: not acknowledged ({type(exc).__name__}: {exc}); "
+                                 "kept for the next attempt") from None
+        return ack.seq
+
+    async def subscribe(self, durable: str, handler: Handler) -> None:
+        consumer = ConsumerConfig(
+            durable_name=durable, ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
+            ack_wait=self.config.ack_wait_s, max_ack_pending=10 * CHUNK,
+        )
+        psub = await self.js.pull_subscribe(f"{self.config.subject_prefix}.>", durable=durable,
+                                            stream=self.config.stream, config=consumer)
+        self._tasks.append(asyncio.create_task(self._read(psub, handler), name=f"nats-read-{durable}"))
+
+    async def _read(self, psub, handler: Handler) -> None:
+        while not self.closed:
+            try:
+                msgs = await psub.fetch(CHUNK, timeout=1.0)
+            except nats.errors.TimeoutError:
+                continue
+            except (nats.errors.Error, asyncio.TimeoutError, OSError) as exc:
+                if self.closed:
+                    return
+                log.warning("fetch failed (%s); retrying", type(exc).__name__)
+                await asyncio.sleep(0.5)
+                continue
+            chunk = [
+                Message(m.data, m.subject, m.metadata.sequence.stream, int(m.metadata.timestamp.timestamp() * 1000),
+                        dict(m.headers or {}))
+                for m in msgs
+            ]
+            try:
+                await handler(chunk)
+            except Exception:  # not acked: JetStream delivers the chunk again after a short delay
+                log.exception("handler failed on messages %d..%d", chunk[0].seq, chunk[-1].seq)
+                for m in msgs:
+                    await _quietly(m.nak(delay=1.0))
+                continue
+            for m in msgs:
+                await _quietly(m.ack())
+
+    async def close(self) -> None:
+        self.closed = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        try:
+            await self.nc.flush(timeout=1)  # push out the last acks
+        except (nats.errors.Error, asyncio.TimeoutError, OSError):
+            pass
+        await self.nc.close()
+
+
+async def _quietly(coro) -> None:
+    """An ack lost to a disconnect only means a redelivery, which handlers tolerate."""
+    try:
+        await coro
+    except (nats.errors.Error, asyncio.TimeoutError, OSError) as exc:
+        log.debug("ack/nak lost: %s", exc)

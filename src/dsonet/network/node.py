@@ -1,0 +1,351 @@
+"""The node service: identity, library, DeltaSoup and a transport, driven by one asyncio loop.
+
+    node = await Node.open(NodeConfig(data_dir), transport)   # transport: in-process or NATS
+    await node.start()                                        # read the stream, publish on schedule
+    exp = await node.submit("When X, do Y", domain="math")    # stored now, published later
+    hits = await node.search("how do I ...")
+    await node.close()                                        # flushes what is pending
+
+Publishing follows the federated-agents paper: a batch every ``batch_interval_s`` (60 s) or as
+soon as ``batch_size`` (10) new experiences wait, one batch per domain (a subject per domain).
+An experience counts as published only once the stream acknowledged its batch, so a node
+killed at any point publishes the rest when it comes back.
+
+Reading: every message of the stream goes through DeltaSoup; each chunk of messages is one
+round, and a chunk is acknowledged only after its round is in the library. Freshness is judged
+against the time the stream stored the message, so a node replaying old history does not
+reject it as stale while a fresh replay of an old batch still is.
+
+All library and DeltaSoup work runs on one worker thread: SQLite connections belong to the
+thread that opened them, and encoding must not stall the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from dsonet.aggregate import AggregationError, DeltaSoup, DeltaSoupConfig
+from dsonet.codec.batch import Profile, default_profile, make_batch
+from dsonet.errors import BatchError, DsoError
+from dsonet.experience import Experience, Provenance
+from dsonet.identity import NodeIdentity
+from dsonet.network.metrics import NodeMetrics
+from dsonet.network.tombstone import TombstoneError, decode_tombstone, make_tombstone
+from dsonet.network.transport import MSG_ID, SENDER, Message, Transport, subject_for
+
+log = logging.getLogger(__name__)
+
+BATCH, TOMBSTONE = "batch", "tombstone"
+MAX_PEERS = 1024
+
+
+class NodeError(DsoError, ValueError):
+    """A request the node refuses (wrong vector dimension, non-finite values, unknown id...)."""
+
+
+@dataclass
+class NodeConfig:
+    data_dir: Path
+    encoder: str | None = "minilm"  # "minilm" (the default profile's space) or None: vectors must be given
+    dim: int | None = None  # the profile's dimension when there is no encoder
+    encoder_id: str = "none"  # names the space when there is no encoder (peers must agree on it)
+    batch_interval_s: float = 60.0  # the paper: broadcast every 60 s ...
+    batch_size: int = 10  # ... or after 10 new experiences
+    max_batch_experiences: int = 100  # a long outage is published in batches of at most this many
+    subject_prefix: str = "dso"
+    capacity: int | None = None
+    soup: dict[str, Any] = field(default_factory=dict)  # DeltaSoupConfig overrides
+    rule: str = "deltasoup"
+    model: str = ""  # recorded in provenance
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        if self.encoder is None and self.dim is None:
+            raise NodeError("dim: a node without an encoder needs the profile's dimension (--dim)")
+        if self.batch_interval_s <= 0 or self.batch_size < 1:
+            raise NodeError(f"batch_interval_s ({self.batch_interval_s}) must be > 0 and batch_size "
+                            f"({self.batch_size}) >= 1")
+
+
+@dataclass
+class Peer:
+    node_id: str
+    accepted: int = 0
+    rejected: int = 0
+    last_seen_ms: int = 0
+    last_error: str = ""
+
+
+class Node:
+    def __init__(self, config: NodeConfig, identity: NodeIdentity, transport: Transport, profile: Profile,
+                 encoder=None):
+        self.config, self.identity, self.transport, self.profile = config, identity, transport, profile
+        self.encoder = encoder
+        self.node_id = identity.node_id
+        self.metrics = NodeMetrics()
+        self.peers: dict[str, Peer] = {}
+        self.started_ms = int(time.time() * 1000)
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"node-{self.node_id[:8]}")
+        self._wake = asyncio.Event()
+        self._pending = 0
+        self._publisher: asyncio.Task | None = None
+        self._publish_lock = asyncio.Lock()
+        self.library = None
+        self.soup = None
+        self.closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @classmethod
+    async def open(cls, config: NodeConfig, transport: Transport, identity: NodeIdentity | None = None) -> "Node":
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        identity = identity or NodeIdentity.load_or_create(config.data_dir / "node.key")
+        encoder = _load_encoder(config.encoder)
+        profile = default_profile(encoder.dim, encoder.id) if encoder else default_profile(config.dim, config.encoder_id)
+        node = cls(config, identity, transport, profile, encoder)
+        await node._call(node._open_state)
+        return node
+
+    def _open_state(self) -> None:
+        from dsonet.library import Library
+
+        self.library = Library(self.config.data_dir / "library.sqlite", encoder=self.encoder, profile=self.profile,
+                               capacity=self.config.capacity)
+        soup_config = DeltaSoupConfig(**self.config.soup)
+        self.soup = DeltaSoup(config=soup_config, profiles=[self.profile], rule=self.config.rule, encoder=self.encoder)
+        self._pending = len(self.library.unpublished()[0])
+
+    async def start(self) -> None:
+        """Read the stream with this node's durable consumer and start the publishing schedule."""
+        await self.transport.subscribe(f"node-{self.node_id[:16]}", self._on_messages)
+        self._publisher = asyncio.create_task(self._publish_loop(), name=f"publish-{self.node_id[:8]}")
+        if self._pending:
+            self._wake.set()
+
+    async def close(self) -> None:
+        """Graceful shutdown: publish what is pending, then close the transport and the library."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._publisher:
+            self._publisher.cancel()
+            await asyncio.gather(self._publisher, return_exceptions=True)
+        try:
+            await self.flush()
+        except DsoError as exc:
+            log.warning("shutdown: %s; the rest is published at the next start", exc)
+        await self.transport.close()
+        await self._call(self._close_state)
+        self._worker.shutdown(wait=True)
+
+    def _close_state(self) -> None:
+        close = getattr(self.library, "close", None)
+        if close:
+            close()
+
+    async def _call(self, fn: Callable, *args, **kwargs):
+        return await asyncio.get_running_loop().run_in_executor(self._worker, lambda: fn(*args, **kwargs))
+
+    # ------------------------------------------------------------------ agent-facing API
+
+    async def submit(self, text: str, domain: str = "general", confidence: float = 0.5,
+                     vector: np.ndarray | list | None = None) -> Experience:
+        """Store one experience now (encoding its text unless a vector in the profile's space is given)."""
+        prov = Provenance(self.node_id, self.config.model, int(time.time() * 1000), 0)
+        if vector is None:
+            if self.encoder is None:
+                raise NodeError("vector: this node has no encoder; send the text's vector "
+                                f"({self.profile.dim} numbers in the profile's space)")
+            exp = await self._call(self.library.add, text, domain=domain, confidence=confidence, provenance=prov)
+        else:
+            v = self.check_vector(vector, "vector")
+            exp = Experience(text, domain, confidence, prov)
+            await self._call(self.library.add_vectors, [exp], v[None, :])
+        self.metrics.submitted.inc()
+        self._pending += 1
+        if self._pending >= self.config.batch_size:
+            self._wake.set()
+        return exp
+
+    async def search(self, query: str | None = None, vector: np.ndarray | list | None = None, k: int = 5,
+                     min_similarity: float = 0.6, max_tokens: int = 2048, domain: str | None = None) -> list:
+        if (query is None) == (vector is None):
+            raise NodeError("query/vector: give exactly one of them")
+        t = time.perf_counter()
+        if vector is not None:
+            q = self.check_vector(vector, "vector")
+            hits = await self._call(self.library.search_vector, q, k, min_similarity, domain)
+        else:
+            if self.encoder is None:
+                raise NodeError("query: this node has no encoder; search with a vector instead")
+            hits = await self._call(self.library.search, query, k=k, min_similarity=min_similarity,
+                                    max_tokens=max_tokens, domain=domain)
+        self.metrics.search_seconds.observe(time.perf_counter() - t)
+        return hits
+
+    async def get(self, exp_id: str):
+        return await self._call(self.library.get, exp_id)
+
+    async def delete(self, exp_id: str) -> bool:
+        """Delete locally and publish a signed tombstone (peers honour it for experiences we authored)."""
+        exp = await self._call(self.library.get, exp_id)
+        removed = await self._call(self.library.delete, exp_id)
+        if removed:
+            tomb = make_tombstone([exp_id], self.identity)
+            domain = exp.domain if exp is not None else "general"
+            await self.transport.publish(tomb.to_msgpack(), subject_for(self.config.subject_prefix, TOMBSTONE, domain),
+                                         {SENDER: self.node_id, MSG_ID: f"tomb-{self.node_id[:16]}-{exp_id}"})
+            self.metrics.deleted.inc()
+        return removed
+
+    async def stats(self) -> dict:
+        lib = await self._call(self.library.stats)
+        return {"node_id": self.node_id, "profile": self.profile.to_dict(), "library": lib,
+                "pending": self._pending, "uptime_s": round(time.time() - self.started_ms / 1000, 1),
+                "published_batches": int(self.metrics.registry.get_sample_value("dso_published_batches_total") or 0),
+                "batch_interval_s": self.config.batch_interval_s, "batch_size": self.config.batch_size}
+
+    def peer_list(self) -> list[dict]:
+        rep = self.soup.reputation
+        return [{**vars(p), "reputation": round(rep.get(p.node_id), 4)} for p in self.peers.values()]
+
+    def check_vector(self, vector, field_name: str) -> np.ndarray:
+        try:
+            v = np.asarray(vector, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise NodeError(f"{field_name}: expected a list of {self.profile.dim} numbers") from None
+        if v.shape != (self.profile.dim,):
+            raise NodeError(f"{field_name}: {v.shape[0] if v.ndim == 1 else v.shape} values, but this network's "
+                            f"profile has dimension {self.profile.dim}")
+        if not np.isfinite(v).all():
+            raise NodeError(f"{field_name}: contains NaN or Inf at index {int(np.flatnonzero(~np.isfinite(v))[0])}")
+        norm = float(np.linalg.norm(v))
+        if norm == 0.0:
+            raise NodeError(f"{field_name}: the zero vector has no direction; send an embedding")
+        return v / norm
+
+    # ------------------------------------------------------------------ publishing
+
+    async def _publish_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.config.batch_interval_s)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                await self.flush()
+            except DsoError as exc:  # not acknowledged: everything stays pending; retry soon
+                log.warning("publish: %s", exc)
+                self.metrics.publish_failures.inc()
+                await asyncio.sleep(min(1.0, self.config.batch_interval_s))
+                self._wake.set()
+
+    async def flush(self) -> int:
+        """Publish every pending experience now; return how many were acknowledged."""
+        async with self._publish_lock:
+            done = 0
+            while True:
+                exps, vectors = await self._call(self.library.unpublished, self.config.max_batch_experiences)
+                if not exps:
+                    self._pending = 0
+                    return done
+                for domain in sorted({e.domain for e in exps}):
+                    rows = [i for i, e in enumerate(exps) if e.domain == domain]
+                    batch = await self._call(make_batch, [exps[i] for i in rows], vectors[rows], self.profile,
+                                             self.identity)
+                    payload = batch.to_msgpack()
+                    await self.transport.publish(payload, subject_for(self.config.subject_prefix, BATCH, domain),
+                                                 {MSG_ID: batch.hash, SENDER: self.node_id})
+                    await self._call(self.library.mark_published, [e.id for e in batch.experiences])
+                    self.metrics.published_batches.inc()
+                    self.metrics.published_experiences.inc(len(batch))
+                    self.metrics.published_bytes.inc(len(payload))
+                    done += len(batch)
+                    self._pending = max(0, self._pending - len(batch))
+
+    # ------------------------------------------------------------------ reading
+
+    async def _on_messages(self, chunk: list[Message]) -> None:
+        await self._call(self._handle_chunk, chunk)
+
+    def _handle_chunk(self, chunk: list[Message]) -> None:
+        """Runs on the worker thread: verify every batch into the soup; a tombstone first closes
+        the round so far (so it can find what it deletes), then applies."""
+        last_ms = chunk[-1].timestamp_ms
+        for msg in chunk:
+            if msg.headers.get(SENDER) == self.node_id:
+                continue  # our own message: its experiences are in the library already
+            self.metrics.received.inc()
+            kind = msg.subject.split(".")[1] if msg.subject.count(".") >= 2 else ""
+            if kind == TOMBSTONE:
+                self._round(msg.timestamp_ms)
+                self._apply_tombstone(msg)
+                continue
+            try:
+                self.soup.submit(msg.data, now_ms=msg.timestamp_ms)
+            except (BatchError, AggregationError) as exc:
+                self._reject(msg.headers.get(SENDER, "unknown"), exc)
+                continue
+        self._round(last_ms)
+
+    def _round(self, now_ms: int) -> None:
+        result = self.soup.round(now_ms=now_ms)
+        for batch, keep in zip(result.batches, result.keep):
+            ingested = self.library.ingest(batch, keep)
+            peer = self._peer(batch.node_id)
+            peer.accepted += 1
+            peer.last_seen_ms = batch.timestamp_ms
+            self.metrics.ingested_experiences.inc(int(np.count_nonzero(keep)))
+            log.debug("ingested %s from %s", ingested, batch.node_id[:8])
+        for node_id, _, reason in result.rejected:
+            self.metrics.rejected_experiences.labels(reason=reason.split(":")[0]).inc()
+        self.metrics.accepted_batches.inc(len(result.batches))
+
+    def _apply_tombstone(self, msg: Message) -> None:
+        try:
+            tomb = decode_tombstone(msg.data)
+        except TombstoneError as exc:
+            self._reject(msg.headers.get(SENDER, "unknown"), exc)
+            return
+        for exp_id in tomb.ids:
+            exp = self.library.get(exp_id)
+            if exp is not None and exp.provenance.node_id == tomb.node_id and self.library.delete(exp_id):
+                self.metrics.deleted.inc()
+
+    def _reject(self, sender_hint: str, exc: DsoError) -> None:
+        field_name = getattr(exc, "field", type(exc).__name__)
+        self.metrics.rejected_batches.labels(reason=str(field_name).split(".")[0]).inc()
+        peer = self._peer(sender_hint[:64])
+        peer.rejected += 1
+        peer.last_error = str(exc)[:200]
+        log.info("rejected a message from %s: %s", sender_hint[:12], exc)
+
+    def _peer(self, node_id: str) -> Peer:
+        peer = self.peers.get(node_id)
+        if peer is None:
+            if len(self.peers) >= MAX_PEERS:  # sender hints are unauthenticated: bound what they can fill
+                node_id = "other"
+                peer = self.peers.get(node_id)
+            peer = peer or self.peers.setdefault(node_id, Peer(node_id))
+        return peer
+
+
+def _load_encoder(name: str | None):
+    if name is None:
+        return None
+    if name == "minilm":
+        from dsonet.encoders import minilm
+
+        return minilm()
+    from dsonet.encoders import SentenceTransformerEncoder
+
+    return SentenceTransformerEncoder(name)

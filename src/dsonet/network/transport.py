@@ -1,0 +1,133 @@
+"""The transport interface, and the in-process transport (the embedded default and the simulator).
+
+A transport is an ordered, replicated log of opaque payloads with durable readers:
+
+    seq = await t.publish(payload, subject, headers)   # returns once the log has stored it
+    await t.subscribe(durable, handler)                # handler(list[Message]) in log order
+    await t.close()
+
+A durable reader resumes where it stopped: a chunk counts as read only after the handler
+returns, so a node that dies mid-chunk reads it again (handlers must be idempotent).
+Subjects are ``<prefix>.<kind>.<domain>``: one per domain, so a reader may filter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Protocol
+
+from dsonet.errors import DsoError
+
+log = logging.getLogger(__name__)
+
+CHUNK = 64  # messages handed to a handler at once: a DeltaSoup round sees them together
+MSG_ID = "Nats-Msg-Id"  # the header JetStream deduplicates on; the in-process log honours it too
+SENDER = "Dso-Node"  # the sender's node id, a hint only (lets a node skip its own batches unread)
+
+
+class TransportError(DsoError):
+    """A publish that was not acknowledged, or a transport that cannot be reached."""
+
+
+@dataclass(frozen=True)
+class Message:
+    data: bytes
+    subject: str
+    seq: int  # position in the log, from 1
+    timestamp_ms: int  # when the log stored it: the clock freshness is judged against on replay
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Handler = Callable[[list[Message]], Awaitable[None]]
+
+
+class Transport(Protocol):
+    async def publish(self, payload: bytes, subject: str, headers: dict[str, str] | None = None) -> int: ...
+
+    async def subscribe(self, durable: str, handler: Handler) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def subject_for(prefix: str, kind: str, domain: str) -> str:
+    """``dso.batch.math.geometry``: domains are dotted lower-case tags, valid NATS tokens as they are."""
+    return f"{prefix}.{kind}.{domain}"
+
+
+class InProcessHub:
+    """One shared log for many nodes in one process (one asyncio loop); no server.
+
+    Keeps the durable readers' positions, so a node that closes and re-subscribes under the
+    same name resumes, and a new name replays the whole history, as with JetStream.
+    """
+
+    def __init__(self, duplicate_window_s: float = 120.0):
+        self.log: list[Message] = []
+        self.positions: dict[str, int] = {}
+        self.duplicate_window_s = duplicate_window_s
+        self._seen_ids: dict[str, float] = {}
+        self._changed: asyncio.Event | None = None
+
+    def transport(self) -> "InProcessTransport":
+        return InProcessTransport(self)
+
+    def _event(self) -> asyncio.Event:
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        return self._changed
+
+    def append(self, payload: bytes, subject: str, headers: dict[str, str]) -> int:
+        now = time.time()
+        msg_id = headers.get(MSG_ID)
+        if msg_id is not None:
+            self._seen_ids = {k: t for k, t in self._seen_ids.items() if now - t < self.duplicate_window_s}
+            if msg_id in self._seen_ids:
+                return next(m.seq for m in reversed(self.log) if m.headers.get(MSG_ID) == msg_id)
+            self._seen_ids[msg_id] = now
+        msg = Message(bytes(payload), subject, len(self.log) + 1, int(now * 1000), dict(headers))
+        self.log.append(msg)
+        event = self._event()
+        event.set()  # wake every reader, then re-arm
+        self._changed = asyncio.Event()
+        return msg.seq
+
+
+class InProcessTransport:
+    def __init__(self, hub: InProcessHub):
+        self.hub = hub
+        self._tasks: list[asyncio.Task] = []
+        self.closed = False
+
+    async def publish(self, payload: bytes, subject: str, headers: dict[str, str] | None = None) -> int:
+        if self.closed:
+            raise TransportError("publish on a closed transport; open a new one from the hub")
+        return self.hub.append(payload, subject, headers or {})
+
+    async def subscribe(self, durable: str, handler: Handler) -> None:
+        self.hub.positions.setdefault(durable, 0)
+        self._tasks.append(asyncio.create_task(self._read(durable, handler), name=f"inproc-read-{durable}"))
+
+    async def _read(self, durable: str, handler: Handler) -> None:
+        while not self.closed:
+            pos = self.hub.positions[durable]
+            chunk = self.hub.log[pos:pos + CHUNK]
+            if not chunk:
+                await self.hub._event().wait()
+                continue
+            try:
+                await handler(chunk)
+            except Exception:  # a handler bug must not kill the reader; the chunk is read again
+                log.exception("handler failed on messages %d..%d; retrying", chunk[0].seq, chunk[-1].seq)
+                await asyncio.sleep(1.0)
+                continue
+            self.hub.positions[durable] = pos + len(chunk)
+
+    async def close(self) -> None:
+        self.closed = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
