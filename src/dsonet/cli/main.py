@@ -10,6 +10,8 @@ from dsonet.cli.lazy import LazyGroup
 COMMANDS = {
     "keygen": ("dsonet.cli.identity:keygen", "Create a node identity (an Ed25519 key pair)."),
     "bench": ("dsonet.cli.bench:bench", "Run benchmarks and write bench/results/*.json."),
+    "node": ("dsonet.cli.network:node", "Run a node: library, DeltaSoup, transport and HTTP API."),
+    "cluster": ("dsonet.cli.network:cluster", "Start/stop a local three-server NATS JetStream cluster."),
 }
 
 

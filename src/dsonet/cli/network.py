@@ -1,0 +1,183 @@
+"""`dso node ...` (run a node) and `dso cluster ...` (a NATS cluster on this machine, for development)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import tomllib
+from pathlib import Path
+
+import click
+
+from dsonet.errors import DsoError
+
+
+def _load_config(ctx: click.Context, _param, path: Path | None) -> Path | None:
+    """--config FILE: a TOML file whose keys are the options' names (data_dir, nats, replicas...);
+    options given on the command line win."""
+    if path is not None:
+        try:
+            doc = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise click.BadParameter(f"{path}: {exc}") from None
+        ctx.default_map = {k.replace("-", "_"): v for k, v in doc.items()}
+    return path
+
+
+@click.group()
+def node() -> None:
+    """Run a dsonet node: its library, DeltaSoup, a transport and the HTTP API for agents.
+
+    \b
+    Example:
+      dso cluster up && dso node start --nats nats://127.0.0.1:4222 --port 8080
+    """
+
+
+@node.command()
+@click.option("--config", type=click.Path(dir_okay=False, exists=True, path_type=Path), callback=_load_config,
+              is_eager=True, expose_value=False, help="TOML file with any of these options (names with _).")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("~/.dsonet/node"),
+              show_default=True, help="Holds node.key (created on first start) and library.sqlite.")
+@click.option("--nats", "nats_urls", default="", help="Comma-separated NATS urls; empty: a standalone node "
+              "on an in-process log.")
+@click.option("--stream", default="DSO", show_default=True, help="JetStream stream name.")
+@click.option("--replicas", default=3, show_default=True, help="Stream replicas (one per site, at most 5).")
+@click.option("--retention-days", default=30.0, show_default=True, help="How much history new nodes can replay.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="API address; beyond loopback needs --token.")
+@click.option("--port", default=8080, show_default=True)
+@click.option("--token", envvar="DSO_TOKEN", default=None, help="Bearer token for the API (or env DSO_TOKEN).")
+@click.option("--batch-interval", default=60.0, show_default=True, help="Seconds between batches (the paper: 60).")
+@click.option("--batch-size", default=10, show_default=True, help="Publish early once this many are new (paper: 10).")
+@click.option("--encoder", default="minilm", show_default=True,
+              help="'minilm', a sentence-transformers name or path, or 'none' (clients send vectors).")
+@click.option("--dim", type=int, default=None, help="Profile dimension; required with --encoder none.")
+@click.option("--encoder-id", default="none", show_default=True, help="Names the space with --encoder none.")
+@click.option("--soup", multiple=True, metavar="KEY=VALUE", help="DeltaSoupConfig override, e.g. rate_limit=1000.")
+@click.option("--max-body", default=1024 * 1024, show_default=True, help="Largest request body in bytes.")
+@click.option("--log-level", default="INFO", show_default=True)
+def start(data_dir: Path, nats_urls: str, stream: str, replicas: int, retention_days: float, host: str, port: int,
+          token: str | None, batch_interval: float, batch_size: int, encoder: str, dim: int | None, encoder_id: str,
+          soup: tuple[str, ...], max_body: int, log_level: str) -> None:
+    """Start one node and serve its API until SIGTERM/Ctrl-C (pending experiences are published first).
+
+    \b
+    Examples:
+      dso node start                                      standalone, http://127.0.0.1:8080/docs
+      dso node start --nats nats://a:4222,nats://b:4222 --host 0.0.0.0 --token $T
+      curl -XPOST localhost:8080/experiences -H 'content-type: application/json' \\
+           -d '{"text": "When a ratio is asked, simplify the fraction first.", "domain": "math"}'
+    """
+    import asyncio
+
+    from dsonet.network.jetstream import NatsConfig
+    from dsonet.network.node import NodeConfig
+    from dsonet.network.server import serve_node
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = NodeConfig(
+            data_dir=data_dir.expanduser(), encoder=None if encoder == "none" else encoder, dim=dim,
+            encoder_id=encoder_id, batch_interval_s=batch_interval, batch_size=batch_size,
+            soup=_parse_soup(soup),
+        )
+        nats = None
+        if nats_urls:
+            nats = NatsConfig(servers=[u.strip() for u in nats_urls.split(",") if u.strip()], stream=stream,
+                              replicas=replicas, max_age_s=retention_days * 86400)
+        asyncio.run(serve_node(config, nats, host, port, token, max_body))
+    except DsoError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _parse_soup(pairs: tuple[str, ...]) -> dict:
+    from dataclasses import fields
+
+    from dsonet.aggregate import DeltaSoupConfig
+
+    known = {f.name for f in fields(DeltaSoupConfig)}
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in known:
+            raise click.BadParameter(f"{pair!r}: expected KEY=VALUE with KEY one of {sorted(known)}", param_hint="--soup")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            raise click.BadParameter(f"{pair!r}: VALUE must be JSON (a number, true/false or null)",
+                                     param_hint="--soup") from None
+    return out
+
+
+@click.group()
+def cluster() -> None:
+    """A NATS cluster with JetStream on this machine (three servers by default), for development and tests.
+
+    \b
+    Example:
+      dso cluster up --state-dir .nats && dso cluster status --state-dir .nats && dso cluster down --state-dir .nats
+    """
+
+
+_state = click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=Path(".nats"),
+                      show_default=True, help="Config files, pid files, logs and JetStream data.")
+
+
+@cluster.command()
+@_state
+@click.option("--servers", "n", default=3, show_default=True)
+@click.option("--client-port", default=4222, show_default=True, help="Server i listens on client-port + i.")
+@click.option("--cluster-port", default=6222, show_default=True)
+@click.option("--http-port", default=8222, show_default=True, help="Monitoring (/healthz).")
+def up(state_dir: Path, n: int, client_port: int, cluster_port: int, http_port: int) -> None:
+    """Start the servers in the background and wait until JetStream is ready.
+
+    \b
+    Example:
+      dso cluster up --client-port 14222
+    """
+    from dsonet.network import cluster as c
+
+    try:
+        spec = c.up(c.make_spec(state_dir, n, client_port, cluster_port, http_port))
+    except DsoError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{n} nats-servers up; nodes connect with --nats {','.join(spec.urls)}")
+
+
+@cluster.command()
+@_state
+@click.option("--remove", is_flag=True, help="Also delete the state dir (all stream data).")
+def down(state_dir: Path, remove: bool) -> None:
+    """Stop the servers started by `dso cluster up`.
+
+    \b
+    Example:
+      dso cluster down --remove
+    """
+    from dsonet.network import cluster as c
+
+    try:
+        stopped = c.down(state_dir, remove)
+    except DsoError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"stopped {', '.join(stopped) or 'nothing (no server was running)'}")
+
+
+@cluster.command()
+@_state
+def status(state_dir: Path) -> None:
+    """Show each server's pid, url and readiness.
+
+    \b
+    Example:
+      dso cluster status
+    """
+    from dsonet.network import cluster as c
+
+    try:
+        rows = c.status(c.ClusterSpec.load(state_dir))
+    except DsoError as exc:
+        raise click.ClickException(str(exc)) from None
+    for row in rows:
+        click.echo(f"{row['name']}  pid={row['pid']}  running={row['running']}  ready={row['ready']}  {row['url']}")

@@ -1,0 +1,61 @@
+"""Run one node process: transport + node + HTTP API in one asyncio loop, until SIGTERM/SIGINT.
+
+Shutdown is graceful: the HTTP server stops taking requests, the node publishes what is
+pending and closes its transport and library, then the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import signal
+
+import uvicorn
+
+from dsonet.network.api import DEFAULT_MAX_BODY, create_app
+from dsonet.network.jetstream import NatsConfig, NatsTransport
+from dsonet.network.node import Node, NodeConfig, NodeError
+from dsonet.network.transport import InProcessHub
+
+log = logging.getLogger(__name__)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_binding(host: str, token: str | None) -> None:
+    if token is None and not is_loopback(host):
+        raise NodeError(f"token: the API would listen on {host} without one; pass --token (or set DSO_TOKEN), "
+                        "or bind to 127.0.0.1")
+
+
+class _Server(uvicorn.Server):
+    # uvicorn re-raises SIGTERM after serving, which would end the process with -15 even after a
+    # clean shutdown; this loop installs its own handlers instead (see serve_node).
+    @contextlib.contextmanager
+    def capture_signals(self):
+        yield
+
+
+async def serve_node(config: NodeConfig, nats: NatsConfig | None, host: str = "127.0.0.1", port: int = 8080,
+                     token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY) -> None:
+    """``nats`` None: a standalone node on an in-process log (nothing is shared)."""
+    check_binding(host, token)
+    transport = await NatsTransport.connect(nats, name=f"dso-{config.data_dir.name}") if nats else InProcessHub().transport()
+    node = await Node.open(config, transport)
+    app = create_app(node, token=token, max_body_bytes=max_body_bytes)
+    server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
+                                    timeout_graceful_shutdown=10))
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+    log.info("node %s serving on http://%s:%d (docs at /docs)", node.node_id[:16], host, port)
+    await server.serve()
