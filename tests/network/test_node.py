@@ -1,0 +1,193 @@
+"""Nodes on the in-process transport: the node service and its HTTP API, no server needed."""
+
+import asyncio
+
+import httpx
+import numpy as np
+import pytest
+
+from dsonet.network.api import create_app
+from dsonet.network.node import Node, NodeConfig, NodeError
+from dsonet.network.transport import InProcessHub
+
+TEXTS = [
+    "When a word problem gives a rate and a time, multiply them to get the distance.",
+    "When fractions have different denominators, rewrite them over the least common multiple.",
+    "When a percentage increase is followed by a decrease, compute each step on the new base.",
+]
+
+
+async def open_nodes(tmp_path, hub, names="abc", **kw):
+    nodes = [await Node.open(NodeConfig(tmp_path / n, batch_interval_s=kw.pop("interval", 60.0), **kw),
+                             hub.transport()) for n in names]
+    for node in nodes:
+        await node.start()
+    return nodes
+
+
+async def settle(seconds: float = 0.3):
+    await asyncio.sleep(seconds)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_flush_publishes_to_every_other_node_and_search_finds_it(tmp_path, minilm):
+    async def main():
+        hub = InProcessHub()
+        a, b, c = await open_nodes(tmp_path, hub)
+        exps = [await a.submit(t, domain="math") for t in TEXTS]
+        assert await a.flush() == 3
+        await settle()
+        found = [[h.experience.id for h in await n.search(TEXTS[1], min_similarity=0.5)] for n in (b, c)]
+        got = [await n.get(exps[0].id) for n in (b, c)]
+        for n in (a, b, c):
+            await n.close()
+        return exps, found, got
+
+    exps, found, got = run(main())
+    assert all(exps[1].id in ids for ids in found)
+    assert all(g is not None and g.text == TEXTS[0] for g in got)
+
+
+def test_batch_size_triggers_publishing_before_the_interval(tmp_path, minilm):
+    async def main():
+        hub = InProcessHub()
+        a, b = await open_nodes(tmp_path, hub, "ab", batch_size=2)
+        await a.submit(TEXTS[0])
+        await settle()
+        early = len(hub.log)
+        await a.submit(TEXTS[1])
+        await settle()
+        late = len(hub.log)
+        for n in (a, b):
+            await n.close()
+        return early, late
+
+    assert run(main()) == (0, 1)
+
+
+def test_close_flushes_pending_and_a_restarted_node_resumes_from_its_durable(tmp_path, minilm):
+    async def main():
+        hub = InProcessHub()
+        a, b = await open_nodes(tmp_path, hub, "ab")
+        await a.submit(TEXTS[0])
+        await b.close()
+        await a.close()  # graceful: publishes TEXTS[0]
+        a2, = await open_nodes(tmp_path, hub, "a")
+        await a2.submit(TEXTS[1])
+        await a2.flush()
+        b2, = await open_nodes(tmp_path, hub, "b")  # same data dir, same durable: resumes
+        await settle()
+        sizes = [len(b2.library), len(a2.library)]
+        for n in (a2, b2):
+            await n.close()
+        return sizes
+
+    assert run(main()) == [2, 2]
+
+
+def test_delete_replicates_only_for_the_author(tmp_path, minilm):
+    async def main():
+        hub = InProcessHub()
+        a, b, c = await open_nodes(tmp_path, hub)
+        e0, e1 = await a.submit(TEXTS[0]), await a.submit(TEXTS[1])
+        await a.flush()
+        await settle()
+        assert await a.delete(e0.id)  # the author retracts: gone everywhere
+        assert await c.delete(e1.id)  # not the author: gone at C only
+        await settle()
+        state = [[await n.get(e.id) is not None for e in (e0, e1)] for n in (a, b, c)]
+        for n in (a, b, c):
+            await n.close()
+        return state
+
+    assert run(main()) == [[False, True], [False, True], [False, False]]
+
+
+def test_vectors_of_the_wrong_shape_or_nan_are_refused(tmp_path):
+    async def main():
+        node = await Node.open(NodeConfig(tmp_path, encoder=None, dim=8), InProcessHub().transport())
+        errors = []
+        for v in ([1.0] * 7, [float("nan")] + [1.0] * 7, [0.0] * 8):
+            with pytest.raises(NodeError) as info:
+                await node.submit("When x, do y.", vector=v)
+            errors.append(str(info.value))
+        with pytest.raises(NodeError, match="no encoder"):
+            await node.submit("When x, do y.")
+        size = len(node.library)
+        await node.close()
+        return errors, size
+
+    errors, size = run(main())
+    assert "dimension 8" in errors[0] and "NaN" in errors[1] and "zero vector" in errors[2]
+    assert size == 0
+
+
+@pytest.fixture
+def api(tmp_path):
+    """A vector-only node behind its API, with a token, driven in-process."""
+    loop = asyncio.new_event_loop()
+    node = loop.run_until_complete(Node.open(NodeConfig(tmp_path, encoder=None, dim=16), InProcessHub().transport()))
+    app = create_app(node, token="s3cret", max_body_bytes=4096, manage_node=False)
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://node",
+                               headers={"Authorization": "Bearer s3cret"})
+    yield loop, client, node
+    loop.run_until_complete(client.aclose())
+    loop.run_until_complete(node.close())
+    loop.close()
+
+
+def _vec(seed: int) -> list[float]:
+    v = np.random.default_rng(seed).standard_normal(16)
+    return (v / np.linalg.norm(v)).tolist()
+
+
+def test_api_submit_get_search_delete_round_trip(api):
+    loop, client, node = api
+
+    async def main():
+        r = await client.post("/experiences", json={"text": TEXTS[0], "domain": "math", "vector": _vec(1)})
+        assert r.status_code == 201, r.text
+        exp_id = r.json()["id"]
+        got = (await client.get(f"/experiences/{exp_id}")).json()
+        hits = (await client.post("/search", json={"vector": _vec(1), "min_similarity": 0.5})).json()["hits"]
+        deleted = await client.delete(f"/experiences/{exp_id}")
+        missing = await client.get(f"/experiences/{exp_id}")
+        metrics = (await client.get("/metrics")).text
+        return exp_id, got, hits, deleted.status_code, missing.status_code, metrics
+
+    exp_id, got, hits, deleted, missing, metrics = loop.run_until_complete(main())
+    assert got["text"] == TEXTS[0] and hits[0]["experience"]["id"] == exp_id
+    assert (deleted, missing) == (200, 404)
+    assert "dso_submitted_experiences_total 1.0" in metrics
+
+
+@pytest.mark.parametrize("body, headers, status, says", [
+    (b'{"text": "When x, do y.", "vector": [1.0]}', {}, 400, "dimension 16"),
+    (b'{"text": "When x, do y.", "vector": [NaN, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]}', {}, 422, "finite"),
+    (b'{"text": "When x, do y.", "vector": [1', {}, 422, "JSON"),
+    (b'{"text": "When x, do y.", "domain": "Not A Tag", "vector": [1,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}', {}, 400,
+     "domain"),
+    (b'{"text": "' + b"x" * 5000 + b'"}', {}, 413, "4096 bytes"),
+    (b'{"text": "When x, do y."}', {"Authorization": ""}, 401, "missing token"),
+    (b'{"text": "When x, do y."}', {"Authorization": "Bearer nope"}, 401, "wrong token"),
+])
+def test_api_malformed_requests_get_a_4xx_that_says_why_and_store_nothing(api, body, headers, status, says):
+    loop, client, node = api
+
+    async def main():
+        r = await client.post("/experiences", content=body, headers={"content-type": "application/json", **headers})
+        health = await client.get("/health")
+        return r, health.status_code
+
+    r, health = loop.run_until_complete(main())
+    assert r.status_code == status, r.text
+    assert says in json_detail(r)
+    assert health == 200 and len(node.library) == 0
+
+
+def json_detail(r) -> str:
+    detail = r.json()["detail"]
+    return detail if isinstance(detail, str) else str(detail)
