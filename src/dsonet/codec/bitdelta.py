@@ -138,7 +138,8 @@ def _compress_rows(e, base, rotation, group_size, signs, scales, start: int) -> 
     """Compress rows [start, start + _CHUNK_ROWS) into the output arrays, in place."""
     chunk = e[start : start + _CHUNK_ROWS]
     m, d = chunk.shape
-    delta = np.subtract(chunk, base, out=_scratch.buffer((m, d)))
+    with np.errstate(invalid="ignore", over="ignore"):  # non-finite input is reported by `compress`, by position
+        delta = np.subtract(chunk, base, out=_scratch.buffer((m, d)))
     if rotation is not None:
         delta = rotation.apply(delta)
     grouped = delta.reshape(m, d // group_size, group_size)  # (m, G, g)
@@ -183,8 +184,7 @@ def compress(
     rotation = get_rotation(d, rotation_seed) if rotation_seed is not None else None
     signs = np.empty((m, d // group_size, words_per_group(group_size)), dtype="<u4")
     scales = np.empty((m, d // group_size), dtype=np.float32)
-    with np.errstate(invalid="ignore", over="ignore"):  # non-finite input is reported below, by name
-        _run_chunks(partial(_compress_rows, e, base, rotation, group_size, signs, scales), m)
+    _run_chunks(partial(_compress_rows, e, base, rotation, group_size, signs, scales), m)
     # NaN and Inf propagate into the scales, so validating them costs nothing on the hot path
     if not np.isfinite(scales).all():
         _raise_non_finite(e)
