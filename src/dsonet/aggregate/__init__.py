@@ -1,0 +1,27 @@
+"""Byzantine-robust aggregation: DeltaSoup, the comparison rules, reputation and our defences."""
+
+from dsonet.aggregate.config import DeltaSoupConfig
+from dsonet.aggregate.errors import AggregationError
+from dsonet.aggregate.phases import MergedCluster, Rows, decompress_batches, dedup_merge
+from dsonet.aggregate.reputation import Reputation
+from dsonet.aggregate.rules import RULE_NAMES, Admission, Rule, make_rule
+from dsonet.aggregate.soup import DeltaSoup, RoundResult
+from dsonet.aggregate.verify import Gate, verify_payload
+
+__all__ = [
+    "RULE_NAMES",
+    "Admission",
+    "AggregationError",
+    "DeltaSoup",
+    "DeltaSoupConfig",
+    "Gate",
+    "MergedCluster",
+    "Reputation",
+    "RoundResult",
+    "Rows",
+    "Rule",
+    "decompress_batches",
+    "dedup_merge",
+    "make_rule",
+    "verify_payload",
+]

@@ -1,0 +1,41 @@
+"""DeltaSoup's settings: the paper's defaults (federated-agents paper §5) plus our defences."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from dsonet.codec.batch import MAX_BATCH_BYTES, MAX_EXPERIENCES
+
+
+@dataclass(frozen=True)
+class DeltaSoupConfig:
+    # --- the paper's four phases
+    t_max_ms: int = 300_000  # freshness window T_max = 300 s: |timestamp − now| must not exceed it
+    tau: float = 2.0  # MAD filter threshold: drop ê when mean_j |ê_j − μ_j| / (σ_j + ε) > τ
+    eps: float = 1e-8  # ε in the MAD score's denominator
+    theta_dup: float = 0.95  # cosine above which two experiences of a domain are one cluster
+    rep_decay: float = 0.9  # rep ← decay · rep + (1 − decay) · r, r ∈ {0, 1}
+    rep_floor: float = 0.3  # peers below this are skipped
+    # The paper gives no starting value; a newcomer starts half-trusted, so five straight
+    # failures put it under the floor (0.5 · 0.9⁵ ≈ 0.295) and a Sybil identity starts nowhere high.
+    rep_initial: float = 0.5
+    # --- admission limits (the experience-ledger paper's 100 submissions/hour per node)
+    rate_limit: int = 100  # batches per node per rate window
+    rate_window_ms: int = 3_600_000
+    max_batch_bytes: int = MAX_BATCH_BYTES  # payloads above this are refused before parsing
+    max_batch_experiences: int = MAX_EXPERIENCES
+    # --- speed: the median and MAD are taken on a seeded sample of rows. Sampling rows uniformly
+    # keeps the Byzantine share of the sample at f ± √(f(1−f)/s) (±1.4 points at s = 2048, f = 0.3),
+    # so the median's breakdown point (f < 1/2) still holds with overwhelming probability.
+    median_sample: int | None = 2048  # None: the exact median over every row
+    seed: int | None = None  # None: fresh entropy each round, so attackers cannot aim at the sample
+    # --- our defences (each one can be switched off; `dso bench robustness` measures each)
+    reencode_per_batch: int = 2  # texts per batch re-encoded with our own encoder; 0 turns it off
+    reencode_min_cosine: float = 0.9  # cos(ê, code of our encoding of its text) below this: the batch lied
+    feedback: bool = True  # record_outcome moves the source's reputation
+    max_source_share: float | None = 0.05  # a source keeps at most this share of a domain's admitted rows
+
+    @classmethod
+    def paper(cls, **overrides) -> "DeltaSoupConfig":
+        """The paper's DeltaSoup alone: every defence of ours off."""
+        return replace(cls(reencode_per_batch=0, feedback=False, max_source_share=None), **overrides)

@@ -1,0 +1,71 @@
+"""Our defences against what the MAD filter cannot see (each switchable in DeltaSoupConfig).
+
+* `reencode_agreement`: a vector inside the honest cloud can still carry a text it does not
+  encode (in-distribution poisoning, hijacked queries). We re-encode a sample of texts with our
+  own encoder, compress that vector exactly as the sender had to (same baseline, group size and
+  rotation) and compare codes: an honest sender with the profile's encoder reproduces its code
+  (cosine ≈ 1.0); any other vector shows.
+* `cap_source_share`: one source may fill at most a share of a domain's admitted rows in a round,
+  so a flood from one identity cannot crowd out the rest.
+* outcome feedback lives in `DeltaSoup.record_outcome`: "did this experience help?" moves the
+  source's reputation, and sources under the floor are skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from dsonet.codec.batch import CompressedBatch
+from dsonet.codec.bitdelta import compress, decompress
+
+
+def reencode_agreement(batches: Sequence[CompressedBatch], rows: Sequence[np.ndarray],
+                       sent: np.ndarray, encoder) -> np.ndarray:
+    """Cosine between the sender's ê and the code of our own encoding of the same text.
+
+    ``rows[b]``: the sampled rows of batch b; ``sent``: their ê, stacked in the same order.
+    Returns one cosine per sampled row.
+    """
+    texts = [batches[b].experiences[r].text for b in range(len(batches)) for r in rows[b]]
+    if not texts:
+        return np.zeros(0, dtype=np.float32)
+    ours = np.asarray(encoder.encode(texts, kind="document"), dtype=np.float32)
+    rebuilt = np.empty_like(ours)
+    start = 0
+    for b, picked in enumerate(rows):  # one small compress per batch: each has its own baseline
+        if len(picked):
+            codes = compress(ours[start : start + len(picked)], batches[b].profile.group_size,
+                             baseline=batches[b].baseline, rotation_seed=batches[b].profile.rotation_seed)
+            rebuilt[start : start + len(picked)] = decompress(codes)
+            start += len(picked)
+    num = np.einsum("ij,ij->i", rebuilt, sent)
+    den = np.linalg.norm(rebuilt, axis=1) * np.linalg.norm(sent, axis=1)
+    return (num / np.maximum(den, 1e-12)).astype(np.float32)
+
+
+def cap_source_share(keep: np.ndarray, source: np.ndarray, domain: np.ndarray, max_share: float,
+                     rng: np.random.Generator) -> np.ndarray:
+    """Drop rows so that no source holds more than ⌈max(max_share, 1/sources) · n⌉ of a domain's
+    n kept rows (a uniformly random subset of a flooder's rows survives). Sources and domains are
+    integer codes per row. The 1/sources floor keeps a domain with few sources whole.
+    """
+    out = keep.copy()
+    idx = np.flatnonzero(keep)
+    if len(idx) == 0:
+        return out
+    src, dom = source[idx], domain[idx]
+    n_dom = np.bincount(dom)
+    group = dom.astype(np.int64) * (int(src.max()) + 1) + src
+    uniq_groups, group_code = np.unique(group, return_inverse=True)
+    sources_per_dom = np.bincount(uniq_groups // (int(src.max()) + 1), minlength=len(n_dom))
+    share = np.maximum(max_share, 1.0 / np.maximum(sources_per_dom, 1))
+    cap = np.ceil(share * n_dom).astype(np.int64)  # (domains,)
+    order = np.lexsort((rng.random(len(idx)), group_code))  # each group's rows in random order
+    sorted_groups = group_code[order]
+    starts = np.flatnonzero(np.r_[True, sorted_groups[1:] != sorted_groups[:-1]])
+    rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    over = rank >= cap[dom[order]]
+    out[idx[order[over]]] = False
+    return out

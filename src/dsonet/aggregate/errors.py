@@ -1,0 +1,16 @@
+"""The aggregate layer's named error."""
+
+from __future__ import annotations
+
+from dsonet.errors import DsoError
+
+
+class AggregationError(DsoError, ValueError):
+    """Input DeltaSoup refuses (replay, rate limit, reputation, stale or oversized batch) or
+    a rule whose preconditions fail. ``field`` names what was wrong, ``problem`` says how to fix it.
+    """
+
+    def __init__(self, field: str, problem: str):
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")

@@ -1,0 +1,175 @@
+"""DeltaSoup: a node's Byzantine-robust aggregation of received batches (federated-agents §5).
+
+    submit(payload)  phase 1, verify: size, hash, Ed25519 signature, freshness |t − now| ≤ T_max,
+                     replay, rate limit, reputation floor; a rejected payload raises and is not kept
+    round()          our defences (re-encode a sample; see `defences`) → phase 2 decompress →
+                     phase 3 filter (the chosen rule; "deltasoup" is the paper's MAD filter) →
+                     source-share cap → phase 4 dedup merge within each domain
+
+Reputation (rep ← 0.9·rep + 0.1·r): after each round a batch scores r = 1 when at least half its
+rows were admitted, else r = 0 (the paper does not say what r is; this is our reading), and
+`record_outcome` adds r = helped when outcome feedback is on. The filter runs over all rows of the
+round at once (the paper's phase 3); the merge runs within each domain.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dsonet.aggregate.config import DeltaSoupConfig
+from dsonet.aggregate.defences import cap_source_share, reencode_agreement
+from dsonet.aggregate.phases import MergedCluster, decompress_batches, dedup_merge
+from dsonet.aggregate.reputation import Reputation
+from dsonet.aggregate.robust import sample_rows
+from dsonet.aggregate.rules import make_rule
+from dsonet.aggregate.verify import Gate, verify_payload
+from dsonet.codec.batch import CompressedBatch, Profile
+from dsonet.errors import DsoError
+
+
+@dataclass
+class RoundResult:
+    batches: list[CompressedBatch]
+    keep: list[np.ndarray]  # one bool mask per batch, over its experiences (in batch order)
+    merged: list[MergedCluster]
+    rejected: list[tuple[str, str | None, str]]  # (node_id, experience id or None, reason)
+    stats: dict = field(default_factory=dict)
+
+
+class DeltaSoup:
+    """One node's aggregator. ``encoder`` (optional, the profile's encoder) enables the
+    re-encoding defence; without it that defence is reported as off in ``stats``."""
+
+    def __init__(self, config: DeltaSoupConfig = DeltaSoupConfig(), profiles: list[Profile] | None = None,
+                 rule: str = "deltasoup", encoder=None):
+        self.config, self.profiles, self.encoder = config, profiles, encoder
+        self.rule = make_rule(rule, config.tau, config.eps)
+        self.reputation = Reputation(config.rep_decay, config.rep_floor, config.rep_initial)
+        self._gate = Gate(config, self.reputation)
+        self._queue: list[CompressedBatch] = []
+        self._rng = np.random.default_rng(config.seed)
+        self.submit_rejections: dict[str, int] = {}
+
+    def submit(self, payload: bytes, now_ms: int | None = None) -> None:
+        """Verify one payload and queue it for the next round; raises `BatchError` or
+        `AggregationError` naming the reason when it is refused."""
+        now = _now_ms(now_ms)
+        try:
+            batch = verify_payload(payload, now, self.config, self.profiles)
+            self._gate.admit(batch, now)
+        except DsoError as exc:
+            key = getattr(exc, "field", type(exc).__name__)
+            self.submit_rejections[key] = self.submit_rejections.get(key, 0) + 1
+            raise
+        self._queue.append(batch)
+
+    def record_outcome(self, node_id: str, helped: bool) -> None:
+        """Feed back whether an experience from ``node_id`` helped (no-op with feedback off)."""
+        if self.config.feedback:
+            self.reputation.update(node_id, int(bool(helped)))
+
+    def round(self, now_ms: int | None = None, reference: np.ndarray | None = None) -> RoundResult:
+        """Aggregate every queued batch. ``reference``: trusted rows (e.g. the node's own library,
+        (m, d)) added to the pool the robust center is estimated from."""
+        batches, self._queue = self._queue, []
+        seconds: dict[str, float] = {}
+        if not batches:
+            return RoundResult([], [], [], [], {"batches": 0, "rows": 0, "admitted": 0, "clusters": 0})
+        t = time.perf_counter()
+        rows = decompress_batches(batches)
+        n = len(rows.vectors)
+        seconds["decompress"] = time.perf_counter() - t
+        reason = np.full(n, "", dtype=object)
+
+        t = time.perf_counter()
+        liars = self._reencode(batches, rows.vectors)
+        reason[np.isin(rows.batch, liars)] = "reencode: vector does not encode its text"
+        seconds["reencode"] = time.perf_counter() - t
+
+        t = time.perf_counter()
+        alive = np.flatnonzero(reason == "")
+        keep = np.zeros(n, dtype=bool)
+        if len(alive):
+            pool = sample_rows(rows.vectors[alive], self.config.median_sample, self._rng)
+            if reference is not None:
+                pool = np.concatenate([pool, np.asarray(reference, dtype=np.float32)])
+            admission = self.rule.admit(rows.vectors[alive], pool)
+            keep[alive] = admission.keep
+            reason[alive[~admission.keep]] = f"filter: {self.rule.name}"
+        seconds["filter"] = time.perf_counter() - t
+
+        source_ids = [b.node_id for b in batches]
+        domains = np.array([e.domain for b in batches for e in b.experiences], dtype=object)
+        if self.config.max_source_share is not None:
+            _, src_code = np.unique(np.asarray(source_ids, dtype=object)[rows.batch].astype(str), return_inverse=True)
+            _, dom_code = np.unique(domains.astype(str), return_inverse=True)
+            capped = cap_source_share(keep, src_code, dom_code, self.config.max_source_share, self._rng)
+            reason[keep & ~capped] = "share cap: source over its share of the domain"
+            keep = capped
+
+        per_batch = [keep[rows.batch == i] for i in range(len(batches))]
+        for b, mask in zip(batches, per_batch):
+            self.reputation.update(b.node_id, int(mask.mean() >= 0.5))
+
+        t = time.perf_counter()
+        merged = self._merge(batches, rows, keep, domains)
+        seconds["merge"] = time.perf_counter() - t
+
+        rejected = [(source_ids[rows.batch[i]], batches[rows.batch[i]].experiences[rows.row[i]].id, reason[i])
+                    for i in np.flatnonzero(~keep)]
+        stats = {
+            "batches": len(batches), "rows": n, "admitted": int(keep.sum()), "clusters": len(merged),
+            "rejected_by": {r: int((reason == r).sum()) for r in set(reason[~keep])},
+            "defences": self._defence_state(), "seconds": seconds, "rule": self.rule.name,
+        }
+        return RoundResult(batches, per_batch, merged, rejected, stats)
+
+    def _reencode(self, batches: list[CompressedBatch], vectors: np.ndarray) -> np.ndarray:
+        """Indices of batches whose sampled texts do not match their vectors (their sources get r = 0)."""
+        k = self.config.reencode_per_batch
+        if k <= 0 or self.encoder is None:
+            return np.zeros(0, dtype=np.int64)
+        checkable = [b.profile.encoder_id == self.encoder.id for b in batches]
+        picked = [np.sort(self._rng.choice(len(b), size=min(k, len(b)), replace=False)) if ok
+                  else np.zeros(0, np.int64) for b, ok in zip(batches, checkable)]
+        offsets = np.cumsum([0] + [len(b) for b in batches])[:-1]
+        sent = vectors[np.concatenate([o + p for o, p in zip(offsets, picked)]).astype(np.int64)]
+        cos = reencode_agreement(batches, picked, sent, self.encoder)
+        owner = np.repeat(np.arange(len(batches)), [len(p) for p in picked])
+        liars = np.unique(owner[cos < self.config.reencode_min_cosine])
+        for i in liars:
+            self.reputation.update(batches[i].node_id, 0)
+        return liars
+
+    def _merge(self, batches, rows, keep, domains) -> list[MergedCluster]:
+        idx = np.flatnonzero(keep)
+        if len(idx) == 0:
+            return []
+        exps = [batches[rows.batch[i]].experiences[rows.row[i]] for i in idx]
+        trust = np.array([self.reputation.get(batches[rows.batch[i]].node_id) for i in idx])
+        conf = np.array([e.confidence for e in exps])
+        labels, vecs, cluster_conf, rep_rows = dedup_merge(
+            rows.vectors[idx], conf, domains[idx], trust, self.config.theta_dup)
+        members: list[list[int]] = [[] for _ in range(len(vecs))]
+        for j, lab in enumerate(labels):
+            members[lab].append(j)
+        out = []
+        for c, rep in enumerate(rep_rows):
+            pairs = tuple((int(rows.batch[idx[j]]), int(rows.row[idx[j]])) for j in members[c])
+            out.append(MergedCluster(exps[rep], vecs[c], float(cluster_conf[c]), pairs,
+                                     tuple(dict.fromkeys(batches[b].node_id for b, _ in pairs))))
+        return out
+
+    def _defence_state(self) -> dict[str, str]:
+        c = self.config
+        reencode = "off" if c.reencode_per_batch <= 0 else ("off: no encoder given" if self.encoder is None
+                                                             else f"on: {c.reencode_per_batch} per batch")
+        return {"reencode": reencode, "feedback": "on" if c.feedback else "off",
+                "share_cap": "off" if c.max_source_share is None else f"on: {c.max_source_share}"}
+
+
+def _now_ms(now_ms: int | None) -> int:
+    return int(time.time() * 1000) if now_ms is None else int(now_ms)

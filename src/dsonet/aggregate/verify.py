@@ -1,0 +1,70 @@
+"""Phase 1, verify: everything checked about a batch before it may join a round.
+
+`verify_payload` is stateless: size, hash, Ed25519 signature (via `dsonet.codec.decode`),
+batch size and freshness. `Gate` adds what needs memory: replays (a batch hash is accepted
+once), the per-node rate limit and the reputation floor. Nothing here stores a rejected batch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from dsonet.aggregate.config import DeltaSoupConfig
+from dsonet.aggregate.errors import AggregationError
+from dsonet.aggregate.reputation import Reputation
+from dsonet.codec.batch import CompressedBatch, Profile, decode
+
+
+def verify_payload(payload: bytes, now_ms: int, config: DeltaSoupConfig,
+                   profiles: list[Profile] | None = None) -> CompressedBatch:
+    """Decode and verify one payload; raises `BatchError` (format, hash, signature) or
+    `AggregationError` (too many experiences, stale or future timestamp)."""
+    batch = decode(payload, profiles, max_bytes=config.max_batch_bytes)
+    if len(batch) > config.max_batch_experiences:
+        raise AggregationError(
+            "experiences", f"{len(batch)} experiences; this node accepts at most {config.max_batch_experiences} per batch"
+        )
+    skew = batch.timestamp_ms - now_ms
+    if abs(skew) > config.t_max_ms:
+        raise AggregationError(
+            "timestamp", f"{batch.timestamp_ms} is {skew / 1000:+.0f} s from now; batches must be within "
+            f"±{config.t_max_ms / 1000:.0f} s (check the sender's clock, or resend a fresh batch)"
+        )
+    return batch
+
+
+class Gate:
+    """The stateful checks: replay, rate limit, reputation."""
+
+    def __init__(self, config: DeltaSoupConfig, reputation: Reputation):
+        self.config, self.reputation = config, reputation
+        self._seen: dict[str, int] = {}  # batch hash -> its timestamp (pruned once stale anyway)
+        self._recent: dict[str, deque[int]] = {}  # node id -> accepted submission times
+
+    def admit(self, batch: CompressedBatch, now_ms: int) -> None:
+        """Raise `AggregationError` if the batch is a replay, its node is over its rate or
+        under the reputation floor; otherwise record it."""
+        if batch.hash in self._seen:
+            raise AggregationError("hash", f"batch {batch.hash[:12]}… was already received; replays are dropped")
+        if self.reputation.skipped(batch.node_id):
+            raise AggregationError(
+                "node_id", f"{batch.node_id[:12]}… has reputation {self.reputation.get(batch.node_id):.3f}, "
+                f"under the floor {self.reputation.floor}; its batches are skipped"
+            )
+        times = self._recent.setdefault(batch.node_id, deque())
+        while times and times[0] <= now_ms - self.config.rate_window_ms:
+            times.popleft()
+        if len(times) >= self.config.rate_limit:
+            raise AggregationError(
+                "node_id", f"{batch.node_id[:12]}… sent {len(times)} batches in the last "
+                f"{self.config.rate_window_ms / 60_000:.0f} min; the limit is {self.config.rate_limit}"
+            )
+        times.append(now_ms)
+        self._seen[batch.hash] = batch.timestamp_ms
+        self._prune(now_ms)
+
+    def _prune(self, now_ms: int) -> None:
+        # a hash older than the freshness window can never be accepted again, so forget it
+        if len(self._seen) > 4096:
+            horizon = now_ms - 2 * self.config.t_max_ms
+            self._seen = {h: t for h, t in self._seen.items() if t >= horizon}
