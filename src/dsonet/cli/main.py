@@ -28,3 +28,7 @@ def cli() -> None:
 
     Every command has --help with examples.
     """
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,152 @@
+"""bench/REPORT.md: every benchmark's figures beside the papers' and the usual alternative.
+
+Built only from bench/results/*.json, so the report can be rebuilt without rerunning
+anything (`dso bench all --report-only`). A benchmark whose JSON is missing gets a line
+saying so, not a number. The headline table is also written into README.md between the
+markers `<!-- headline:start -->` and `<!-- headline:end -->`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+README_MARKERS = ("<!-- headline:start -->", "<!-- headline:end -->")
+
+
+def _load(results: Path, name: str) -> dict | None:
+    path = results / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _table(header: list[str], rows: list[list]) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+        return "–" if v is None else str(v)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _pick(rows: list[dict], **match) -> dict | None:
+    return next((r for r in rows if all(r.get(k) == v for k, v in match.items())), None)
+
+
+def headline(results: Path) -> str:
+    """One row per claim: the paper's figure, ours, and where it comes from."""
+    rows = []
+    codec = _load(results, "codec")
+    if codec:
+        r = _pick(codec["rows"], method="bitdelta", dim=7680, group_size=7680)
+        if r:
+            rows.append(["bytes per 7680-dim experience", "964 (31.87×)", f"{r['bytes_per_vector']} ({r['ratio']:.2f}×)", "codec"])
+        for g, paper in ((64, 0.934), (128, 0.957), (256, 0.971)):
+            r = _pick(codec["rows"], method="bitdelta", dim=768, group_size=g)
+            if r:
+                rows.append([f"cosine after BitDelta, d = 768, g = {g}", paper, round(r["cosine_mean"], 3), "codec"])
+        t = _pick(codec["throughput"], method="bitdelta")
+        if t:
+            rows.append(["compress one 7680-dim vector", "3.2 ms (A100)", f"{1e3 / t['compress_vectors_per_s']:.3f} ms (2 CPU cores)", "codec"])
+    retrieval = _load(results, "retrieval")
+    if retrieval:
+        for r in retrieval["rows"]:
+            if r["index"] == "dsonet":
+                rows.append([f"query latency p50, n = {r['n']:,}", "–", f"{r['p50_ms']:.1f} ms, recall@10 {r['recall_at_10']}", "retrieval"])
+    cross = _load(results, "crossmodel")
+    if cross:
+        for r in cross["rows"]:
+            if not r.get("compressed"):
+                paper = "97.9%" if not r.get("aligned") else "89.7–92.1%"
+                rows.append([f"Recall@10 {r['doc_model']} → {r['query_model']}", paper, f"{100 * r['recall_at_10']:.1f}%", "crossmodel"])
+    robust = _load(results, "robustness")
+    if robust:
+        for rule, paper in (("deltasoup", "92.1% (median)"), ("mean", "70%")):
+            accs = [r for r in robust["rows"] if r["rule"] == rule and abs(r["byzantine_fraction"] - 0.3) < 1e-9]
+            if accs:
+                worst = min(accs, key=lambda r: r["accuracy"])
+                rows.append([f"accuracy at 30% Byzantine, {rule} (worst attack: {worst['attack']})", paper,
+                             f"{100 * worst['accuracy']:.1f}% (clean {100 * worst['clean_accuracy']:.1f}%)", "robustness"])
+        if "round_seconds_100x100_7680" in robust:
+            rows.append(["DeltaSoup round, 100 × 100 × 7680", "< 50 ms (one median)", f"{robust['round_seconds_100x100_7680']:.2f} s", "robustness"])
+    net = _load(results, "network")
+    if net:
+        rows.append(["wire bytes per experience", "964 B (7680 dims)", f"{net['wire_bytes_per_experience']:.0f} B", "network"])
+        rows.append(["submit → searchable elsewhere, p50", "–", f"{net['propagation_p50_ms']:.0f} ms", "network"])
+    learn = _load(results, "learn")
+    if learn:
+        for r in learn["rows"]:
+            rows.append([f"accuracy without → with experiences ({r['llm']}, {r['task']})", "AIME24 80.0 → 82.7 (DeepSeek-V3.1)",
+                         f"{100 * r['accuracy_without']:.1f}% → {100 * r['accuracy_with']:.1f}% (n = {r['n_eval']})", "learn"])
+    if not rows:
+        return "No benchmark results yet: run `dso bench all`."
+    return _table(["claim", "paper", "dsonet (measured here)", "benchmark"], rows)
+
+
+def _codec_section(codec: dict) -> str:
+    rows = [[r["method"], r["dim"], r["group_size"], r["bytes_per_vector"], r["ratio"], r["cosine_mean"], r["cosine_min"],
+             r["rel_l2"], r["rmse"], r["recall_at_10"]] for r in codec["rows"]]
+    tput = [[t["method"], t["dim"], t["compress_vectors_per_s"], t["decompress_vectors_per_s"]] for t in codec["throughput"]]
+    d = codec.get("default", {})
+    return "\n\n".join([
+        _table(["method", "dim", "g", "bytes", "ratio", "cos mean", "cos min", "rel L2", "RMSE", "recall@10"], rows),
+        _table(["method", "dim", "compress vec/s", "decompress vec/s"], tput)
+        + f"\n\nnumpy copy of the same floats: {codec['memcpy_vectors_per_s']:,.0f} vectors/s (the memory-bandwidth floor).",
+        f"Protocol default chosen from this run: **{'rotated' if d.get('rotate') else 'plain'} BitDelta** "
+        f"(mean-cosine gain of rotation on the native space by group size: {d.get('cosine_gain_by_group_size')}).",
+        "Paper: 964 B / 31.87× at d = 7680 (reproduced exactly: it is arithmetic); cosine 0.934 / 0.957 / 0.971 at "
+        "g = 64 / 128 / 256, d = 768 — not reached on real MiniLM embeddings: the paper's corollary assumes "
+        "‖Δ‖ ≪ ‖ē‖, and real sentence embeddings sit far from their mean, so one bit per dimension keeps about "
+        "√(2/π) of each delta's direction. \"RMSE 0.51%\" is undefined in the paper; we report per-coordinate RMSE, "
+        "relative L2 and cosine instead.",
+    ])
+
+
+def _rows_section(data: dict, columns: list[str]) -> str:
+    return _table(columns, [[r.get(c) for c in columns] for r in data["rows"]])
+
+
+def write_report(results: Path) -> Path:
+    sections = ["# dsonet benchmark report", "Built by `dso bench all` from `bench/results/*.json`; medians on a shared "
+                "2-core machine. Each figure sits beside the paper's claim and, where one exists, beside the library a "
+                "user would pick instead, measured in the same run.", "## Headline", headline(results)]
+    codec = _load(results, "codec")
+    sections += ["## Codec (`dso bench codec`)", _codec_section(codec) if codec else "_not run_"]
+    specs = [
+        ("retrieval", "Retrieval over compressed codes (`dso bench retrieval`), beside faiss IndexFlatIP and IndexBinaryFlat",
+         ["index", "n", "dim", "p50_ms", "p95_ms", "qps", "recall_at_10", "bytes_per_experience"]),
+        ("crossmodel", "Cross-model retrieval (`dso bench crossmodel`); paper: native 94.7 / 97.9, aligned 84–87 / 90–92",
+         ["doc_model", "query_model", "aligned", "compressed", "recall_at_5", "recall_at_10", "ms_encode", "ms_align", "ms_compress"]),
+        ("robustness", "Byzantine robustness (`dso bench robustness`); paper: 94.7% clean → 92.1% at 30% (median), mean 70%",
+         ["attack", "rule", "byzantine_fraction", "accuracy", "clean_accuracy", "attacker_admitted"]),
+        ("learn", "Learning (`dso bench learn`); paper: AIME24 80.0 → 82.7 with DeepSeek-V3.1 for about $18",
+         ["llm", "task", "n_eval", "accuracy_without", "accuracy_with", "ci95", "experiences", "tokens", "wall_s"]),
+    ]
+    for name, title, columns in specs:
+        data = _load(results, name)
+        sections += [f"## {title}", _rows_section(data, columns) if data and data.get("rows") else "_not run_"]
+        if name == "robustness" and data:
+            sections.append(f"Forged admitted: {data.get('forged_admitted')}, tampered: {data.get('tampered_admitted')}, "
+                            f"replayed: {data.get('replayed_admitted')}; one DeltaSoup round over 100 batches × 100 "
+                            f"experiences at d = 7680: {data.get('round_seconds_100x100_7680')} s. Plot: `results/robustness.png`.")
+    for name, title in (("network", "Network (`dso bench network`); paper: ~29 KB per round of 100 at d = 768, 964 B per 7680-dim experience"),
+                        ("train", "Zen head training (`dso bench train`); paper: stage 1 cosine 96.3%, pairwise distance 1.62 → 1.87")):
+        data = _load(results, name)
+        body = "```json\n" + json.dumps({k: v for k, v in data.items() if k != "machine"}, indent=1)[:6000] + "\n```" if data else "_not run_"
+        sections += [f"## {title}", body]
+    path = results.parent / "REPORT.md"
+    path.write_text("\n\n".join(sections) + "\n")
+    _update_readme(Path("README.md"), headline(results))
+    return path
+
+
+def _update_readme(readme: Path, table: str) -> None:
+    if not readme.exists():
+        return
+    text = readme.read_text()
+    start, end = README_MARKERS
+    if start in text and end in text:
+        new = re.sub(re.escape(start) + r".*?" + re.escape(end), lambda _: f"{start}\n{table}\n{end}", text, flags=re.S)
+        readme.write_text(new)
