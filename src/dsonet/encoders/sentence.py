@@ -46,6 +46,9 @@ class SentenceTransformerEncoder:
     def id(self) -> str:
         return f"st:{self.name}"
 
+    def config(self) -> dict:
+        return {"type": "sentence-transformers", "name_or_path": self.name, "query_prefix": self.query_prefix}
+
     def encode(self, texts: Sequence[str], kind: Kind = "document") -> np.ndarray:
         texts = check_texts(texts, kind)
         if not texts:

@@ -1,0 +1,157 @@
+"""Zen-Reranker: a backbone encoder plus the paper's projection head into the canonical space (seeds/002).
+
+    h ∈ R^{d_in} → Linear(d_in → ¾·d_in) → GELU → LayerNorm → Linear(→ 7680) → LayerNorm → L2-normalise
+
+d_in comes from the backbone (its ``dim``, i.e. its config's hidden size), never a constant:
+Qwen3-Embedding-8B's real width is 4096, MiniLM's 384. With d_in = 8192 the two linear layers
+hold the paper's 97,531,392 weights and biases (the paper's count leaves out the LayerNorms).
+
+Saved in the Hugging Face convention: ``config.json`` (backbone spec + head shape + tag) and
+``model.safetensors`` (head weights only; the backbone is loaded by its own name), so
+``ZenReranker.from_pretrained("dir-or-hub-id")`` rebuilds the whole encoder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dsonet.encoders.base import Encoder, EncoderError, Kind, check_texts
+from dsonet.encoders.registry import encoder_config, encoder_from_config
+
+CANONICAL_DIM = 7680  # seeds/001: the protocol's canonical dimension
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+
+class ZenHead(nn.Module):
+    """The projection head alone: (B, d_in) base embeddings -> (B, d_out) unit vectors."""
+
+    def __init__(self, d_in: int, d_out: int = CANONICAL_DIM, d_hidden: int | None = None, tag: str = "init"):
+        super().__init__()
+        if d_in < 4 or d_out < 1:
+            raise EncoderError(f"ZenHead needs d_in >= 4 and d_out >= 1, got d_in={d_in}, d_out={d_out}")
+        self.d_in, self.d_out = int(d_in), int(d_out)
+        self.d_hidden = int(d_hidden) if d_hidden else 3 * self.d_in // 4  # paper: 6144 = ¾ · 8192
+        self.tag = tag  # names the recipe that produced the weights; part of the encoder id
+        self.w1 = nn.Linear(self.d_in, self.d_hidden)
+        self.ln1 = nn.LayerNorm(self.d_hidden)
+        self.w2 = nn.Linear(self.d_hidden, self.d_out)
+        self.ln2 = nn.LayerNorm(self.d_out)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        z1 = F.gelu(self.w1(h))  # (B, d_hidden)   z1 = GELU(W1 h + b1)
+        z2 = self.ln1(z1)  # (B, d_hidden)          z2 = LayerNorm(z1)
+        z3 = self.w2(z2)  # (B, d_out)              z3 = W2 z2 + b2
+        return F.normalize(self.ln2(z3), dim=-1)  # (B, d_out)  e = LN(z3) / ||LN(z3)||
+
+    def linear_parameter_count(self) -> int:
+        """Weights and biases of the two linear layers: the quantity the paper counts."""
+        return sum(p.numel() for layer in (self.w1, self.w2) for p in layer.parameters())
+
+    def config(self) -> dict:
+        return {"d_in": self.d_in, "d_hidden": self.d_hidden, "d_out": self.d_out, "tag": self.tag}
+
+    @torch.no_grad()
+    def project(self, base: np.ndarray, batch_size: int = 4096) -> np.ndarray:
+        """Apply the head to a float array of base embeddings (n, d_in) -> float32 (n, d_out)."""
+        base = np.asarray(base, dtype=np.float32)
+        if base.ndim != 2 or base.shape[1] != self.d_in:
+            raise EncoderError(f"base embeddings must have shape (n, {self.d_in}), got {base.shape}")
+        was_training = self.training
+        self.eval()
+        device = next(self.parameters()).device
+        out = [self(torch.from_numpy(base[i : i + batch_size]).to(device)).cpu().numpy() for i in range(0, len(base), batch_size)]
+        self.train(was_training)
+        return np.concatenate(out) if out else np.zeros((0, self.d_out), dtype=np.float32)
+
+
+class ZenReranker:
+    """An `Encoder`: backbone (frozen) -> ZenHead. ``ZenReranker(backbone, head)``."""
+
+    def __init__(self, backbone: Encoder, head: ZenHead):
+        if head.d_in != backbone.dim:
+            raise EncoderError(
+                f"head.d_in={head.d_in} does not match the backbone {backbone.id!r} dim={backbone.dim}; "
+                f"build the head with ZenHead(d_in=backbone.dim)"
+            )
+        self.backbone = backbone
+        self.head = head.eval()
+
+    @classmethod
+    def for_backbone(cls, backbone: Encoder, d_out: int = CANONICAL_DIM, seed: int = 0) -> "ZenReranker":
+        """A freshly initialised head sized from the backbone's dim."""
+        torch.manual_seed(seed)
+        return cls(backbone, ZenHead(backbone.dim, d_out, tag=f"init{seed}"))
+
+    @property
+    def dim(self) -> int:
+        return self.head.d_out
+
+    @property
+    def id(self) -> str:
+        return f"{self.backbone.id}+zen{self.head.d_out}:{self.head.tag}"
+
+    def encode(self, texts: Sequence[str], kind: Kind = "document") -> np.ndarray:
+        texts = check_texts(texts, kind)
+        return self.head.project(self.backbone.encode(texts, kind=kind))
+
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        """Write config.json and model.safetensors (head weights) into ``directory``."""
+        from safetensors.torch import save_file
+
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        config = {"architecture": "ZenReranker", "backbone": encoder_config(self.backbone), "head": self.head.config()}
+        state = {k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}
+        save_file(state, str(path / WEIGHTS_NAME), metadata={"format": "pt"})
+        (path / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        return path
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | os.PathLike, backbone: Encoder | None = None,
+                        device: str | None = None) -> "ZenReranker":
+        """Load from a directory written by `save_pretrained`, or a Hugging Face hub id.
+
+        ``backbone`` overrides the one named in config.json (e.g. an already loaded MiniLM).
+        """
+        config, head = load_head(name_or_path, device=device)
+        if backbone is None:
+            backbone = encoder_from_config(config["backbone"], device=device)
+        return cls(backbone, head)
+
+
+def load_head(name_or_path: str | os.PathLike, device: str | None = None) -> tuple[dict, ZenHead]:
+    """Read (config dict, ZenHead) from a local directory or the hub."""
+    from safetensors.torch import load_file
+
+    path = Path(name_or_path)
+    if not path.is_dir():
+        path = _download(str(name_or_path))
+    try:
+        config = json.loads((path / CONFIG_NAME).read_text())
+        h = config["head"]
+        head = ZenHead(h["d_in"], h["d_out"], h["d_hidden"], tag=h.get("tag", "init"))
+    except (OSError, KeyError, ValueError) as exc:
+        raise EncoderError(f"{path / CONFIG_NAME}: not a ZenReranker config ({exc}); write one with save_pretrained") from exc
+    head.load_state_dict(load_file(str(path / WEIGHTS_NAME)))
+    return config, head.to(device or "cpu").eval()
+
+
+def _download(repo_id: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id, allow_patterns=[CONFIG_NAME, WEIGHTS_NAME]))
+    except Exception as exc:  # offline, unknown repo, auth...: one message with the fix
+        raise EncoderError(
+            f"cannot load Zen-Reranker {repo_id!r}: not a local directory and the hub download failed ({exc}); "
+            f"pass a directory written by save_pretrained, or go online"
+        ) from exc

@@ -1,0 +1,68 @@
+"""Training data: the frozen backbone's embeddings of packaged GSM8K text, computed once.
+
+GSM8K questions are queries and their own solutions the relevant documents; `dsonet.data.split`
+holds out a fixed share of the items for every metric. Stages 1 and 3 train on the texts of
+the training items (questions and solutions alike). The backbone is frozen, so its embeddings
+are computed once (and cached by `cached_encode`); only the head trains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dsonet.train.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class TrainData:
+    q_train: np.ndarray  # (Nt, d_in) questions of the training items, encoded as queries
+    d_train: np.ndarray  # (Nt, d_in) their solutions, encoded as documents
+    q_held: np.ndarray  # (Nh, d_in) held-out questions
+    d_held: np.ndarray  # (Nh, d_in) held-out solutions
+
+    @property
+    def d_in(self) -> int:
+        return int(self.q_train.shape[1])
+
+    @property
+    def corpus_train(self) -> np.ndarray:
+        return np.concatenate([self.q_train, self.d_train])  # (2 Nt, d_in)
+
+    @property
+    def corpus_held(self) -> np.ndarray:
+        return np.concatenate([self.q_held, self.d_held])  # (2 Nh, d_in)
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez(tmp, q_train=self.q_train, d_train=self.d_train, q_held=self.q_held, d_held=self.d_held)
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "TrainData":
+        with np.load(path) as f:
+            return cls(*(f[k].astype(np.float32) for k in ("q_train", "d_train", "q_held", "d_held")))
+
+
+def split_indices(n: int, held_out: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    from dsonet.data import split
+
+    train, held = split(list(range(n)), held_out=held_out, seed=seed)
+    return np.array(train), np.array(held)
+
+
+def build_data(config: TrainConfig, encoder=None) -> TrainData:
+    """Encode GSM8K with the backbone (``encoder`` or the one ``config.backbone`` names)."""
+    from dsonet.data import gsm8k
+    from dsonet.encoders.cache import cached_encode
+    from dsonet.encoders.registry import load_encoder
+
+    items = gsm8k()[: config.limit_items or None]
+    encoder = encoder or load_encoder(config.backbone)
+    q = cached_encode(encoder, [i.question for i in items], "query")  # (N, d_in)
+    d = cached_encode(encoder, [i.solution for i in items], "document")  # (N, d_in)
+    train, held = split_indices(len(items), config.held_out, config.seed)
+    return TrainData(q[train], d[train], q[held], d[held])
