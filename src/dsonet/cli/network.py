@@ -53,12 +53,14 @@ def node() -> None:
               help="'minilm', a sentence-transformers name or path, or 'none' (clients send vectors).")
 @click.option("--dim", type=int, default=None, help="Profile dimension; required with --encoder none.")
 @click.option("--encoder-id", default="none", show_default=True, help="Names the space with --encoder none.")
+@click.option("--rule", default="median", show_default=True,
+              help="DeltaSoup admission rule: deltasoup (the paper's), median, trimmed_mean, geomedian, krum, mean.")
 @click.option("--soup", multiple=True, metavar="KEY=VALUE", help="DeltaSoupConfig override, e.g. rate_limit=1000.")
 @click.option("--max-body", default=1024 * 1024, show_default=True, help="Largest request body in bytes.")
 @click.option("--log-level", default="INFO", show_default=True)
 def start(data_dir: Path, nats_urls: str, stream: str, replicas: int, retention_days: float, host: str, port: int,
           token: str | None, batch_interval: float, batch_size: int, encoder: str, dim: int | None, encoder_id: str,
-          soup: tuple[str, ...], max_body: int, log_level: str) -> None:
+          rule: str, soup: tuple[str, ...], max_body: int, log_level: str) -> None:
     """Start one node and serve its API until SIGTERM/Ctrl-C (pending experiences are published first).
 
     \b
@@ -79,7 +81,7 @@ def start(data_dir: Path, nats_urls: str, stream: str, replicas: int, retention_
         config = NodeConfig(
             data_dir=data_dir.expanduser(), encoder=None if encoder == "none" else encoder, dim=dim,
             encoder_id=encoder_id, batch_interval_s=batch_interval, batch_size=batch_size,
-            soup=_parse_soup(soup),
+            soup=_parse_soup(soup), rule=rule,
         )
         nats = None
         if nats_urls:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
@@ -84,6 +85,13 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
     async def refused(_: Request, exc: DsoError) -> JSONResponse:
         # the network being unreachable is the node's trouble (503), anything else the caller's (400)
         return JSONResponse({"detail": str(exc)}, status_code=503 if isinstance(exc, TransportError) else 400)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # one readable line per problem, without echoing the input (it may hold NaN, which JSON cannot carry)
+        problems = ["{}: {}".format(".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body", e.get("msg"))
+                    for e in exc.errors()]
+        return JSONResponse({"detail": "; ".join(problems)}, status_code=422)
 
     auth = [Depends(authorised)]
 
