@@ -2,7 +2,7 @@
 
 Spec strings (``dso align --model M``, ``dso train --backbone B``)::
 
-    minilm | default | wordllama | st:NAME_OR_PATH | hf:NAME_OR_PATH | zen:DIR_OR_HUB_ID
+    minilm | default | wordllama | st:NAME_OR_PATH | hf:NAME_OR_PATH[?pooling=last] | zen:DIR_OR_HUB_ID
 
 Config dicts are what an encoder's ``config()`` returns and what a saved Zen-Reranker or
 adapter stores to name its backbone, so a directory on disk rebuilds the whole encoder.
@@ -47,21 +47,29 @@ def encoder_from_config(config: dict, device: str | None = None) -> Encoder:
     raise EncoderError(f"encoder config type {kind!r} is unknown; expected sentence-transformers, hf, wordllama or zen")
 
 
+def spec_config(spec: str, **options) -> dict:
+    """The config dict a spec string names, without loading anything (see module docstring)."""
+    if spec in ("minilm", "st:minilm"):
+        return {"type": "sentence-transformers", "name_or_path": "minilm"}
+    if spec == "wordllama":
+        return {"type": "wordllama"}
+    prefix, _, name = spec.partition(":")
+    if name and prefix == "st":
+        return {"type": "sentence-transformers", "name_or_path": name}
+    if name and prefix == "hf":
+        from urllib.parse import parse_qsl
+
+        name, _, query = name.partition("?")  # hf:NAME?pooling=last&query_instruction=...
+        return {"type": "hf", "name_or_path": name, **dict(parse_qsl(query)), **options}
+    if name and prefix == "zen":
+        return {"type": "zen", "path": name}
+    raise EncoderError(f"encoder spec {spec!r} is not understood; use one of: {SPEC_HELP}")
+
+
 def load_encoder(spec: str, device: str | None = None, **options) -> Encoder:
     """An encoder from a spec string (see module docstring); ``options`` go to the HF encoder."""
     if spec == "default":
         from dsonet.encoders import default_encoder
 
         return default_encoder()
-    if spec in ("minilm", "st:minilm"):
-        return encoder_from_config({"type": "sentence-transformers", "name_or_path": "minilm"}, device)
-    if spec == "wordllama":
-        return encoder_from_config({"type": "wordllama"}, device)
-    prefix, _, name = spec.partition(":")
-    if name and prefix == "st":
-        return encoder_from_config({"type": "sentence-transformers", "name_or_path": name}, device)
-    if name and prefix == "hf":
-        return encoder_from_config({"type": "hf", "name_or_path": name, **options}, device)
-    if name and prefix == "zen":
-        return encoder_from_config({"type": "zen", "path": name}, device)
-    raise EncoderError(f"encoder spec {spec!r} is not understood; use one of: {SPEC_HELP}")
+    return encoder_from_config(spec_config(spec, **options), device)

@@ -105,15 +105,7 @@ class ZenReranker:
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Write config.json and model.safetensors (head weights) into ``directory``."""
-        from safetensors.torch import save_file
-
-        path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
-        config = {"architecture": "ZenReranker", "backbone": encoder_config(self.backbone), "head": self.head.config()}
-        state = {k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}
-        save_file(state, str(path / WEIGHTS_NAME), metadata={"format": "pt"})
-        (path / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        return path
+        return save_head(directory, self.head, encoder_config(self.backbone))
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike, backbone: Encoder | None = None,
@@ -126,6 +118,19 @@ class ZenReranker:
         if backbone is None:
             backbone = encoder_from_config(config["backbone"], device=device)
         return cls(backbone, head)
+
+
+def save_head(directory: str | os.PathLike, head: ZenHead, backbone_config: dict) -> Path:
+    """config.json (backbone config + head shape) and model.safetensors (head weights)."""
+    from safetensors.torch import save_file
+
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    config = {"architecture": "ZenReranker", "backbone": backbone_config, "head": head.config()}
+    state = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
+    save_file(state, str(path / WEIGHTS_NAME), metadata={"format": "pt"})
+    (path / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return path
 
 
 def load_head(name_or_path: str | os.PathLike, device: str | None = None) -> tuple[dict, ZenHead]:

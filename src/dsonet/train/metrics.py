@@ -30,7 +30,7 @@ def n_attackers(copies: int, share: float) -> int:
 def honest_inputs(h: torch.Tensor, config: TrainConfig, gen: torch.Generator) -> torch.Tensor:
     """Each honest node j embeds a slightly different version of the experience: h + σ ε_j.
     h (N, d_in) -> (N·n, d_in), node copies of row i contiguous."""
-    noise = torch.randn(h.shape[0], config.s3_copies, h.shape[1], generator=gen) * config.s3_noise  # (N, n, d_in)
+    noise = torch.randn(h.shape[0], config.s3_copies, h.shape[1], generator=gen).to(h.device) * config.s3_noise  # (N, n, d_in)
     return (h[:, None, :] + noise).reshape(-1, h.shape[1])
 
 
@@ -39,8 +39,9 @@ def attackers(clean: torch.Tensor, config: TrainConfig, gen: torch.Generator) ->
     opposite plus noise (half). clean (N, n, d) -> (N, m, d), m / (n + m) ≈ the attack share."""
     n_rows, d = clean.shape[0], clean.shape[-1]
     m = n_attackers(config.s3_copies, config.s3_adversarial)
-    random_vectors = F.normalize(torch.randn(n_rows, m - m // 2, d, generator=gen), dim=-1)
-    flipped = -clean.detach().mean(1, keepdim=True) + 0.1 * torch.randn(n_rows, m // 2, d, generator=gen) / d**0.5
+    random_vectors = F.normalize(torch.randn(n_rows, m - m // 2, d, generator=gen), dim=-1).to(clean.device)
+    jitter = torch.randn(n_rows, m // 2, d, generator=gen).to(clean.device)
+    flipped = -clean.detach().mean(1, keepdim=True) + 0.1 * jitter / d**0.5
     return torch.cat([random_vectors, F.normalize(flipped, dim=-1)], dim=1)
 
 
@@ -70,7 +71,8 @@ def dso_metrics(head: ZenHead, base: np.ndarray, config: TrainConfig) -> dict[st
     rel = np.linalg.norm(e - e_hat, axis=1) / np.linalg.norm(e, axis=1)
     head.eval()
     gen = torch.Generator().manual_seed(config.seed + 3)
-    clean = head(honest_inputs(torch.from_numpy(base), config, gen)).reshape(len(base), config.s3_copies, d)
+    device = next(head.parameters()).device
+    clean = head(honest_inputs(torch.from_numpy(base).to(device), config, gen)).reshape(len(base), config.s3_copies, d)
     attack = attackers(clean, config, gen)
     shift = (clean.median(1).values - torch.cat([clean, attack], 1).median(1).values).norm(dim=-1)
     gram = e @ e.T

@@ -14,14 +14,14 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 
-from dsonet.encoders.zen import ZenHead, ZenReranker
+from dsonet.encoders.zen import ZenHead, save_head
 from dsonet.errors import DsoError
 from dsonet.train.config import TrainConfig
 from dsonet.train.data import TrainData, build_data
@@ -42,9 +42,11 @@ class Trainer:
         self.config, self.data, self.out, self.log = config, data, out, log
         self.rank = torch.distributed.get_rank() if _distributed() else 0
         self.world = torch.distributed.get_world_size() if _distributed() else 1
+        self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
         torch.manual_seed(config.seed)
-        self.head = ZenHead(data.d_in, config.d_out, tag=config.recipe_hash())
-        self.model = torch.nn.parallel.DistributedDataParallel(self.head) if self.world > 1 else self.head
+        self.head = ZenHead(data.d_in, config.d_out, tag=config.recipe_hash()).to(self.device)
+        ddp = torch.nn.parallel.DistributedDataParallel
+        self.model = ddp(self.head, device_ids=[self.device] if self.device.type == "cuda" else None) if self.world > 1 else self.head
         self.budget = max_steps  # optimisation steps this invocation may still take (None: no limit)
         self.metrics: dict[str, dict] = {}
         self.negatives: np.ndarray | None = None
@@ -52,13 +54,16 @@ class Trainer:
         self.resume: dict | None = None
         path = out / CHECKPOINT
         if path.exists():
-            ckpt = torch.load(path, weights_only=False)
+            ckpt = torch.load(path, weights_only=False, map_location=self.device)
             if ckpt["recipe"] != config.recipe_hash():
                 raise TrainError(f"{path} was written by a different config (recipe {ckpt['recipe']}, now "
                                  f"{config.recipe_hash()}); use another --out directory or delete the checkpoint")
             self.head.load_state_dict(ckpt["head"])
             self.metrics, self.negatives, self.resume = ckpt["metrics"], ckpt["negatives"], ckpt
             log(f"resuming at stage {ckpt['stage']} step {ckpt['step']}")
+
+    def tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(array).to(self.device)
 
     def fit(self, stage: int, steps: int, lr: float, warmup: int, loss_at: Callable[[int], torch.Tensor],
             metric: Callable[[], dict]) -> None:
@@ -105,7 +110,8 @@ class Trainer:
     def _checkpoint(self, stage: int, step: int, opt) -> None:
         if self.rank != 0:
             return
-        state = {"recipe": self.config.recipe_hash(), "stage": stage, "step": step, "head": self.head.state_dict(),
+        head = {k: v.cpu() for k, v in self.head.state_dict().items()}
+        state = {"recipe": self.config.recipe_hash(), "stage": stage, "step": step, "head": head,
                  "optimizer": opt.state_dict() if opt else None, "metrics": self.metrics, "negatives": self.negatives}
         tmp = self.out / f"{CHECKPOINT}.tmp"
         torch.save(state, tmp)
@@ -116,9 +122,16 @@ class Trainer:
         return all("after" in self.metrics.get(f"stage{s}", {}) for s in (1, 2, 3))
 
 
+@dataclass(frozen=True)
+class TrainResult:
+    head: ZenHead  # this rank's head (identical on every rank)
+    metrics: dict  # {"stage1": {"before": {...}, "after": {...}, "seconds": s}, ...}
+    finished: bool  # False when max_steps stopped the run early
+
+
 def train(config: TrainConfig, out_dir: str | Path, max_steps: int | None = None, encoder=None,
-          log: Callable[[str], None] | None = None) -> dict:
-    """Train the head through the three stages; returns the metrics dict.
+          log: Callable[[str], None] | None = None) -> TrainResult:
+    """Train the head through the three stages.
 
     ``encoder``: an already loaded backbone (else the one ``config.backbone`` names).
     ``max_steps``: stop after that many optimisation steps; call again to resume.
@@ -143,16 +156,13 @@ def train(config: TrainConfig, out_dir: str | Path, max_steps: int | None = None
         stage(trainer)
     _barrier()
     if trainer.finished and rank == 0:
-        backbone = encoder
-        if backbone is None:
-            from dsonet.encoders.registry import load_encoder
+        from dsonet.encoders.registry import encoder_config, spec_config
 
-            backbone = load_encoder(config.backbone)
-        ZenReranker(backbone, trainer.head).save_pretrained(out)
+        save_head(out, trainer.head, encoder_config(encoder) if encoder is not None else spec_config(config.backbone))
         (out / "metrics.json").write_text(json.dumps({"config": asdict(config), "recipe": config.recipe_hash(),
                                                       "world_size": trainer.world, **trainer.metrics}, indent=2) + "\n")
     _barrier()
-    return trainer.metrics
+    return TrainResult(trainer.head, trainer.metrics, trainer.finished)
 
 
 def _distributed() -> bool:
@@ -167,8 +177,9 @@ def _barrier() -> None:
 def init_distributed() -> bool:
     """Join the torchrun group when launched by torchrun (WORLD_SIZE > 1); gloo on CPU."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not _distributed():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        torch.distributed.init_process_group(backend)
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     return _distributed()
 
 

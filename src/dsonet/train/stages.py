@@ -24,7 +24,7 @@ def batch_rows(trainer, stage: int, step: int, n: int, batch: int) -> np.ndarray
 
 def stage1_expansion(trainer) -> None:
     """Projection expansion: L = 1/N Σ ||e_i − Pad(h_i)||²."""
-    cfg, h_all = trainer.config, torch.from_numpy(trainer.data.corpus_train)  # (N, d_in)
+    cfg, h_all = trainer.config, trainer.tensor(trainer.data.corpus_train)  # (N, d_in)
 
     def loss_at(step: int) -> torch.Tensor:
         h = h_all[batch_rows(trainer, 1, step, len(h_all), cfg.s1_batch)]  # (B, d_in)
@@ -48,13 +48,13 @@ def mine_hard_negatives(trainer, k: int) -> np.ndarray:
 def stage2_contrastive(trainer) -> None:
     """Contrastive fine-tuning: InfoNCE over the positive and K hard negatives, temperature τ."""
     cfg, data = trainer.config, trainer.data
-    q_all, d_all = torch.from_numpy(data.q_train), torch.from_numpy(data.d_train)  # (Nq, d_in) each
+    q_all, d_all = trainer.tensor(data.q_train), trainer.tensor(data.d_train)  # (Nq, d_in) each
     k = min(cfg.s2_negatives, len(d_all) - 1)
 
     def loss_at(step: int) -> torch.Tensor:
         if step % cfg.s2_mine_every == 0 or trainer.negatives is None:
             trainer.negatives = mine_hard_negatives(trainer, k)  # refreshed with the current model
-        rows = batch_rows(trainer, 2, step, len(q_all), cfg.s2_batch)
+        rows = batch_rows(trainer, 2, step, len(q_all), cfg.s2_batch)  # (B,)
         b = len(rows)
         neg_rows = trainer.negatives[rows].reshape(-1)  # (B·K,)
         # one forward per step: DistributedDataParallel syncs gradients once per forward
@@ -71,7 +71,7 @@ def held_out_recall(trainer, k: int) -> float:
 
 def stage3_dso(trainer) -> None:
     """DSO optimisation: L = λ1 L_compress + λ2 L_robust + λ3 L_diversity."""
-    cfg, h_all = trainer.config, torch.from_numpy(trainer.data.corpus_train)
+    cfg, h_all = trainer.config, trainer.tensor(trainer.data.corpus_train)  # (N, d_in)
 
     def loss_at(step: int) -> torch.Tensor:
         h = h_all[batch_rows(trainer, 3, step, len(h_all), cfg.s3_batch)]  # (B, d_in)
