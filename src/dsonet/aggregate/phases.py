@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from dsonet.codec.batch import CompressedBatch
-from dsonet.codec.bitdelta import decompress
+from dsonet.codec.bitdelta import BitDeltaCodes, decompress
 from dsonet.experience import Experience
 from dsonet.library.dedup import duplicate_clusters
 
@@ -35,10 +35,29 @@ def decompress_batches(batches: Sequence[CompressedBatch]) -> Rows:
     out = np.empty((int(sizes.sum()), dim), dtype=np.float32)
     start = 0
     for b in batches:  # one vectorised decompress per batch: the baseline differs between batches
-        out[start : start + len(b)] = decompress(b.codes)
+        _decompress_into(b.codes, out[start : start + len(b)])
         start += len(b)
     batch_of_row = np.repeat(np.arange(len(batches)), sizes)
     return Rows(out, batch_of_row, np.arange(len(out)) - np.repeat(np.cumsum(sizes) - sizes, sizes))
+
+
+# ±1 for each bit of a byte, little-endian bit order like the codec's packing: (256, 8)
+_SIGN_LUT = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(np.float32) * 2 - 1
+
+
+def _decompress_into(codes: BitDeltaCodes, out: np.ndarray) -> None:
+    """`dsonet.codec.decompress`, written straight into ``out``: one table lookup per sign byte
+    instead of unpack → cast → scale → shift (2–3× faster at 10,000 × 7680). Applies when a group is
+    whole 32-bit words and there is no rotation; otherwise defers to the codec."""
+    m, g = len(codes), codes.group_size
+    if g % 32 or codes.rotation_seed is not None:
+        out[:] = decompress(codes)
+        return
+    sign_bytes = codes.signs.view(np.uint8).reshape(m, -1)  # (M, d/8): a group's words are exactly its bits
+    np.take(_SIGN_LUT, sign_bytes, axis=0, out=out.reshape(m, -1, 8))  # (M, d/8, 8) = ±1
+    grouped = out.reshape(m, codes.n_groups, g)
+    grouped *= codes.scales[:, :, None]
+    out += codes.baseline
 
 
 @dataclass(frozen=True)
@@ -70,7 +89,7 @@ def dedup_merge(vectors: np.ndarray, confidences: np.ndarray, domains: Sequence[
     conf = np.asarray(confidences, dtype=np.float64)
     weights = np.maximum(conf, 1e-6)  # a cluster of confidence-0 members still has a mean
     s = csr_matrix((weights, (labels, np.arange(n))), shape=(k, n))  # (k, n) one weight per member
-    merged = np.asarray(s @ vectors.astype(np.float64)) / np.asarray(s.sum(axis=1))  # (k, d)
+    merged = np.asarray(s.astype(np.float32) @ vectors) / np.asarray(s.sum(axis=1), dtype=np.float32)  # (k, d)
     merged = (merged / np.maximum(np.linalg.norm(merged, axis=1, keepdims=True), 1e-12)).astype(np.float32)
     cluster_conf = np.zeros(k)
     np.maximum.at(cluster_conf, labels, conf)

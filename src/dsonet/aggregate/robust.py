@@ -23,12 +23,26 @@ def sample_rows(x: np.ndarray, size: int | None, rng: np.random.Generator) -> np
 def coordinate_median(x: np.ndarray) -> np.ndarray:
     """μ_j = median_i x_ij, (d,) float32."""
     _need_rows(x, 1, "coordinate median")
-    return np.median(x, axis=0).astype(np.float32)
+    return _row_medians(np.ascontiguousarray(x.T, dtype=np.float32))
 
 
 def coordinate_mad(x: np.ndarray, center: np.ndarray) -> np.ndarray:
     """σ_j = median_i |x_ij − μ_j| (unscaled, as in the paper), (d,) float32."""
-    return np.median(np.abs(x - center), axis=0).astype(np.float32)
+    _need_rows(x, 1, "coordinate MAD")
+    xt = np.ascontiguousarray(x.T, dtype=np.float32)  # (d, n)
+    xt -= center[:, None]
+    return _row_medians(np.abs(xt, out=xt))
+
+
+def _row_medians(xt: np.ndarray) -> np.ndarray:
+    """Median of each row of a (d, n) array, in place. A partition along contiguous rows is
+    several times faster than np.median down the columns of an (n, d) array."""
+    n = xt.shape[1]
+    if n % 2:
+        xt.partition(n // 2, axis=1)
+        return xt[:, n // 2].copy()
+    xt.partition([n // 2 - 1, n // 2], axis=1)
+    return (0.5 * (xt[:, n // 2 - 1] + xt[:, n // 2])).astype(np.float32)
 
 
 def mad_scores(x: np.ndarray, center: np.ndarray, mad: np.ndarray, eps: float) -> np.ndarray:

@@ -93,10 +93,11 @@ class DeltaSoup:
         alive = np.flatnonzero(reason == "")
         keep = np.zeros(n, dtype=bool)
         if len(alive):
-            pool = sample_rows(rows.vectors[alive], self.config.median_sample, self._rng)
+            candidates = rows.vectors if len(alive) == n else rows.vectors[alive]  # no 300 MB copy when all pass
+            pool = sample_rows(candidates, self.config.median_sample, self._rng)
             if reference is not None:
                 pool = np.concatenate([pool, np.asarray(reference, dtype=np.float32)])
-            admission = self.rule.admit(rows.vectors[alive], pool)
+            admission = self.rule.admit(candidates, pool)
             keep[alive] = admission.keep
             reason[alive[~admission.keep]] = f"filter: {self.rule.name}"
         seconds["filter"] = time.perf_counter() - t
@@ -151,8 +152,8 @@ class DeltaSoup:
         exps = [batches[rows.batch[i]].experiences[rows.row[i]] for i in idx]
         trust = np.array([self.reputation.get(batches[rows.batch[i]].node_id) for i in idx])
         conf = np.array([e.confidence for e in exps])
-        labels, vecs, cluster_conf, rep_rows = dedup_merge(
-            rows.vectors[idx], conf, domains[idx], trust, self.config.theta_dup)
+        kept = rows.vectors if len(idx) == len(rows.vectors) else rows.vectors[idx]
+        labels, vecs, cluster_conf, rep_rows = dedup_merge(kept, conf, domains[idx], trust, self.config.theta_dup)
         members: list[list[int]] = [[] for _ in range(len(vecs))]
         for j, lab in enumerate(labels):
             members[lab].append(j)
