@@ -1,0 +1,1 @@
+"""Learning experiences from rollouts: LLM back ends, tasks and verifiers, training-free GRPO."""

@@ -1,0 +1,52 @@
+from dsonet.learn import parse
+
+
+def test_first_json_object_is_found_inside_chatter_and_nested_braces():
+    text = 'Sure! Here: {"op": "UPDATE", "id": "E2", "text": "When {x}, do y"} and {"op": "ADD"}'
+    assert parse.first_json_object(text) == {"op": "UPDATE", "id": "E2", "text": "When {x}, do y"}
+
+
+def test_single_quoted_json_is_tolerated_and_broken_json_skipped():
+    assert parse.first_json_object("{'op': 'ADD'}") == {"op": "ADD"}
+    assert parse.first_json_object('{"op": ADD} then {"op": "NONE"}') == {"op": "NONE"}
+    assert parse.first_json_object("no json here") is None
+
+
+def test_when_lines_are_extracted_from_bullets_and_numbering():
+    text = ("Lessons:\n1. When subtracting a negative number, add its absolute value instead.\n"
+            "- **When the problem has several terms, compute left to right one term at a time.**\n"
+            "Also check your work.")
+    out = parse.experiences(text)
+    assert out.items == ("When subtracting a negative number, add its absolute value instead.",
+                         "When the problem has several terms, compute left to right one term at a time.")
+
+
+def test_json_lists_of_experiences_are_read():
+    out = parse.experiences('{"experiences": ["When adding money, keep cents as decimals to the end."]}')
+    assert out.items == ("When adding money, keep cents as decimals to the end.",)
+
+
+def test_over_long_and_shapeless_lessons_are_skipped_and_counted():
+    long = "When " + " ".join(["word"] * 40) + ", do it."
+    out = parse.experiences(f"{long}\nWhen in doubt guess\nWhen a sum has negatives, track the sign of each term.")
+    assert out.items == ("When a sum has negatives, track the sign of each term.",)
+    assert len(out.skipped) == 2 and any("too long" in s for s in out.skipped)
+
+
+def test_nothing_recoverable_gives_no_items_and_a_reason():
+    out = parse.experiences("The answer is 42.")
+    assert out.items == () and out.skipped == ("no JSON and no line starting 'When'",)
+
+
+def test_duplicate_lessons_are_kept_once_and_capped():
+    text = "\n".join(["When x is even, halve it before multiplying."] * 2 +
+                     [f"When case {i} holds, apply rule number {i} first." for i in range(5)])
+    out = parse.experiences(text, max_items=3)
+    assert len(out.items) == 3 and len(set(out.items)) == 3
+
+
+def test_operations_parse_from_json_or_bare_words():
+    assert parse.operation('{"op": "delete", "id": "E3"}') == ({"op": "DELETE", "id": "E3"}, "")
+    assert parse.operation("I choose UPDATE on E2 because") == ({"op": "UPDATE", "id": "E2"}, "")
+    op, why = parse.operation("hmm, maybe")
+    assert op is None and "no JSON operation" in why
