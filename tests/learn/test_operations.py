@@ -1,41 +1,11 @@
 """Operation logic against a dict-backed store: the subject here is the decision and apply rules,
 not storage (the real SQLite library is exercised in test_learner_with_library.py)."""
 
-from dataclasses import dataclass
-
 from dsonet.experience import Experience
 from dsonet.learn.operations import (Operation, Proposal, apply, confidence_from_gap, decide, listing,
                                      merge_duplicate_adds)
 
-
-@dataclass
-class _Hit:
-    experience: Experience
-    score: float
-
-
-class DictStore:
-    def __init__(self):
-        self.items: dict[str, Experience] = {}
-
-    def add(self, text, domain="general", confidence=0.5, provenance=None):
-        exp = Experience(text, domain, confidence)
-        self.items[exp.id] = exp
-        return exp
-
-    def update(self, exp_id, text):
-        old = self.items.pop(exp_id)
-        return self.add(text, old.domain, old.confidence)
-
-    def delete(self, exp_id):
-        return self.items.pop(exp_id, None) is not None
-
-    def get(self, exp_id):
-        return self.items.get(exp_id)
-
-    def search(self, query, k=5, min_similarity=0.6, max_tokens=2048, domain=None):
-        same = [e for e in self.items.values() if e.text.lower() == query.lower() and domain in (None, e.domain)]
-        return [_Hit(e, 1.0) for e in same][:k]
+from .conftest import DictStore
 
 
 P = Proposal("When a sum has negatives, track the sign of each term.", "math.arithmetic", 0.9, "t1")

@@ -1,0 +1,39 @@
+"""Helpers for learn tests whose subject is not storage."""
+
+from dataclasses import dataclass
+
+from dsonet.experience import Experience
+
+
+@dataclass
+class _Hit:
+    experience: Experience
+    score: float
+
+
+class DictStore:
+    """The library contract over a dict; search matches exact text only."""
+
+    def __init__(self):
+        self.items: dict[str, Experience] = {}
+
+    def add(self, text, domain="general", confidence=0.5, provenance=None):
+        exp = Experience(text, domain, confidence)
+        self.items[exp.id] = exp
+        return exp
+
+    def update(self, exp_id, text):
+        old = self.items.pop(exp_id)
+        return self.add(text, old.domain, old.confidence)
+
+    def delete(self, exp_id):
+        return self.items.pop(exp_id, None) is not None
+
+    def get(self, exp_id):
+        return self.items.get(exp_id)
+
+    def search(self, query, k=5, min_similarity=0.6, max_tokens=2048, domain=None):
+        same = [e for e in self.items.values() if e.text.lower() == query.lower() and domain in (None, e.domain)]
+        return [_Hit(e, 1.0) for e in same][:k]
+
+

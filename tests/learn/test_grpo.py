@@ -1,0 +1,134 @@
+"""The learner's loop — grouping, advantage, operations, skip counting, logging, resume — driven by
+a scripted LLM (the subject is the loop, not the model; the real SmolLM2 run is in
+test_smollm2.py) over the dict-backed store."""
+
+import json
+
+import pytest
+
+from dsonet.learn import prompts
+from dsonet.learn.grpo import LearnConfig, LearnError, Learner
+from dsonet.learn.llm import Completion
+from dsonet.learn.tasks import Group, Task, TaskSet, numeric_verifier
+
+from .conftest import DictStore
+
+LESSON = "When a sum has negative terms, add them one at a time and keep each sign."
+
+
+class ScriptedLLM:
+    """Solves even-numbered tasks in 3 of 4 samples, odd ones never; lessons and operations as scripted."""
+
+    name = "scripted"
+
+    def __init__(self, lesson_reply=LESSON, op_reply='{"op": "NONE"}'):
+        self.lesson_reply, self.op_reply, self.calls = lesson_reply, op_reply, []
+
+    def generate(self, chats, n=1, temperature=0.7, max_tokens=128, seed=None):
+        out = []
+        for chat in chats:
+            text = chat[-1]["content"]
+            self.calls.append(text)
+            if text.startswith("Two attempts"):
+                texts = (self.lesson_reply,) * n
+            elif text.startswith("You maintain"):
+                texts = (self.op_reply,) * n
+            else:
+                number = int(text.split("#")[1].split()[0])
+                right = f"Answer: {number * 2}"
+                texts = tuple(right if number % 2 == 0 and i % 4 != 3 else "Answer: 0" for i in range(n))
+            out.append(Completion(texts, 10, 5 * n))
+        return out
+
+
+def _tasks(n=6):
+    return TaskSet("double", [Task(f"t{i}", f"Double #{i} please", str(i * 2), "math.doubling") for i in range(1, n + 1)],
+                   numeric_verifier)
+
+
+def test_mixed_groups_teach_one_lesson_and_uniform_groups_teach_nothing(tmp_path):
+    store, llm = DictStore(), ScriptedLLM()
+    stats = Learner(llm, store, LearnConfig(group_size=4, epochs=1, batch_size=3), tmp_path).run(_tasks(), False)
+    assert stats.rollouts == 24 and stats.groups == 6 and stats.mixed_groups == 3
+    assert stats.mean_reward == pytest.approx(9 / 24)
+    assert [e.text for e in store.items.values()] == [LESSON]
+    exp = next(iter(store.items.values()))
+    assert exp.domain == "math.doubling" and exp.confidence == 0.95
+    # three mixed groups proposed the same lesson: one ADD, the other two merged or found duplicate
+    assert stats.proposals == 3 and stats.operations["ADD"] == 1
+    assert sum(c.startswith("Two attempts") for c in llm.calls) == 3
+
+
+def test_malformed_lessons_are_counted_and_leave_the_library_untouched(tmp_path):
+    store = DictStore()
+    llm = ScriptedLLM(lesson_reply="Sure! I think the better one was good.")
+    stats = Learner(llm, store, LearnConfig(group_size=4, epochs=1, batch_size=6), tmp_path).run(_tasks(), False)
+    assert store.items == {} and stats.skipped == 3 and stats.proposals == 0
+    skipped = [json.loads(l) for l in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert sum(r["type"] == "skipped" for r in skipped) == 3
+
+
+def test_operations_with_unknown_ids_are_skipped(tmp_path):
+    store = DictStore()
+    store.add(LESSON, "math.doubling")  # the dict store finds it as "similar", so the LLM is asked
+    llm = ScriptedLLM(op_reply='{"op": "DELETE", "id": "E9"}')
+    stats = Learner(llm, store, LearnConfig(group_size=4, epochs=1, batch_size=6), tmp_path).run(_tasks(), False)
+    assert len(store.items) == 1 and stats.skipped == 3 and stats.operations["DELETE"] == 0
+    assert any(c.startswith("You maintain") and "E1: " + LESSON in c for c in llm.calls)
+
+
+def test_every_rollout_and_operation_is_logged(tmp_path):
+    Learner(ScriptedLLM(), DictStore(), LearnConfig(group_size=4, epochs=2, batch_size=3), tmp_path).run(_tasks(), False)
+    rows = [json.loads(l) for l in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert sum(r["type"] == "rollout" for r in rows) == 48
+    assert {r["type"] for r in rows} >= {"rollout", "proposal", "operation"}
+    assert {r["epoch"] for r in rows} == {0, 1}
+
+
+def test_an_interrupted_run_resumes_at_the_next_batch(tmp_path):
+    config = LearnConfig(group_size=4, epochs=2, batch_size=3)
+    full = Learner(ScriptedLLM(), DictStore(), config, tmp_path / "full").run(_tasks(), False)
+
+    class Interrupt(Exception):
+        pass
+
+    llm = ScriptedLLM()
+    first = Learner(llm, DictStore(), config, tmp_path / "cut")
+    real = first.rollouts
+
+    def dying(tasks, batch, seed):
+        if first.stats.batches == 2:
+            raise Interrupt
+        return real(tasks, batch, seed)
+
+    first.rollouts = dying
+    with pytest.raises(Interrupt):
+        first.run(_tasks(), False)
+    assert json.loads((tmp_path / "cut" / "state.json").read_text())["next"] == 2
+    again = ScriptedLLM()
+    resumed = Learner(again, DictStore(), config, tmp_path / "cut").run(_tasks(), False)
+    assert resumed.batches == full.batches == 4 and resumed.rollouts == full.rollouts
+    assert sum(c.startswith("Double #") for c in again.calls) == 6  # only the last two batches' queries were rolled out
+
+
+def test_a_run_directory_refuses_other_settings(tmp_path):
+    Learner(ScriptedLLM(), DictStore(), LearnConfig(group_size=4, epochs=1), tmp_path).run(_tasks(), False)
+    with pytest.raises(LearnError, match="new --run-dir"):
+        Learner(ScriptedLLM(), DictStore(), LearnConfig(group_size=5, epochs=1), tmp_path).run(_tasks(), False)
+
+
+def test_telemetry_groups_teach_without_rollouts():
+    store, llm = DictStore(), ScriptedLLM()
+    groups = [Group("Call the tool 'calc' with: 2+2", "tool.calc", ("4", "error"), (1.0, 0.0))]
+    Learner(llm, store, LearnConfig()).learn_groups(groups)
+    assert [e.domain for e in store.items.values()] == ["tool.calc"]
+    assert all(not c.startswith("Double") for c in llm.calls)
+
+
+def test_prompts_are_versioned():
+    assert prompts.PROMPTS_VERSION and "{problem}" in prompts.COMPARE and "E1" in prompts.OPERATION
+
+
+def test_settings_are_checked():
+    with pytest.raises(LearnError, match="group_size"):
+        LearnConfig(group_size=1)
