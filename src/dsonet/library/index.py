@@ -1,0 +1,153 @@
+"""Top-k search over BitDelta codes without decompressing the library.
+
+Two stages, both over the codes as stored:
+
+1. coarse: Hamming distance between the library's sign bits and the signs of the query's
+   own delta, sign(R(q − ē)), in faiss `IndexBinaryFlat` (popcount over 960 bytes a row at
+   d = 7680; memory-bound, multithreaded). It keeps ``oversample`` candidates.
+2. asymmetric: for those candidates only, the exact inner product with the reconstruction,
+   q·ê = q·ē_b + Σ_j α_j ⟨(Rq)_j, s_j⟩ (R = the profile's rotation, identity when unset), divided
+   by ‖ê‖ so scores are cosines. ⟨q_j, s_j⟩ over ±1 signs is 2·(sum of q over set bits) − Σ q_j;
+   the candidates' bits are unpacked to ±1 and multiplied as one matrix.
+
+Rows whose float vector the node holds (it encoded the text itself) are then rescored
+exactly by the caller. Rows are appended as experiences arrive and masked out when deleted,
+so the index grows incrementally; the library rebuilds it from SQLite on open.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dsonet.codec.bitdelta import pack_signs, unpack_signs
+from dsonet.codec.rotation import get_rotation
+
+_GROW = 1.5  # capacity growth factor of the row arrays (amortised O(1) appends)
+
+
+class CodeIndex:
+    def __init__(self, dim: int, group_size: int, rotation_seed: int | None, reference: np.ndarray | None = None):
+        import faiss
+
+        self.dim, self.group_size, self.rotation_seed = dim, group_size, rotation_seed
+        self.n_groups = dim // group_size
+        self.code_bytes = self.n_groups * (-(-group_size // 32)) * 4
+        self.rotation = get_rotation(dim, rotation_seed) if rotation_seed is not None else None
+        self.binary = faiss.IndexBinaryFlat(self.code_bytes * 8)
+        self.reference = None if reference is None else np.asarray(reference, np.float32)  # ē used for coarse query signs
+        self.n = 0
+        self.scales = np.zeros((0, self.n_groups), np.float32)
+        self.base_rows = np.zeros(0, np.int32)
+        self.norms = np.zeros(0, np.float32)  # ‖ê‖ of every row
+        self.live = np.zeros(0, bool)
+        self.baselines = np.zeros((0, dim), np.float32)
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def signs(self) -> np.ndarray:
+        """(n, code_bytes) uint8: a view of faiss's own copy of the codes, so they are held once.
+
+        The view is taken afresh on every use because faiss may reallocate on add.
+        """
+        import faiss
+
+        if self.n == 0:
+            return np.zeros((0, self.code_bytes), np.uint8)
+        return faiss.rev_swig_ptr(self.binary.xb.data(), self.n * self.code_bytes).reshape(self.n, self.code_bytes)
+
+    def add_baseline(self, baseline: np.ndarray) -> int:
+        self.baselines = np.vstack([self.baselines, np.asarray(baseline, np.float32)[None, :]])
+        if self.reference is None:
+            self.reference = self.baselines[0].copy()
+        return len(self.baselines) - 1
+
+    def add(self, signs: np.ndarray, scales: np.ndarray, base_rows: np.ndarray) -> np.ndarray:
+        """Append codes: signs (m, G, W) uint32, scales (m, G), base_rows (m,) -> their row numbers."""
+        m = len(scales)
+        packed = np.ascontiguousarray(signs, dtype="<u4").reshape(m, -1).view(np.uint8)  # (m, code_bytes)
+        self._reserve(self.n + m)
+        rows = np.arange(self.n, self.n + m)
+        self.binary.add(packed)
+        self.n += m
+        self.scales[rows] = scales
+        self.base_rows[rows] = base_rows
+        self.live[rows] = True
+        for start in range(0, m, 4096):  # ‖ê‖ in bounded chunks
+            r = rows[start : start + 4096]
+            self.norms[r] = np.linalg.norm(self.reconstruct(r), axis=1)
+        return rows
+
+    def _reserve(self, size: int) -> None:
+        if size <= len(self.scales):
+            return
+        cap = max(size, int(len(self.scales) * _GROW), 1024)
+        for name in ("scales", "base_rows", "norms", "live"):
+            old = getattr(self, name)
+            new = np.zeros((cap, *old.shape[1:]), old.dtype)
+            new[: self.n] = old[: self.n]
+            setattr(self, name, new)
+
+    def remove(self, rows: np.ndarray) -> None:
+        self.live[np.asarray(rows, dtype=np.int64)] = False
+
+    def reconstruct(self, rows: np.ndarray) -> np.ndarray:
+        """ê for some rows, (len(rows), d), in the profile's (unrotated) space."""
+        delta = self._deltas(np.asarray(rows))
+        if self.rotation is not None:
+            delta = self.rotation.invert(delta)
+        return delta + self.baselines[self.base_rows[rows]]
+
+    def _deltas(self, rows: np.ndarray) -> np.ndarray:
+        words = self.signs[rows].view("<u4").reshape(len(rows), self.n_groups, -1)
+        signs = unpack_signs(words, self.group_size)  # (m, G, g) ±1
+        return (signs * self.scales[rows][:, :, None]).reshape(len(rows), self.dim)
+
+    def score(self, q: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Cosine of the float query q (unit, (d,)) with ê of the given rows, from the codes."""
+        rows = np.asarray(rows, dtype=np.int64)
+        qr = self.rotation.apply(q[None, :])[0] if self.rotation is not None else q
+        base_dot = self.baselines @ q  # (B,) one per stored baseline
+        out = np.empty(len(rows), np.float32)
+        for start in range(0, len(rows), 2048):  # bounded temporaries: 2048 × d floats
+            r = rows[start : start + 2048]
+            out[start : start + len(r)] = base_dot[self.base_rows[r]] + self._deltas(r) @ qr
+        return out / np.maximum(self.norms[rows], 1e-12)
+
+    def coarse(self, q: np.ndarray, n_candidates: int) -> np.ndarray:
+        """Row numbers of the n_candidates codes nearest in Hamming distance to sign(R(q − ē))."""
+        if self.n == 0:
+            return np.zeros(0, np.int64)
+        delta = (q - self.reference)[None, :]
+        if self.rotation is not None:
+            delta = self.rotation.apply(delta)
+        grouped = delta.reshape(1, self.n_groups, self.group_size)
+        qcode = np.ascontiguousarray(pack_signs(grouped >= 0)).reshape(1, -1).view(np.uint8)
+        _, idx = self.binary.search(qcode, min(n_candidates, self.n))
+        idx = idx[0]
+        return idx[idx >= 0].astype(np.int64)
+
+    def search(self, q: np.ndarray, k: int, oversample: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top candidates (rows, cosines) by asymmetric score, best first; at most ``oversample`` rows.
+
+        ``allowed``: a boolean mask over rows (e.g. a domain); small allowed sets are scored in full.
+        """
+        mask = self.live[: self.n] if allowed is None else self.live[: self.n] & allowed[: self.n]
+        n_allowed = int(mask.sum())
+        if n_allowed == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        if n_allowed <= oversample:
+            rows = np.flatnonzero(mask)
+        else:
+            # live rows make up most of the index; widen the coarse pool by the share that is masked out
+            widen = self.n / n_allowed
+            rows = self.coarse(q, int(oversample * widen) + k)
+            rows = rows[mask[rows]]
+        scores = self.score(q, rows)
+        order = np.argsort(-scores, kind="stable")
+        return rows[order], scores[order]
+
+    def memory_bytes(self) -> int:
+        n = self.n
+        return n * (self.code_bytes + self.n_groups * 4 + 4 + 4 + 1) + self.baselines.nbytes

@@ -1,0 +1,31 @@
+"""Shared builders for the library tests."""
+
+import hashlib
+
+import numpy as np
+
+from dsonet.experience import Experience, Provenance
+
+DIM = 384
+
+
+class HashEncoder:
+    """Deterministic stand-in for tests whose subject is storage or merge, not embeddings."""
+
+    dim = DIM
+    id = "test:hash"
+
+    def encode(self, texts, kind="document"):
+        out = np.stack([np.random.default_rng(int(hashlib.sha256(t.encode()).hexdigest()[:8], 16)).standard_normal(DIM) for t in texts])
+        return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
+
+
+def experiences(n, domain="general", seed=0, prefix="When case"):
+    rng = np.random.default_rng(seed)
+    return [Experience(f"{prefix} {seed}-{i}, do step {i}", domain, float(rng.uniform(0.3, 0.9)),
+                       Provenance("n1", "m", 1, 0)) for i in range(n)]
+
+
+def unit(n, seed=0, dim=DIM):
+    x = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32) + 0.2
+    return x / np.linalg.norm(x, axis=1, keepdims=True)

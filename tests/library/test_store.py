@@ -1,0 +1,144 @@
+import sqlite3
+
+import numpy as np
+import pytest
+
+from dsonet.codec import Profile, make_batch
+from dsonet.experience import Experience
+from dsonet.library import Library, LibraryError
+
+from lib_helpers import DIM, experiences, unit
+
+
+def open_lib(tmp_path, encoder, profile, name="lib.sqlite", **kw):
+    return Library(tmp_path / name, encoder=encoder, profile=profile, **kw)
+
+
+def test_add_then_search_finds_it_with_exact_float_score(tmp_path, encoder, profile):
+    with open_lib(tmp_path, encoder, profile) as lib:
+        exp = lib.add("When a ratio is given, write both parts as multiples of one unknown", "math.ratio", 0.8)
+        lib.add("When a graph is sparse, store it as adjacency lists", "code.graphs", 0.6)
+        hits = lib.search_vector(encoder.encode([exp.text])[0], k=5, min_similarity=0.5)
+        assert [h.experience.id for h in hits] == [exp.id]
+        assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+        assert lib.get(exp.id) == exp
+
+
+def test_library_persists_and_reloads_index_and_floats(tmp_path, encoder, profile):
+    exps, vecs = experiences(50), unit(50)
+    with open_lib(tmp_path, encoder, profile) as lib:
+        lib.add_vectors(exps, vecs)
+        before = lib.search_vector(vecs[7], k=3, min_similarity=-1)
+    with open_lib(tmp_path, encoder, profile) as lib:
+        assert len(lib) == 50
+        after = lib.search_vector(vecs[7], k=3, min_similarity=-1)
+    assert [(h.experience.id, round(h.score, 5)) for h in after] == [(h.experience.id, round(h.score, 5)) for h in before]
+    assert after[0].experience.id == exps[7].id
+
+
+def test_opening_with_another_profile_is_a_clear_error(tmp_path, encoder, profile):
+    open_lib(tmp_path, encoder, profile).close()
+    with pytest.raises(LibraryError, match="profile: .* was created for"):
+        open_lib(tmp_path, encoder, Profile(DIM, 128, "test:hash"))
+
+
+def test_ingest_is_idempotent_and_one_transaction(tmp_path, encoder, profile, identity):
+    batch = make_batch(experiences(20, seed=1), unit(20, 1), profile, identity)
+    with open_lib(tmp_path, encoder, profile) as lib:
+        first = lib.ingest(batch)
+        again = lib.ingest(batch)
+        assert len(first.added) == 20 and again.added == [] and again.duplicates == 20
+        assert len(lib) == 20
+        assert lib.stats()["baselines"] == 1  # the batch's baseline is stored once
+
+
+def test_ingest_keep_mask_admits_only_kept_rows(tmp_path, encoder, profile, identity):
+    batch = make_batch(experiences(10, seed=2), unit(10, 2), profile, identity)
+    keep = np.arange(10) % 2 == 0
+    with open_lib(tmp_path, encoder, profile) as lib:
+        res = lib.ingest(batch, keep)
+        assert sorted(res.added) == sorted(batch.experiences[i].id for i in range(0, 10, 2))
+        assert res.rejected == 5
+
+
+def test_search_over_received_codes_ranks_the_source_vector_first(tmp_path, encoder, profile, identity):
+    vecs = unit(300, 3)
+    batch = make_batch(experiences(300, seed=3), vecs, profile, identity)
+    with open_lib(tmp_path, encoder, profile) as lib:
+        lib.ingest(batch)
+        recon = {e.id: v for e, v in zip(batch.experiences, batch.vectors())}
+        for i in (0, 17, 299):
+            hits = lib.search_vector(vecs[i], k=1, min_similarity=0.5)
+            assert hits[0].experience.text == experiences(300, seed=3)[i].text
+            e_hat = recon[hits[0].experience.id]
+            assert hits[0].score == pytest.approx(float(vecs[i] @ e_hat / np.linalg.norm(e_hat)), abs=1e-5)
+
+
+def test_domain_filter_and_min_similarity(tmp_path, encoder, profile):
+    with open_lib(tmp_path, encoder, profile) as lib:
+        lib.add_vectors(experiences(5, "math", 4) + experiences(5, "code", 5), unit(10, 4))
+        hits = lib.search_vector(unit(10, 4)[0], k=10, min_similarity=-1, domain="code")
+        assert {h.experience.domain for h in hits} == {"code"} and len(hits) == 5
+        assert lib.search_vector(unit(1, 99)[0], k=5, min_similarity=0.9) == []
+
+
+def test_delete_tombstones_and_blocks_redelivery(tmp_path, encoder, profile, identity):
+    exps = experiences(5, seed=6)
+    batch = make_batch(exps, unit(5, 6), profile, identity)
+    with open_lib(tmp_path, encoder, profile) as lib:
+        lib.ingest(batch)
+        assert lib.delete(exps[0].id) is True
+        assert lib.delete(exps[0].id) is False
+        assert lib.tombstones() == [exps[0].id]
+        res = lib.ingest(batch)
+        assert res.rejected == 1 and lib.get(exps[0].id) is None and len(lib) == 4
+
+
+def test_update_reencodes_keeps_lineage_and_tombstones_old(tmp_path, encoder, profile):
+    with open_lib(tmp_path, encoder, profile) as lib:
+        old = lib.add("When stuck, draw a diagram", "math", 0.7)
+        new = lib.update(old.id, "When stuck on geometry, draw a labelled diagram")
+        assert lib.get(old.id) is None and old.id in lib.tombstones()
+        assert lib.get(new.id).text == new.text and new.confidence == 0.7
+        lineage = lib.db.execute("SELECT lineage FROM experiences WHERE id = ?", (new.id,)).fetchone()[0]
+        assert lineage == old.id
+        assert lib.search_vector(encoder.encode([new.text])[0], k=1)[0].experience.id == new.id
+
+
+def test_unpublished_then_mark_published(tmp_path, encoder, profile):
+    with open_lib(tmp_path, encoder, profile) as lib:
+        ids = lib.add_vectors(experiences(3, seed=7), unit(3, 7))
+        exps, vecs = lib.unpublished()
+        assert [e.id for e in exps] == ids and vecs.shape == (3, DIM)
+        np.testing.assert_allclose(vecs, unit(3, 7), atol=1e-6)
+        lib.mark_published(ids[:2])
+        assert [e.id for e in lib.unpublished()[0]] == ids[2:]
+
+
+def test_capacity_evicts_lowest_quality_and_remembers(tmp_path, encoder, profile, identity):
+    exps = [Experience(f"When case {i}, do thing {i}", "general", c) for i, c in enumerate([0.9, 0.2, 0.8, 0.1, 0.7])]
+    batch = make_batch(exps, unit(5, 8), profile, identity)
+    with open_lib(tmp_path, encoder, profile, capacity=3) as lib:
+        res = lib.ingest(batch)
+        assert sorted(res.evicted) == sorted([exps[1].id, exps[3].id])
+        assert sorted(e.confidence for e in lib.all()) == [0.7, 0.8, 0.9]
+        assert lib.ingest(batch).rejected == 2
+
+
+def test_record_outcome_counts(tmp_path, encoder, profile):
+    with open_lib(tmp_path, encoder, profile) as lib:
+        exp = lib.add("When x, do y")
+        lib.record_outcome(exp.id, True)
+        lib.record_outcome(exp.id, False)
+        assert lib.db.execute("SELECT uses, helped FROM experiences").fetchone() == (2, 1)
+
+
+def test_readers_read_while_a_writer_holds_a_transaction(tmp_path, encoder, profile, identity):
+    with open_lib(tmp_path, encoder, profile) as lib:
+        lib.ingest(make_batch(experiences(4, seed=9), unit(4, 9), profile, identity))
+        lib.db.execute("BEGIN IMMEDIATE")
+        lib.db.execute("DELETE FROM experiences")
+        reader = sqlite3.connect(str(tmp_path / "lib.sqlite"), timeout=0.1)
+        assert reader.execute("SELECT COUNT(*) FROM experiences").fetchone() == (4,)
+        lib.db.execute("ROLLBACK")
+        reader.close()
