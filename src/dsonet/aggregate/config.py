@@ -13,6 +13,7 @@ class DeltaSoupConfig:
     t_max_ms: int = 300_000  # freshness window T_max = 300 s: |timestamp − now| must not exceed it
     tau: float = 2.0  # MAD filter threshold: drop ê when mean_j |ê_j − μ_j| / (σ_j + ε) > τ
     eps: float = 1e-8  # ε in the MAD score's denominator
+    scale_floor: bool = True  # ours: σ_j ≥ the median code scale α (the paper's MAD collapses on 1-bit codes)
     theta_dup: float = 0.95  # cosine above which two experiences of a domain are one cluster
     rep_decay: float = 0.9  # rep ← decay · rep + (1 − decay) · r, r ∈ {0, 1}
     rep_floor: float = 0.3  # peers below this are skipped
@@ -39,4 +40,4 @@ class DeltaSoupConfig:
     @classmethod
     def paper(cls, **overrides) -> "DeltaSoupConfig":
         """The paper's DeltaSoup alone: every defence of ours off."""
-        return replace(cls(reencode_per_batch=0, feedback=False, max_source_share=None), **overrides)
+        return replace(cls(reencode_per_batch=0, feedback=False, max_source_share=None, scale_floor=False), **overrides)

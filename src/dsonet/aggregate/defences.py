@@ -47,9 +47,10 @@ def reencode_agreement(batches: Sequence[CompressedBatch], rows: Sequence[np.nda
 
 def cap_source_share(keep: np.ndarray, source: np.ndarray, domain: np.ndarray, max_share: float,
                      rng: np.random.Generator) -> np.ndarray:
-    """Drop rows so that no source holds more than ⌈max(max_share, 1/sources) · n⌉ of a domain's
+    """Drop rows so that no source holds more than ⌈max(max_share, 2/sources) · n⌉ of a domain's
     n kept rows (a uniformly random subset of a flooder's rows survives). Sources and domains are
-    integer codes per row. The 1/sources floor keeps a domain with few sources whole.
+    integer codes per row. Twice a fair share is always allowed, so a domain with one or two
+    sources stays whole and the cap only bites on a source far above its peers.
     """
     out = keep.copy()
     idx = np.flatnonzero(keep)
@@ -60,7 +61,7 @@ def cap_source_share(keep: np.ndarray, source: np.ndarray, domain: np.ndarray, m
     group = dom.astype(np.int64) * (int(src.max()) + 1) + src
     uniq_groups, group_code = np.unique(group, return_inverse=True)
     sources_per_dom = np.bincount(uniq_groups // (int(src.max()) + 1), minlength=len(n_dom))
-    share = np.maximum(max_share, 1.0 / np.maximum(sources_per_dom, 1))
+    share = np.maximum(max_share, 2.0 / np.maximum(sources_per_dom, 1))
     cap = np.ceil(share * n_dom).astype(np.int64)  # (domains,)
     order = np.lexsort((rng.random(len(idx)), group_code))  # each group's rows in random order
     sorted_groups = group_code[order]

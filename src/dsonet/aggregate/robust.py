@@ -59,9 +59,9 @@ def trimmed_mean(x: np.ndarray, beta: float) -> np.ndarray:
     """Coordinate-wise mean after dropping the ⌊βn⌋ smallest and largest values."""
     if not 0.0 <= beta < 0.5:
         raise AggregationError("beta", f"trim fraction must lie in [0, 0.5), got {beta!r}")
+    _need_rows(x, 1, "trimmed mean")
     n = len(x)
-    k = int(beta * n)
-    _need_rows(x, 2 * k + 1, f"trimmed mean with beta={beta}")
+    k = int(beta * n)  # β < 1/2 leaves at least one row
     s = np.sort(x, axis=0)
     return s[k : n - k].mean(axis=0).astype(np.float32)
 

@@ -10,7 +10,8 @@ Federated learning's robust rules produce one *center* from many updates; a libr
 so a row is dropped when it is much farther from the robust center than the crowd is.
 "deltasoup" is the paper's own coordinate-wise score instead (`mad_scores`, τ = 2.0);
 "krum" keeps the n − ⌊f·n⌋ rows with the lowest Multi-Krum scores; "mean" keeps everything
-(the undefended baseline). Every rule sees the same rows and returns an `Admission`.
+(the undefended baseline). Trimmed mean and Krum need an assumed Byzantine share; both assume
+30% (trim β = 0.3 from each end; Krum f = 0.3·n), the fraction the paper's headline is about. Every rule sees the same rows and returns an `Admission`.
 """
 
 from __future__ import annotations
@@ -34,23 +35,34 @@ class Admission:
 class Rule(Protocol):
     name: str
 
-    def admit(self, vectors: np.ndarray, pool: np.ndarray) -> Admission:
+    def admit(self, vectors: np.ndarray, pool: np.ndarray, floor: np.ndarray | None = None) -> Admission:
         """``vectors``: every row of the round (n, d); ``pool``: the rows the center is estimated
-        from (a seeded sample of ``vectors``, plus the node's reference rows if it has any)."""
+        from (a seeded sample of ``vectors``, plus the node's reference rows if it has any);
+        ``floor``: a per-coordinate lower bound on the spread, for rules that estimate one."""
         ...
 
 
 class DeltaSoupRule:
-    """The paper's filter: μ = coordinate median, σ = MAD, drop mean_j |ê_j − μ_j|/(σ_j + ε) > τ."""
+    """The paper's filter: μ = coordinate median, σ = MAD, drop mean_j |ê_j − μ_j|/(σ_j + ε) > τ.
+
+    ``floor`` (ours, per coordinate): σ_j = max(MAD_j, floor_j). A 1-bit code makes every coordinate
+    of a batch two-valued (ē_j ± α); when few baselines are in play the median lands on one of the
+    two values and the MAD collapses towards 0, so the paper's score explodes for honest rows (a
+    round of one batch loses all of it). DeltaSoup passes the median code scale α of j's group,
+    the spread quantisation alone gives every coordinate; a median over rows, so attackers cannot
+    raise it without being the majority.
+    """
 
     name = "deltasoup"
 
     def __init__(self, tau: float = 2.0, eps: float = 1e-8):
         self.tau, self.eps = tau, eps
 
-    def admit(self, vectors: np.ndarray, pool: np.ndarray) -> Admission:
+    def admit(self, vectors: np.ndarray, pool: np.ndarray, floor: np.ndarray | None = None) -> Admission:
         mu = robust.coordinate_median(pool)
         sigma = robust.coordinate_mad(pool, mu)
+        if floor is not None:
+            sigma = np.maximum(sigma, floor)
         scores = robust.mad_scores(vectors, mu, sigma, self.eps)
         return Admission(scores <= self.tau, scores, mu)
 
@@ -61,7 +73,7 @@ class CenterRule:
     def __init__(self, name: str, center: Callable[[np.ndarray], np.ndarray], z_max: float = 3.0):
         self.name, self._center, self.z_max = name, center, z_max
 
-    def admit(self, vectors: np.ndarray, pool: np.ndarray) -> Admission:
+    def admit(self, vectors: np.ndarray, pool: np.ndarray, floor: np.ndarray | None = None) -> Admission:
         c = self._center(pool)
         dist = robust.cosine_distance(vectors, c)
         return Admission(~robust.robust_outliers(dist, self.z_max), dist, c)
@@ -83,7 +95,7 @@ class MultiKrumRule:
             raise AggregationError("byzantine_fraction", f"must lie in [0, 0.5), got {byzantine_fraction!r}")
         self.f = byzantine_fraction
 
-    def admit(self, vectors: np.ndarray, pool: np.ndarray) -> Admission:
+    def admit(self, vectors: np.ndarray, pool: np.ndarray, floor: np.ndarray | None = None) -> Admission:
         scores = robust.krum_scores(vectors, pool, int(self.f * len(pool)))
         keep = robust.multi_krum_select(scores, len(vectors) - int(self.f * len(vectors)))
         return Admission(keep, scores, None)
@@ -94,7 +106,7 @@ class MeanRule:
 
     name = "mean"
 
-    def admit(self, vectors: np.ndarray, pool: np.ndarray) -> Admission:
+    def admit(self, vectors: np.ndarray, pool: np.ndarray, floor: np.ndarray | None = None) -> Admission:
         return Admission(np.ones(len(vectors), dtype=bool), np.zeros(len(vectors), np.float32), pool.mean(axis=0))
 
 
@@ -103,7 +115,7 @@ def make_rule(name: str, tau: float = 2.0, eps: float = 1e-8) -> Rule:
     makers: dict[str, Callable[[], Rule]] = {
         "deltasoup": lambda: DeltaSoupRule(tau, eps),
         "median": lambda: CenterRule("median", median_center),
-        "trimmed_mean": lambda: CenterRule("trimmed_mean", lambda p: robust.trimmed_mean(p, 0.1)),
+        "trimmed_mean": lambda: CenterRule("trimmed_mean", lambda p: robust.trimmed_mean(p, 0.3)),
         "geomedian": lambda: CenterRule("geomedian", robust.geometric_median),
         "krum": lambda: MultiKrumRule(0.3),
         "mean": MeanRule,

@@ -21,6 +21,7 @@ import numpy as np
 
 from dsonet.aggregate.config import DeltaSoupConfig
 from dsonet.aggregate.defences import cap_source_share, reencode_agreement
+from dsonet.aggregate.errors import AggregationError
 from dsonet.aggregate.phases import MergedCluster, decompress_batches, dedup_merge
 from dsonet.aggregate.reputation import Reputation
 from dsonet.aggregate.robust import sample_rows
@@ -59,6 +60,9 @@ class DeltaSoup:
         now = _now_ms(now_ms)
         try:
             batch = verify_payload(payload, now, self.config, self.profiles)
+            if self._queue and batch.profile != self._queue[0].profile:
+                raise AggregationError("profile", f"{batch.profile.to_dict()} differs from this round's "
+                                       f"{self._queue[0].profile.to_dict()}; run one DeltaSoup per profile")
             self._gate.admit(batch, now)
         except DsoError as exc:
             key = getattr(exc, "field", type(exc).__name__)
@@ -97,7 +101,7 @@ class DeltaSoup:
             pool = sample_rows(candidates, self.config.median_sample, self._rng)
             if reference is not None:
                 pool = np.concatenate([pool, np.asarray(reference, dtype=np.float32)])
-            admission = self.rule.admit(candidates, pool)
+            admission = self.rule.admit(candidates, pool, self._scale_floor(batches, rows.batch[alive]))
             keep[alive] = admission.keep
             reason[alive[~admission.keep]] = f"filter: {self.rule.name}"
         seconds["filter"] = time.perf_counter() - t
@@ -127,6 +131,15 @@ class DeltaSoup:
             "defences": self._defence_state(), "seconds": seconds, "rule": self.rule.name,
         }
         return RoundResult(batches, per_batch, merged, rejected, stats)
+
+    def _scale_floor(self, batches: list[CompressedBatch], batch_of_row: np.ndarray) -> np.ndarray | None:
+        """Per coordinate, the median over rows of the code scale α of its group (see DeltaSoupRule)."""
+        if not self.config.scale_floor:
+            return None
+        used = np.unique(batch_of_row)
+        scales = np.concatenate([batches[i].codes.scales for i in used])  # (rows, G)
+        g = batches[used[0]].profile.group_size
+        return np.repeat(np.median(scales, axis=0), g).astype(np.float32)  # (d,)
 
     def _reencode(self, batches: list[CompressedBatch], vectors: np.ndarray) -> np.ndarray:
         """Indices of batches whose sampled texts do not match their vectors (their sources get r = 0)."""
