@@ -1,0 +1,201 @@
+"""`dso learn`, `dso ask`, `dso eval`: learn experiences from rollouts, and use them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from dsonet.errors import DsoError
+
+
+def llm_options(fn):
+    """--llm / --model / --concurrency / --timeout, shared by every command that talks to an LLM."""
+    fn = click.option("--timeout", default=120.0, show_default=True, help="Seconds per request to a server.")(fn)
+    fn = click.option("--concurrency", default=16, show_default=True,
+                      help="Requests in flight at once to a server (keep a vLLM cluster busy).")(fn)
+    fn = click.option("--model", default=None,
+                      help="Served model name (with --llm URL), or a local HF folder/.gguf (with --llm local).")(fn)
+    fn = click.option("--llm", "url", default=None, metavar="URL",
+                      help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1 (default: embedded SmolLM2).")(fn)
+    return fn
+
+
+def open_llm(url, model, concurrency, timeout):
+    from dsonet.learn.llm import open_llm as _open
+
+    if url is None or url == "local":
+        return _open(url, model)
+    return _open(url, model, max_concurrency=concurrency, timeout=timeout)
+
+
+def open_library(path: Path):
+    from dsonet.library import Library
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return Library(str(path))
+
+
+def parse_config(pairs: tuple[str, ...]) -> dict:
+    """key=value pairs for a task generator; values read as JSON when they parse (numbers, booleans)."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not key=value (e.g. max_terms=3)", param_hint="--config")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def task_options(fn):
+    fn = click.option("--seed", default=0, show_default=True, help="Seed of the task generator and the split.")(fn)
+    fn = click.option("--held-out", default=0.2, show_default=True,
+                      help="Fraction of tasks kept for `dso eval` (learning never sees them).")(fn)
+    fn = click.option("--verifier", default="numeric", show_default=True,
+                      type=click.Choice(["numeric", "exact", "contains"]), help="Verifier for jsonl: tasks.")(fn)
+    fn = click.option("--config", "config", multiple=True, metavar="KEY=VALUE",
+                      help="Task generator setting (repeatable), e.g. --config max_terms=2.")(fn)
+    fn = click.option("--size", default=50, show_default=True, help="Tasks to draw (before the split).")(fn)
+    return fn
+
+
+def load_split(task, size, config, verifier, held_out, seed):
+    from dsonet.learn.tasks import load_tasks
+
+    return load_tasks(task, size=size, seed=seed, verifier_name=verifier, **parse_config(config)).split(held_out, seed)
+
+
+@click.command()
+@click.argument("task", required=False)
+@click.option("--library", "library_path", type=click.Path(path_type=Path), required=True,
+              help="The experience library (SQLite file; created if missing).")
+@llm_options
+@task_options
+@click.option("--telemetry", type=click.Path(exists=True, path_type=Path),
+              help="Learn from tool telemetry JSONL ({tool, input, output, reward} per line) instead of rollouts.")
+@click.option("--epochs", default=3, show_default=True)
+@click.option("--batch-size", default=8, show_default=True, help="Queries per library update.")
+@click.option("--group-size", default=5, show_default=True, help="Rollouts per query (G).")
+@click.option("--temperature", default=0.7, show_default=True)
+@click.option("--max-tokens", default=128, show_default=True, help="Tokens per rollout.")
+@click.option("--run-dir", type=click.Path(path_type=Path), default=None,
+              help="State and JSONL run log; rerun with the same dir to resume (default: <library>.runs/<task>).")
+@click.option("--node-id", default="", help="Recorded in each experience's provenance.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def learn(task, library_path, url, model, concurrency, timeout, size, config, verifier, held_out, seed, telemetry,
+          epochs, batch_size, group_size, temperature, max_tokens, run_dir, node_id, quiet):
+    """Learn experiences with training-free GRPO: G rollouts per query, compare the best and
+    worst of each mixed group, and ADD / UPDATE / DELETE experiences in the library.
+
+    TASK is `gsm8k`, `rg:<reasoning-gym generator>` (e.g. rg:chain_sum) or `jsonl:<file>` of
+    {"question", "answer"} lines. Learning uses the training part of the split; `dso eval`
+    with the same --size/--seed/--held-out measures on the rest. Interrupted runs resume.
+
+    \b
+    Examples:
+      dso learn rg:chain_sum --library lib.db --size 40 --config max_terms=2 --max-tokens 64
+      dso learn gsm8k --library lib.db --llm http://localhost:8000/v1 --model Qwen/Qwen3-8B
+      dso learn --telemetry tools.jsonl --library lib.db
+    """
+    from dsonet.learn.grpo import LearnConfig, Learner
+    from dsonet.learn.tasks import telemetry_groups
+
+    if not task and not telemetry:
+        raise click.UsageError("give a TASK (e.g. rg:chain_sum) or --telemetry FILE")
+    try:
+        llm = open_llm(url, model, concurrency, timeout)
+        lib = open_library(library_path)
+        cfg = LearnConfig(group_size=group_size, temperature=temperature, max_tokens=max_tokens, epochs=epochs,
+                          batch_size=batch_size, seed=seed)
+        if telemetry:
+            records = [json.loads(line) for line in telemetry.read_text().splitlines() if line.strip()]
+            learner = Learner(llm, lib, cfg, run_dir, node_id)
+            learner.learn_groups(telemetry_groups(records))
+            stats = learner.stats
+        else:
+            train, _ = load_split(task, size, config, verifier, held_out, seed)
+            run_dir = run_dir or library_path.with_name(library_path.name + ".runs") / task.replace(":", "_").replace("/", "_")
+            stats = Learner(llm, lib, cfg, run_dir, node_id).run(train, progress=not quiet)
+    except DsoError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"batches {stats.batches}  rollouts {stats.rollouts}  mean reward {stats.mean_reward:.3f}  "
+               f"mixed groups {stats.mixed_groups}/{stats.groups}  proposals {stats.proposals}  "
+               f"skipped {stats.skipped}")
+    click.echo("operations " + "  ".join(f"{k} {v}" for k, v in stats.operations.items()) +
+               f"  tokens {stats.tokens}" + (f"  log {run_dir}/log.jsonl" if run_dir else ""))
+
+
+@click.command()
+@click.argument("question")
+@click.option("--library", "library_path", type=click.Path(path_type=Path), default=None,
+              help="Experience library to retrieve from (omit to ask without experiences).")
+@llm_options
+@click.option("--k", default=5, show_default=True, help="Experiences retrieved at most.")
+@click.option("--min-similarity", default=0.6, show_default=True)
+@click.option("--context-tokens", default=2048, show_default=True, help="Token budget of injected experiences.")
+@click.option("--max-tokens", default=256, show_default=True, help="Tokens in the answer.")
+@click.option("--show-prompt", is_flag=True, help="Print the prompt with the injected experiences.")
+def ask(question, library_path, url, model, concurrency, timeout, k, min_similarity, context_tokens, max_tokens,
+        show_prompt):
+    """Answer QUESTION with the library's most relevant experiences injected into the prompt
+    (k = 5 at similarity > 0.6, at most 2048 tokens, under "Learned Experiences").
+
+    \b
+    Example:
+      dso ask "State the final answer: 12 - 7 + 3 =" --library lib.db --show-prompt
+    """
+    from dsonet.learn.context import Retrieval
+    from dsonet.learn.evaluate import ask as _ask
+
+    try:
+        llm = open_llm(url, model, concurrency, timeout)
+        lib = open_library(library_path) if library_path else None
+        answer = _ask(llm, lib, question, Retrieval(k, min_similarity, context_tokens), max_tokens=max_tokens)
+    except DsoError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for hit in answer.hits:
+        click.echo(f"[{hit.score:.2f}] {hit.experience.text}", err=True)
+    if show_prompt:
+        click.echo(answer.prompt + "\n---", err=True)
+    click.echo(answer.text)
+
+
+@click.command(name="eval")
+@click.argument("task")
+@click.option("--library", "library_path", type=click.Path(exists=True, path_type=Path), required=True)
+@llm_options
+@task_options
+@click.option("--samples", default=1, show_default=True, help="Samples per task (same seeds with and without).")
+@click.option("--temperature", default=0.0, show_default=True, help="0 = greedy.")
+@click.option("--max-tokens", default=128, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def evaluate(task, library_path, url, model, concurrency, timeout, size, config, verifier, held_out, seed, samples,
+             temperature, max_tokens, as_json):
+    """Accuracy on the held-out split with and without experiences: same tasks, same seeds,
+    same samples; 95% interval of the difference by paired bootstrap, Wilson for each.
+
+    \b
+    Example:
+      dso eval rg:chain_sum --library lib.db --size 40 --config max_terms=2 --max-tokens 64
+    """
+    from dsonet.learn.evaluate import evaluate as _evaluate
+
+    try:
+        llm = open_llm(url, model, concurrency, timeout)
+        _, test = load_split(task, size, config, verifier, held_out, seed)
+        result = _evaluate(llm, test, open_library(library_path), samples=samples, temperature=temperature,
+                           max_tokens=max_tokens, seed=seed)
+    except DsoError as exc:
+        raise click.ClickException(str(exc)) from exc
+    d = result.to_dict()
+    if as_json:
+        click.echo(json.dumps({"llm": llm.name, "task": task, **d}))
+        return
+    click.echo(f"{llm.name} on {task}: n = {d['n_eval']} x {samples} sample(s)\n"
+               f"  without experiences {d['accuracy_without']:.3f}  Wilson 95% {d['wilson_without']}\n"
+               f"  with experiences    {d['accuracy_with']:.3f}  Wilson 95% {d['wilson_with']}\n"
+               f"  difference 95% CI (paired bootstrap) {d['ci95']}   tokens {d['tokens']}")
