@@ -9,6 +9,9 @@ from dsonet.cli.lazy import LazyGroup
 
 COMMANDS = {
     "keygen": ("dsonet.cli.identity:keygen", "Create a node identity (an Ed25519 key pair)."),
+    "learn": ("dsonet.cli.learn:learn", "Learn experiences from rollouts (training-free GRPO)."),
+    "ask": ("dsonet.cli.learn:ask", "Answer a question with retrieved experiences injected."),
+    "eval": ("dsonet.cli.learn:evaluate", "Held-out accuracy with vs without experiences, with a 95% CI."),
     "bench": ("dsonet.cli.bench:bench", "Run benchmarks and write bench/results/*.json."),
     "node": ("dsonet.cli.network:node", "Run a node: library, DeltaSoup, transport and HTTP API."),
     "cluster": ("dsonet.cli.network:cluster", "Start/stop a local three-server NATS JetStream cluster."),
