@@ -13,6 +13,13 @@ COMMANDS = {
     "ask": ("dsonet.cli.learn:ask", "Answer a question with retrieved experiences injected."),
     "eval": ("dsonet.cli.learn:evaluate", "Held-out accuracy with vs without experiences, with a 95% CI."),
     "bench": ("dsonet.cli.bench:bench", "Run benchmarks and write bench/results/*.json."),
+    "add": ("dsonet.cli.library:add", "Add an experience to the local library."),
+    "search": ("dsonet.cli.library:search", "Search the local library for experiences near a query."),
+    "show": ("dsonet.cli.library:show", "Show one experience of the local library."),
+    "delete": ("dsonet.cli.library:delete", "Delete (tombstone) an experience."),
+    "export": ("dsonet.cli.library:export_cmd", "Export the library as JSONL or signed batch files."),
+    "import": ("dsonet.cli.library:import_cmd", "Import JSONL or CompressedBatch files into the library."),
+    "stats": ("dsonet.cli.library:stats", "Library counts, sizes and profile."),
     "node": ("dsonet.cli.network:node", "Run a node: library, DeltaSoup, transport and HTTP API."),
     "cluster": ("dsonet.cli.network:cluster", "Start/stop a local three-server NATS JetStream cluster."),
 }

@@ -384,6 +384,15 @@ class Library:
         best = max(e.confidence for e in exps)
         return Experience(rep.text, rep.domain, best, rep.provenance), v / max(float(np.linalg.norm(v)), 1e-12)
 
+    def vectors(self, ids: list[str]) -> np.ndarray:
+        """Float vectors where held, else reconstructions ê, (len(ids), d)."""
+        rows = np.array([self._row_of[i] for i in ids], np.int64)
+        out = self.index.reconstruct(rows) if len(rows) else np.zeros((0, self.profile.dim), np.float32)
+        for k, r in enumerate(rows):  # only rows this node encoded itself
+            if int(r) in self._floats:
+                out[k] = self._floats[int(r)]
+        return out
+
     def get_domain(self, exp_id: str) -> str:
         return self.domains[self._row_of[exp_id]]
 
