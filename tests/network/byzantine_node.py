@@ -40,6 +40,7 @@ async def main(urls: str, out: str) -> None:
     await asyncio.sleep(1.0)
     if not honest:
         raise SystemExit("no honest batch in the stream to attack")
+    honest = list(honest)  # what the honest nodes sent; our own attacks arrive in the reader too
     me = NodeIdentity.from_seed(b"byzantine")
     victim = decode(honest[0])
     subject = f"dso.batch.{victim.experiences[0].domain}"

@@ -140,8 +140,8 @@ class NatsTransport:
         while not self.closed:
             try:
                 msgs = await psub.fetch(CHUNK, timeout=1.0)
-            except nats.errors.TimeoutError:
-                continue
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                continue  # nothing new within the wait
             except (nats.errors.Error, asyncio.TimeoutError, OSError) as exc:
                 if self.closed:
                     return
