@@ -4,8 +4,9 @@ A fleet of N = 100 simulated nodes (`dsonet.sim.fleet`): real signed batches, re
 embeddings of GSM8K solution sentences (honest experiences) and questions (held-out queries),
 and f ∈ {0, 10, 20, 30, 40, 49}% of the nodes running one attack from `dsonet.sim.attacks`.
 Accuracy = share of held-out questions whose top-5 holds a sentence of their own solution and
-no attacker experience. ``clean_accuracy`` = the same fleet with no attacker and no filter
-("mean"), the reference every row is read against. Rules: the paper's DeltaSoup alone
+no attacker experience. ``clean_accuracy`` = the same honest nodes sending the same batches with
+the attackers silent and nothing filtered ("mean"), the reference each row is read against (how
+docs are dealt depends on how many nodes are honest, so it moves a little with f). Rules: the paper's DeltaSoup alone
 ("deltasoup-paper"), ours with every defence on ("deltasoup"), coordinate median, trimmed mean,
 geometric median, Multi-Krum and the plain mean; at f = 30% also DeltaSoup with each defence
 off in turn.
@@ -120,24 +121,27 @@ def run(quick: bool, repeats: int) -> dict:
                f"(phases {', '.join(f'{k} {v:.2f}' for k, v in timing['phase_seconds'].items())}) "
                f"[{time.perf_counter() - t:.0f} s]")
 
-    spec = FleetSpec(n_items=300, n_eval=100, n_feedback=100) if quick else FleetSpec(n_items=800, n_eval=300, n_feedback=300)
+    spec = FleetSpec(n_items=300, n_eval=100, n_feedback=100) if quick else FleetSpec(n_items=600, n_eval=250, n_feedback=200)
     fleet = Fleet(corpus, spec, encoder.id, harmful, garbage, garbage_vecs)
     fractions = (0.0, 0.3) if quick else FRACTIONS
     rules = contenders(full=not quick)
     base = fleet.traffic(ATTACKS["withholding"](), 0.0)  # f = 0: no attacker, the same for every attack
     at_zero = {c.label: fleet.run(base, c, encoder=own).accuracy for c in rules}
-    clean = at_zero["mean"]
+    mean = next(c for c in rules if c.label == "mean")
+    # the reference at each f: the same honest nodes and batches, attackers silent, nothing filtered
+    clean_at = {f: at_zero["mean"] if f == 0.0 else fleet.run(fleet.traffic(ATTACKS["withholding"](), f), mean).accuracy
+                for f in fractions}
     rows, special = [], {"forged": 0, "tampered": 0, "replayed": 0}
     for name, attack_cls in ATTACKS.items():
         t = time.perf_counter()
         for f in fractions:
             if f == 0.0:
-                rows += [_row(name, c.label, f, at_zero[c.label], clean, 0.0) for c in rules]
+                rows += [_row(name, c.label, f, at_zero[c.label], clean_at[f], 0.0) for c in rules]
                 continue
             traffic = fleet.traffic(attack_cls(), f)
             for c in rules + (ablations() if abs(f - 0.3) < 1e-9 else []):
                 out = fleet.run(traffic, c, encoder=own)
-                rows.append(_row(name, c.label, f, out.accuracy, clean, out.attacker_admitted))
+                rows.append(_row(name, c.label, f, out.accuracy, clean_at[f], out.attacker_admitted))
                 special["forged"] += out.forged_admitted
                 special["tampered"] += out.tampered_admitted
                 special["replayed"] += out.replayed_admitted
@@ -147,7 +151,7 @@ def run(quick: bool, repeats: int) -> dict:
             "timing": timing, "paper": PAPER, "fleet": spec.__dict__, "quick": quick,
             "definitions": {"accuracy": "share of held-out questions whose top-5 holds a sentence of their own "
                                         "solution and no attacker experience",
-                            "clean_accuracy": "the same fleet, no attacker, no filter (rule mean)",
+                            "clean_accuracy": "the same honest batches at that f, attackers silent, no filter (rule mean)",
                             "attacker_admitted": "share of the attackers' verified experiences that passed the round"}}
 
 
@@ -205,8 +209,9 @@ def cli(quick: bool, repeats: int) -> None:
     acc = {(r["attack"], r["rule"]): r for r in at30}
     table = [{"attack": a, **{rule: f"{100 * acc[a, rule]['accuracy']:.1f}" for rule in rules if (a, rule) in acc}}
              for a in attacks]
-    clean = result["rows"][0]["clean_accuracy"]
-    click.echo(f"\nAccuracy (%) at 30% Byzantine nodes; clean (no attacker, no filter) {100 * clean:.1f}%:")
+    clean = at30[0]["clean_accuracy"]
+    click.echo(f"\nAccuracy (%) at 30% Byzantine nodes; clean (same honest batches, attackers silent, no filter) "
+               f"{100 * clean:.1f}%; at 0%: {100 * result['rows'][0]['clean_accuracy']:.1f}%:")
     click.echo(format_table(table, ["attack", *rules]))
     ours = [acc[a, "deltasoup"]["accuracy"] for a in attacks]
     click.echo(f"\nPaper (zip-002 §6): clean 94.7% → 92.1% at 30% with the median (97.3% of clean); the mean keeps 70%.")
