@@ -80,17 +80,18 @@ def dedup_merge(vectors: np.ndarray, confidences: np.ndarray, domains: Sequence[
     member with the largest confidence × source trust (ties: lowest row), so a self-reported 0.99
     from a distrusted source does not replace an honest text in a merged cluster.
     """
-    from scipy.sparse import csr_matrix
-
     n = len(vectors)
     reps = duplicate_clusters(vectors, list(domains), threshold=threshold)
-    _, labels = np.unique(reps, return_inverse=True)
-    k = int(labels.max()) + 1 if n else 0
+    firsts, labels = np.unique(reps, return_inverse=True)  # reps are each cluster's smallest row
+    k = len(firsts)
     conf = np.asarray(confidences, dtype=np.float64)
-    weights = np.maximum(conf, 1e-6)  # a cluster of confidence-0 members still has a mean
-    s = csr_matrix((weights, (labels, np.arange(n))), shape=(k, n))  # (k, n) one weight per member
-    merged = np.asarray(s.astype(np.float32) @ vectors) / np.asarray(s.sum(axis=1), dtype=np.float32)  # (k, d)
-    merged = (merged / np.maximum(np.linalg.norm(merged, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+    weights = np.maximum(conf, 1e-6).astype(np.float32)  # a cluster of confidence-0 members still has a mean
+    merged = vectors[firsts].astype(np.float32)  # (k, d); most clusters are one row, already their own mean
+    shared = np.flatnonzero(np.bincount(labels, minlength=k)[labels] > 1)  # rows of clusters with company
+    if len(shared):
+        merged[labels[shared]] = 0.0
+        np.add.at(merged, labels[shared], vectors[shared] * weights[shared, None])  # few rows: add.at is fine
+    merged /= np.maximum(np.linalg.norm(merged, axis=1, keepdims=True), 1e-12)  # weights cancel in the direction
     cluster_conf = np.zeros(k)
     np.maximum.at(cluster_conf, labels, conf)
     order = np.lexsort((np.arange(n), -(conf * trust), labels))  # by cluster, then best member first

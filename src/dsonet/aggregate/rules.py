@@ -59,8 +59,7 @@ class DeltaSoupRule:
         self.tau, self.eps = tau, eps
 
     def admit(self, vectors: np.ndarray, pool: np.ndarray, floor: np.ndarray | None = None) -> Admission:
-        mu = robust.coordinate_median(pool)
-        sigma = robust.coordinate_mad(pool, mu)
+        mu, sigma = robust.median_and_mad(pool)
         if floor is not None:
             sigma = np.maximum(sigma, floor)
         scores = robust.mad_scores(vectors, mu, sigma, self.eps)
