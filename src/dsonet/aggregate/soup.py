@@ -116,8 +116,9 @@ class DeltaSoup:
             keep = capped
 
         per_batch = [keep[rows.batch == i] for i in range(len(batches))]
-        for b, mask in zip(batches, per_batch):
-            self.reputation.update(b.node_id, int(mask.mean() >= 0.5))
+        for i, (b, mask) in enumerate(zip(batches, per_batch)):
+            if i not in liars:  # a liar already scored r = 0 in the re-encoding check
+                self.reputation.update(b.node_id, int(mask.mean() >= 0.5))
 
         t = time.perf_counter()
         merged = self._merge(batches, rows, keep, domains)

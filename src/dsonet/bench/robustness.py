@@ -21,6 +21,7 @@ fixed random orthonormal map, as in `dso bench codec`.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 
@@ -82,19 +83,23 @@ def time_round(encoder_id: str, docs: np.ndarray, queries: np.ndarray, repeats: 
         mine = rows[b * 100 : b * 100 + 100]
         exps = [Experience(all_texts[i], DOMAIN, 0.7, Provenance(ident.node_id, "honest", now, 0)) for i in mine]
         payloads.append(make_batch(exps, vectors[mine], profile, ident, timestamp_ms=now).to_msgpack())
-    verify, rounds, stats = [], [], {}
+    verify, rounds, cpu, stats = [], [], [], {}
     for _ in range(repeats):
         soup = DeltaSoup(DeltaSoupConfig(seed=0), [profile])
-        t = time.perf_counter()
+        c, t = time.process_time(), time.perf_counter()
         for p in payloads:
             soup.submit(p, now_ms=now)
         verify.append(time.perf_counter() - t)
         t = time.perf_counter()
         result = soup.round(now_ms=now)
         rounds.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
         stats = result.stats
+    # the machine is shared: CPU time (all threads of this process) and the load say how much of
+    # the wall time was waiting for a core
     return {"verify_seconds": float(np.median(verify)), "round_seconds": float(np.median(rounds)),
-            "total_seconds": float(np.median(np.add(verify, rounds))), "admitted": stats["admitted"],
+            "total_seconds": float(np.median(np.add(verify, rounds))), "cpu_seconds": float(np.median(cpu)),
+            "load_average_1min": os.getloadavg()[0], "cores": os.cpu_count(), "admitted": stats["admitted"],
             "clusters": stats["clusters"], "phase_seconds": stats["seconds"]}
 
 
@@ -118,7 +123,8 @@ def run(quick: bool, repeats: int) -> dict:
     timing = time_round(encoder.id, corpus.d_vectors, corpus.q_vectors, 1 if quick else repeats)
     click.echo(f"DeltaSoup round, 100 batches × 100 experiences, d = 7680: verify {timing['verify_seconds']:.2f} s + "
                f"round {timing['round_seconds']:.2f} s = {timing['total_seconds']:.2f} s "
-               f"(phases {', '.join(f'{k} {v:.2f}' for k, v in timing['phase_seconds'].items())}) "
+               f"(phases {', '.join(f'{k} {v:.2f}' for k, v in timing['phase_seconds'].items())}; "
+               f"CPU {timing['cpu_seconds']:.2f} s; load average {timing['load_average_1min']:.1f} on {timing['cores']} cores) "
                f"[{time.perf_counter() - t:.0f} s]")
 
     spec = FleetSpec(n_items=300, n_eval=100, n_feedback=100) if quick else FleetSpec(n_items=600, n_eval=250, n_feedback=200)
