@@ -68,7 +68,7 @@ def cpu_recipe() -> TrainConfig:
     """
     return TrainConfig(
         s1_steps=600, s1_batch=256, s1_warmup=60,
-        s2_steps=200, s2_batch=128, s2_lr=1e-4, s2_mine_every=50,
-        s3_steps=100, s3_batch=128, s3_lr=1e-4,
+        s2_steps=120, s2_batch=64, s2_lr=1e-4, s2_mine_every=40,
+        s3_steps=60, s3_batch=64, s3_lr=1e-4,
         checkpoint_every=100,
     )

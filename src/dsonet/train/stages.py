@@ -62,7 +62,8 @@ def stage2_contrastive(trainer) -> None:
         q, p_pos, p_neg = out[:b], out[b : 2 * b], out[2 * b :].reshape(b, k, -1)  # (B, d), (B, d), (B, K, d)
         return contrastive_loss(q, p_pos, p_neg, cfg.s2_tau)
 
-    trainer.fit(2, cfg.s2_steps, cfg.s2_lr, 0, loss_at, metric=lambda: {"recall_at_10": held_out_recall(trainer, 10)})
+    trainer.fit(2, cfg.s2_steps, cfg.s2_lr, 0, loss_at, metric=lambda: {"recall_at_1": held_out_recall(trainer, 1),
+                                                                       "recall_at_10": held_out_recall(trainer, 10)})
 
 
 def held_out_recall(trainer, k: int) -> float:
@@ -85,7 +86,8 @@ def stage3_dso(trainer) -> None:
         return loss
 
     def metric() -> dict[str, float]:
-        return {**dso_metrics(trainer.head, trainer.data.corpus_held, cfg), "recall_at_10": held_out_recall(trainer, 10)}
+        return {**dso_metrics(trainer.head, trainer.data.corpus_held, cfg), "recall_at_1": held_out_recall(trainer, 1),
+                "recall_at_10": held_out_recall(trainer, 10)}
 
     trainer.fit(3, cfg.s3_steps, cfg.s3_lr, 0, loss_at, metric=metric)
 

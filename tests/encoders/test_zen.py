@@ -1,0 +1,49 @@
+import numpy as np
+import pytest
+import torch
+
+from dsonet.encoders import EncoderError
+from dsonet.encoders.zen import ZenHead, ZenReranker
+
+
+def test_head_for_8192_dims_has_the_papers_97_531_392_linear_parameters():
+    with torch.device("meta"):  # shapes only: no 390 MB allocation
+        head = ZenHead(8192)
+    assert head.d_hidden == 6144 and head.d_out == 7680
+    assert head.linear_parameter_count() == 97_531_392
+
+
+def test_head_width_follows_the_backbone():
+    head = ZenHead(384)
+    assert (head.d_in, head.d_hidden, head.d_out) == (384, 288, 7680)
+    out = head(torch.randn(5, 384))
+    assert out.shape == (5, 7680)
+    torch.testing.assert_close(out.norm(dim=-1), torch.ones(5))
+
+
+def test_reranker_encodes_unit_vectors_in_7680_dims(minilm):
+    enc = ZenReranker.for_backbone(minilm, seed=1)
+    v = enc.encode(["When a price doubles, multiply by two.", "Count the apples first."], kind="query")
+    assert v.shape == (2, 7680) and v.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1, atol=1e-5)
+    assert enc.id == "st:all-MiniLM-L6-v2+zen7680:init1"
+
+
+def test_save_and_load_round_trip_gives_identical_vectors(tmp_path, minilm):
+    enc = ZenReranker.for_backbone(minilm, seed=2)
+    enc.save_pretrained(tmp_path)
+    assert {p.name for p in tmp_path.iterdir()} == {"config.json", "model.safetensors"}
+    again = ZenReranker.from_pretrained(tmp_path)  # backbone rebuilt from config.json
+    texts = ["Subtract the discount from the price."]
+    np.testing.assert_array_equal(enc.encode(texts), again.encode(texts))
+    assert again.id == enc.id
+
+
+def test_head_that_does_not_fit_the_backbone_is_refused(minilm):
+    with pytest.raises(EncoderError, match="d_in=512"):
+        ZenReranker(minilm, ZenHead(512))
+
+
+def test_missing_model_offline_says_how_to_fix_it(tmp_path):
+    with pytest.raises(EncoderError, match="save_pretrained"):
+        ZenReranker.from_pretrained(tmp_path / "nope")
