@@ -66,3 +66,35 @@ def train_command(out_dir: str, backbone: str, paper: bool, max_steps: int | Non
     if rank0 and result.finished:
         click.echo(json.dumps(result.metrics, indent=1), file=sys.stderr)
         click.echo(f"trained head written to {out_dir}; load it with ZenReranker.from_pretrained({out_dir!r})")
+
+
+@click.command("align")
+@click.option("--model", "model_spec", required=True, help="The native model: wordllama, st:NAME, hf:NAME[?pooling=last].")
+@click.option("--profile", "profile_spec", default="default", show_default=True,
+              help="The profile's encoder, whose space to map into: default (MiniLM + Zen head, 7680 dims) or minilm.")
+@click.option("--method", "methods", multiple=True, type=click.Choice(["ridge", "procrustes", "mlp"]),
+              help="Methods to try (repeatable; default all three); the best held-out score wins.")
+def align_command(model_spec: str, profile_spec: str, methods: tuple[str, ...]) -> None:
+    """Learn an adapter from a model's native space into a profile's canonical space, from
+    anchor texts (GSM8K training items) encoded by both, and save it under the two encoder ids,
+    so that `AlignedEncoder.for_profile(model, profile_id)` finds it. Prints every method's
+    held-out score (top-1 anchor match, mean cosine).
+
+    \b
+    Examples:
+      dso align --model wordllama --profile default
+      dso align --model "hf:Qwen/Qwen3-Embedding-0.6B?pooling=last" --profile default --method ridge
+    """
+    from dsonet.bench.report import format_table
+    from dsonet.encoders.align import METHODS, adapter_dir, learn_adapter
+    from dsonet.encoders.registry import load_encoder
+
+    try:
+        model, profile = load_encoder(model_spec), load_encoder(profile_spec)
+        adapter = learn_adapter(model, profile, methods=methods or METHODS)
+    except DsoError as exc:
+        raise click.ClickException(str(exc)) from exc
+    path = adapter.save(adapter_dir(model.id, profile.id))
+    rows = [{"method": name, **score} for name, score in adapter.scores.items()]
+    click.echo(format_table(rows, ["method", "top1", "cosine", "chosen"]))
+    click.echo(f"{model.id} -> {profile.id}: {adapter.method} adapter saved to {path}")

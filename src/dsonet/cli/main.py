@@ -8,6 +8,7 @@ from dsonet import __version__
 from dsonet.cli.lazy import LazyGroup
 
 COMMANDS = {
+    "demo": ("dsonet.cli.demo:demo", "Run a whole DSO fleet on the embedded defaults (what `make demo` runs)."),
     "keygen": ("dsonet.cli.identity:keygen", "Create a node identity (an Ed25519 key pair)."),
     "learn": ("dsonet.cli.learn:learn", "Learn experiences from rollouts (training-free GRPO)."),
     "ask": ("dsonet.cli.learn:ask", "Answer a question with retrieved experiences injected."),
@@ -22,6 +23,8 @@ COMMANDS = {
     "stats": ("dsonet.cli.library:stats", "Library counts, sizes and profile."),
     "node": ("dsonet.cli.network:node", "Run a node: library, DeltaSoup, transport and HTTP API."),
     "cluster": ("dsonet.cli.network:cluster", "Start/stop a local three-server NATS JetStream cluster."),
+    "train": ("dsonet.cli.encoders:train_command", "Train the Zen-Reranker projection head (three stages, seeds/002)."),
+    "align": ("dsonet.cli.encoders:align_command", "Learn an adapter from a model's space into a profile's space."),
 }
 
 

@@ -214,3 +214,35 @@ class AlignedEncoder:
     def encode(self, texts: Sequence[str], kind: Kind = "document") -> np.ndarray:
         texts = check_texts(texts, kind)
         return self.adapter.apply(self.base.encode(texts, kind=kind))
+
+    def cache_parts(self):
+        """(base, adapter): `cached_encode` caches the base's vectors and applies the adapter."""
+        return self.base, self.adapter.apply
+
+
+def gsm8k_vectors(encoder: Encoder) -> tuple[np.ndarray, np.ndarray]:
+    """All GSM8K questions (as queries) and solutions (as documents), encoded once and cached."""
+    from dsonet.data import gsm8k
+
+    items = gsm8k()
+    return (cached_encode(encoder, [i.question for i in items], "query"),
+            cached_encode(encoder, [i.solution for i in items], "document"))
+
+
+def anchor_split(held_out: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(anchor, evaluation) GSM8K item indices: the same split the Zen head's training holds out,
+    so adapters never see the items that cross-model retrieval is evaluated on."""
+    from dsonet.data import gsm8k, split
+
+    train, held = split(list(range(len(gsm8k()))), held_out=held_out, seed=seed)
+    return np.array(train), np.array(held)
+
+
+def learn_adapter(model: Encoder, target: Encoder, methods: Sequence[Method] = METHODS, seed: int = 0) -> Adapter:
+    """Fit an adapter model -> target on the anchor items' questions and solutions."""
+    anchors, _ = anchor_split()
+    xq, xd = gsm8k_vectors(model)
+    yq, yd = gsm8k_vectors(target)
+    x = np.concatenate([xq[anchors], xd[anchors]])  # (2A, d_model)
+    y = np.concatenate([yq[anchors], yd[anchors]])  # (2A, d_target)
+    return fit_adapter(x, y, model.id, target.id, methods=methods, seed=seed)

@@ -21,6 +21,15 @@ def cache_dir() -> Path:
 
 
 def cached_encode(encoder: Encoder, texts: Sequence[str], kind: Kind = "document") -> np.ndarray:
+    """``encoder.encode(texts, kind)``, from disk when this exact list was encoded before.
+
+    An encoder that is a frozen base plus a cheap map (a Zen head, an adapter) says so with
+    ``cache_parts() -> (base, map)``: only the base's vectors are cached, and the map applied.
+    """
+    parts = getattr(encoder, "cache_parts", None)
+    if parts is not None:
+        base, transform = parts()
+        return transform(cached_encode(base, texts, kind))
     digest = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:24]
     safe_id = "".join(c if c.isalnum() or c in "-_." else "_" for c in encoder.id)
     path = cache_dir() / "embeddings" / f"{safe_id}-{kind}-{len(texts)}-{digest}.npy"

@@ -103,6 +103,10 @@ class ZenReranker:
         texts = check_texts(texts, kind)
         return self.head.project(self.backbone.encode(texts, kind=kind))
 
+    def cache_parts(self):
+        """(backbone, head): `cached_encode` caches the backbone's vectors and applies the head."""
+        return self.backbone, self.head.project
+
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Write config.json and model.safetensors (head weights) into ``directory``."""
         return save_head(directory, self.head, encoder_config(self.backbone))
