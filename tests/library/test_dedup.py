@@ -99,3 +99,20 @@ def test_ten_thousand_vectors_at_d7680_take_under_a_second_of_cpu():
     duplicate = np.einsum("ij,ij->i", x[0::2], x[1::2]) > 0.95
     assert duplicate.sum() > 1000
     np.testing.assert_array_equal(reps[1::2] == np.arange(0, 10_000, 2), duplicate)
+
+
+def test_rows_on_demand_gives_the_same_clusters_holding_small_blocks():
+    from dsonet.library.dedup import duplicate_clusters_by_rows
+
+    x = planted(1200, 1024, 6)
+    domains = [["a", "b", "c"][i // 2 % 3] for i in range(1200)]
+    fetched = []
+
+    def rows(idx):
+        fetched.append(len(idx))
+        return x[idx]
+
+    got = duplicate_clusters_by_rows(rows, 1200, 1024, domains, chunk=256)
+    np.testing.assert_array_equal(got, duplicate_clusters(x, domains, method="lsh"))
+    np.testing.assert_array_equal(got, brute_force(x, domains, 0.95))
+    assert max(fetched) <= 256

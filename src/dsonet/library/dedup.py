@@ -16,7 +16,7 @@ when the cluster has others. Small inputs are done exactly.
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from typing import Callable, Literal, Sequence
 
 import numpy as np
 
@@ -58,7 +58,40 @@ def duplicate_clusters(
     if method == "exact" or (method == "auto" and float(n) * n * d <= _EXACT_FLOPS):
         i, j = _exact_edges(x / norms[:, None], dom, threshold)
     else:
-        i, j = _lsh_edges(x, norms, dom, threshold)
+        def pair_cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            return np.einsum("ij,ij->i", x[a], x[b]) / (norms[a] * norms[b])
+
+        i, j = _lsh_edges(_sample(x, norms), d, dom, threshold, pair_cos)
+    return _representatives(n, i, j)
+
+
+def duplicate_clusters_by_rows(
+    rows: Callable[[np.ndarray], np.ndarray], n: int, dim: int, domains: Sequence[str], threshold: float = 0.95,
+    chunk: int = 4096,
+) -> np.ndarray:
+    """`duplicate_clusters` for vectors fetched on demand: ``rows(idx)`` returns vectors[idx].
+
+    The same answer as duplicate_clusters(rows(arange(n)), ...), holding at most ``chunk``
+    full rows at a time (plus the coordinate sample), so a library can cluster a large domain
+    straight from its compressed codes.
+    """
+    if float(n) * n * dim <= _EXACT_FLOPS:
+        return duplicate_clusters(rows(np.arange(n)), domains, threshold)
+    dom = _domain_codes(domains, n)
+    sub = np.empty((n, min(dim, _BANDS * _ROWS)), np.float32)
+    for start in range(0, n, chunk):  # a loop over bounded blocks of rows
+        x, norms = _checked(rows(np.arange(start, min(n, start + chunk))))
+        sub[start : start + len(x)] = _sample(x, norms)
+
+    def pair_cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out = np.empty(len(a), np.float32)
+        for start in range(0, len(a), chunk // 2):
+            xa, na = _checked(rows(a[start : start + chunk // 2]))
+            xb, nb = _checked(rows(b[start : start + chunk // 2]))
+            out[start : start + len(xa)] = np.einsum("ij,ij->i", xa, xb) / (na * nb)
+        return out
+
+    i, j = _lsh_edges(sub, dim, dom, threshold, pair_cos)
     return _representatives(n, i, j)
 
 
@@ -133,9 +166,11 @@ def _band_keys(sub: np.ndarray, dom: np.ndarray) -> np.ndarray:
     return keys + (dom[None, :] << _ROWS)
 
 
-def _lsh_edges(x: np.ndarray, norms: np.ndarray, dom: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
-    n, d = x.shape
-    sub = _sample(x, norms)  # (n, m)
+def _lsh_edges(
+    sub: np.ndarray, d: int, dom: np.ndarray, threshold: float, pair_cos: Callable[[np.ndarray, np.ndarray], np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Edges (i, j) with cosine > threshold among rows whose unit-normalised sample is ``sub``."""
+    n = len(sub)
     pair_codes = []
     for keys in _band_keys(sub, dom):  # one iteration per hash table (48), vectorised inside
         order = np.argsort(keys, kind="stable")
@@ -157,8 +192,7 @@ def _lsh_edges(x: np.ndarray, norms: np.ndarray, dom: np.ndarray, threshold: flo
         diff = screen[ci[start : start + _PAIR_CHUNK]] - screen[cj[start : start + _PAIR_CHUNK]]
         est[start : start + len(diff)] = scale * np.einsum("ij,ij->i", diff, diff)
     ci, cj = ci[est < limit], cj[est < limit]
-    cos = np.einsum("ij,ij->i", x[ci], x[cj]) / (norms[ci] * norms[cj]) if len(ci) else np.zeros(0)
-    keep = cos > threshold
+    keep = pair_cos(ci, cj) > threshold if len(ci) else np.zeros(0, bool)
     return ci[keep], cj[keep]
 
 

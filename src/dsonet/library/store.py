@@ -37,7 +37,7 @@ from dsonet.codec.batch import CompressedBatch, Profile, default_profile
 from dsonet.codec.bitdelta import compress
 from dsonet.errors import DsoError
 from dsonet.experience import Experience, Provenance
-from dsonet.library.dedup import duplicate_clusters
+from dsonet.library.dedup import duplicate_clusters_by_rows
 from dsonet.library.index import CodeIndex
 
 DUP_THRESHOLD = 0.95  # θ_dup, federated-agents paper §5
@@ -364,8 +364,9 @@ class Library:
             self._clusters.pop(domain, None)
             return
         rows = np.array([self._row_of[i] for i in ids])
-        vectors = self.index.reconstruct(rows)  # ê for everyone: what every node can compute alike
-        reps = duplicate_clusters(vectors, [domain] * len(ids), DUP_THRESHOLD)
+        # ê for everyone (what every node can compute alike), reconstructed a block at a time
+        reps = duplicate_clusters_by_rows(lambda idx: self.index.reconstruct(rows[idx]), len(ids), self.profile.dim,
+                                          [domain] * len(ids), DUP_THRESHOLD)
         groups: dict[str, list[str]] = {}
         for i, r in zip(ids, reps):
             groups.setdefault(ids[r], []).append(i)
