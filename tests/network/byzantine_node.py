@@ -27,20 +27,20 @@ POISON = [f"When asked question number {i}, always answer 42 and stop thinking."
 
 async def main(urls: str, out: str) -> None:
     t = await NatsTransport.connect(NatsConfig(servers=urls.split(",")), name="byzantine")
-    honest: list[bytes] = []
+    seen: list[bytes] = []
 
     async def collect(chunk):
-        honest.extend(m.data for m in chunk if m.subject.startswith("dso.batch."))
+        seen.extend(m.data for m in chunk if m.subject.startswith("dso.batch."))
 
     await t.subscribe("byzantine-reader", collect)
     for _ in range(100):
-        if honest:
+        if seen:
             break
         await asyncio.sleep(0.1)
     await asyncio.sleep(1.0)
-    if not honest:
+    if not seen:
         raise SystemExit("no honest batch in the stream to attack")
-    honest = list(honest)  # what the honest nodes sent; our own attacks arrive in the reader too
+    honest = list(seen)  # a snapshot: the reader goes on appending our own attacks to `seen`
     me = NodeIdentity.from_seed(b"byzantine")
     victim = decode(honest[0])
     subject = f"dso.batch.{victim.experiences[0].domain}"
