@@ -50,3 +50,12 @@ def test_operations_parse_from_json_or_bare_words():
     assert parse.operation("I choose UPDATE on E2 because") == ({"op": "UPDATE", "id": "E2"}, "")
     op, why = parse.operation("hmm, maybe")
     assert op is None and "no JSON operation" in why
+
+
+def test_echoed_templates_truncated_lessons_and_the_prompts_example_are_skipped():
+    text = ("When <situation>, <what to do>: When a sum has two terms, add the second to the first.\n"
+            "When you're\nWhen a problem mixes several steps, do one step at a time and write each result.")
+    out = parse.experiences(text, reject=("When a problem mixes several steps, do one step at a time and write "
+                                          "each result.",))
+    assert out.items == ("When a sum has two terms, add the second to the first.",)
+    assert any("example" in s for s in out.skipped) and len(out.skipped) == 2

@@ -53,7 +53,7 @@ class LearnConfig:
     batch_size: int = 8  # queries per library update
     max_lessons: int = 2  # proposals per mixed group
     summary_words: int = 60  # rollouts longer than this are summarised before comparison
-    note_tokens: int = 96  # budget of each summary, comparison and operation reply
+    note_tokens: int = 64  # budget of each summary, comparison and operation reply
     retrieval: Retrieval = field(default_factory=Retrieval)
     seed: int = 0
 
@@ -147,11 +147,12 @@ class Learner:
         texts.update({key: s[0] for key, s in zip(long, summaries)})
         replies = self._generate([prompts.COMPARE.format(
             problem=g.query, best=texts[gi, b], worst=texts[gi, w], best_reward=g.rewards[b],
-            worst_reward=g.rewards[w], max_lessons=self.config.max_lessons)
+            worst_reward=g.rewards[w], max_lessons=self.config.max_lessons,
+            example=prompts.EXAMPLE_LESSON)
             for gi, (g, (b, w)) in enumerate(zip(mixed, pairs))])
         out = []
         for g, (b, w), reply in zip(mixed, pairs, replies):
-            parsed = parse.experiences(reply[0], self.config.max_lessons)
+            parsed = parse.experiences(reply[0], self.config.max_lessons, reject=(prompts.EXAMPLE_LESSON,))
             for reason in parsed.skipped:
                 self._skip("propose", reason, reply[0])
             conf = confidence_from_gap(g.rewards[b], g.rewards[w])

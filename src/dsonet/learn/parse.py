@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from dsonet.experience import MAX_WORDS
 
 _WHEN = re.compile(r"\bwhen\b[^\n]*", re.IGNORECASE)
+# the prompt's shape echoed back, e.g. "When <situation>, <what to do>: When ..."
+_PLACEHOLDER = re.compile(r"when\s*<[^>]*>\s*,?\s*(<[^>]*>)?\s*[:.-]?\s*", re.IGNORECASE)
 _LEAD = re.compile(r"^[\s\-*•>#\d.)\]:\"'`]*(lesson|experience|strategy)?\s*\d*\s*[:.)-]?\s*", re.IGNORECASE)
 
 
@@ -58,8 +60,12 @@ def clean_experience(fragment: str) -> str:
     return " ".join(text.split())
 
 
-def experiences(text: str, max_items: int = 3) -> Parsed:
-    """"When X, Y" lessons from free text or from a JSON object/list of them."""
+def experiences(text: str, max_items: int = 3, reject: tuple[str, ...] = ()) -> Parsed:
+    """"When X, Y" lessons from free text or from a JSON object/list of them. A lesson needs a
+    condition and a strategy of at least two words each (a reply cut off at the token limit
+    usually ends mid-condition); lessons in ``reject`` (e.g. the prompt's example) are dropped."""
+    text = _PLACEHOLDER.sub("", text)
+    rejected = {r.casefold().rstrip(".") for r in reject}
     candidates: list[str] = []
     obj = first_json_object(text)
     if obj is not None:
@@ -75,12 +81,15 @@ def experiences(text: str, max_items: int = 3) -> Parsed:
         lesson = lesson[start:] if start >= 0 else lesson
         lesson = lesson[:1].upper() + lesson[1:]
         words = len(lesson.split())
-        if not lesson.lower().startswith("when") or "," not in lesson:
+        condition, _, strategy = lesson.partition(",")
+        if not lesson.lower().startswith("when") or "<" in lesson or not strategy:
             skipped.append(f"not 'When X, Y': {lesson[:80]!r}")
         elif words > MAX_WORDS:
             skipped.append(f"too long: {words} words > {MAX_WORDS}")
-        elif words < 5:
+        elif len(condition.split()) < 3 or len(strategy.split()) < 2:
             skipped.append(f"too short: {lesson!r}")
+        elif lesson.casefold().rstrip(".") in rejected:
+            skipped.append("repeats the prompt's example")
         elif lesson.lower() not in seen:
             seen.add(lesson.lower())
             found.append(lesson)
