@@ -136,6 +136,8 @@ class Library:
         while chunk := cur.fetchmany(8192):
             self._index_rows(chunk)
         self._clusters: dict[str, dict[str, list[str]]] = {}  # domain -> representative -> members
+        self._rep_of: dict[str, dict[str, str]] = {}  # domain -> member -> representative (merged members only)
+        self._dom_cache_n = -1  # len(self.domains) when the domain-code array was last built
         self._dirty: set[str] = set(self.domains)
 
     def _index_rows(self, rows: list[tuple]) -> None:
@@ -362,6 +364,7 @@ class Library:
         ids = sorted(i for i, r in self._row_of.items() if self.domains[r] == domain)
         if not ids:
             self._clusters.pop(domain, None)
+            self._rep_of.pop(domain, None)
             return
         rows = np.array([self._row_of[i] for i in ids])
         # ê for everyone (what every node can compute alike), reconstructed a block at a time
@@ -371,6 +374,7 @@ class Library:
         for i, r in zip(ids, reps):
             groups.setdefault(ids[r], []).append(i)
         self._clusters[domain] = groups
+        self._rep_of[domain] = {m: rep for rep, ms in groups.items() if len(ms) > 1 for m in ms}
 
     def merged(self, rep_id: str) -> tuple[Experience, np.ndarray]:
         """A cluster as one experience: the representative with the maximum confidence, and the
@@ -393,6 +397,15 @@ class Library:
             if int(r) in self._floats:
                 out[k] = self._floats[int(r)]
         return out
+
+    def _domain_mask(self, domain: str) -> np.ndarray:
+        """Boolean mask over index rows of one domain (domain codes cached as an int array)."""
+        if self._dom_cache_n != len(self.domains):
+            names, codes = np.unique(np.array(self.domains, dtype=object).astype(str), return_inverse=True)
+            self._dom_names, self._dom_codes, self._dom_cache_n = list(names), codes, len(self.domains)
+        if domain not in self._dom_names:
+            return np.zeros(len(self.domains), bool)
+        return self._dom_codes == self._dom_names.index(domain)
 
     def get_domain(self, exp_id: str) -> str:
         return self.domains[self._row_of[exp_id]]
@@ -419,7 +432,7 @@ class Library:
         q = q / max(float(np.linalg.norm(q)), 1e-12)
         allowed = None
         if domain is not None:
-            allowed = np.array(self.domains, dtype=object) == domain
+            allowed = self._domain_mask(domain)
         rows, scores = self.index.search(q, k, max(OVERSAMPLE, 4 * k), allowed)
         # exact rescoring where this node holds the float vector
         held = np.array([r in self._floats for r in rows], bool)
@@ -428,19 +441,20 @@ class Library:
             scores[held] = np.stack([self._floats[r] for r in rows[held]]) @ q
             order = np.argsort(-scores, kind="stable")
             rows, scores = rows[order], scores[order]
-        clusters = self.clusters()
-        rep_of = {m: rep for rep, ms in clusters.items() for m in ms}
+        self.clusters()  # bring the merged view up to date
         hits, seen = [], set()
         for r, s in zip(rows, scores):  # walks at most the oversampled candidates, best first
-            rep = rep_of.get(self.ids[r], self.ids[r])
+            eid, dom = self.ids[r], self.domains[r]
+            rep = self._rep_of.get(dom, {}).get(eid, eid)
             if rep in seen:
                 continue
             seen.add(rep)
-            exp, vec = self.merged(rep) if len(clusters.get(rep, ())) > 1 else (self.get(rep), None)
+            members = self._clusters[dom][rep] if rep != eid or eid in self._rep_of.get(dom, {}) else [eid]
+            exp, vec = self.merged(rep) if len(members) > 1 else (self.get(rep), None)
             score = float(vec @ q) if vec is not None else float(s)
             if score < min_similarity:
                 continue
-            hits.append(Hit(exp, score, tuple(clusters.get(rep, [rep]))))
+            hits.append(Hit(exp, score, tuple(members)))
             if len(hits) == k:
                 break
         return hits
