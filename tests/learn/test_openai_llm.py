@@ -13,7 +13,7 @@ from dsonet.learn.llm import LLMError, open_llm, user
 
 
 class _Server:
-    def __init__(self, fail_first: int = 0, delay: float = 0.05, always_fail: bool = False):
+    def __init__(self, fail_first: int = 0, delay: float = 0.05, always_fail: bool = False, reply=None):
         self.lock = threading.Lock()
         self.in_flight = self.peak = self.requests = 0
         self.fail_left = fail_first
@@ -41,7 +41,8 @@ class _Server:
                 question = body["messages"][-1]["content"]
                 payload = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
                            "choices": [{"index": 0, "finish_reason": "stop",
-                                        "message": {"role": "assistant", "content": f"echo: {question}"}}],
+                                        "message": {"role": "assistant",
+                                                    "content": reply(question) if reply else f"echo: {question}"}}],
                            "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}
                 data = json.dumps(payload).encode()
                 self.send_response(200)

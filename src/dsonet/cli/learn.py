@@ -84,10 +84,12 @@ def load_split(task, size, config, verifier, held_out, seed):
 @click.option("--max-tokens", default=128, show_default=True, help="Tokens per rollout.")
 @click.option("--run-dir", type=click.Path(path_type=Path), default=None,
               help="State and JSONL run log; rerun with the same dir to resume (default: <library>.runs/<task>).")
+@click.option("--min-similarity", default=0.6, show_default=True,
+              help="Retrieval threshold for experiences in rollout prompts and for similar-lesson lookup.")
 @click.option("--node-id", default="", help="Recorded in each experience's provenance.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def learn(task, library_path, url, model, concurrency, timeout, size, config, verifier, held_out, seed, telemetry,
-          epochs, batch_size, group_size, temperature, max_tokens, run_dir, node_id, quiet):
+          epochs, batch_size, group_size, temperature, max_tokens, run_dir, min_similarity, node_id, quiet):
     """Learn experiences with training-free GRPO: G rollouts per query, compare the best and
     worst of each mixed group, and ADD / UPDATE / DELETE experiences in the library.
 
@@ -101,6 +103,7 @@ def learn(task, library_path, url, model, concurrency, timeout, size, config, ve
       dso learn gsm8k --library lib.db --llm http://localhost:8000/v1 --model Qwen/Qwen3-8B
       dso learn --telemetry tools.jsonl --library lib.db
     """
+    from dsonet.learn.context import Retrieval
     from dsonet.learn.grpo import LearnConfig, Learner
     from dsonet.learn.tasks import telemetry_groups
 
@@ -110,7 +113,7 @@ def learn(task, library_path, url, model, concurrency, timeout, size, config, ve
         llm = open_llm(url, model, concurrency, timeout)
         lib = open_library(library_path)
         cfg = LearnConfig(group_size=group_size, temperature=temperature, max_tokens=max_tokens, epochs=epochs,
-                          batch_size=batch_size, seed=seed)
+                          batch_size=batch_size, seed=seed, retrieval=Retrieval(min_similarity=min_similarity))
         if telemetry:
             records = [json.loads(line) for line in telemetry.read_text().splitlines() if line.strip()]
             learner = Learner(llm, lib, cfg, run_dir, node_id)
@@ -172,9 +175,10 @@ def ask(question, library_path, url, model, concurrency, timeout, k, min_similar
 @click.option("--samples", default=1, show_default=True, help="Samples per task (same seeds with and without).")
 @click.option("--temperature", default=0.0, show_default=True, help="0 = greedy.")
 @click.option("--max-tokens", default=128, show_default=True)
+@click.option("--min-similarity", default=0.6, show_default=True, help="Retrieval threshold (paper: 0.6).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def evaluate(task, library_path, url, model, concurrency, timeout, size, config, verifier, held_out, seed, samples,
-             temperature, max_tokens, as_json):
+             temperature, max_tokens, min_similarity, as_json):
     """Accuracy on the held-out split with and without experiences: same tasks, same seeds,
     same samples; 95% interval of the difference by paired bootstrap, Wilson for each.
 
@@ -182,13 +186,15 @@ def evaluate(task, library_path, url, model, concurrency, timeout, size, config,
     Example:
       dso eval rg:chain_sum --library lib.db --size 40 --config max_terms=2 --max-tokens 64
     """
+    from dsonet.learn.context import Retrieval
     from dsonet.learn.evaluate import evaluate as _evaluate
 
     try:
         llm = open_llm(url, model, concurrency, timeout)
         _, test = load_split(task, size, config, verifier, held_out, seed)
         result = _evaluate(llm, test, open_library(library_path), samples=samples, temperature=temperature,
-                           max_tokens=max_tokens, seed=seed)
+                           max_tokens=max_tokens, seed=seed,
+                           retrieval=Retrieval(min_similarity=min_similarity))
     except DsoError as exc:
         raise click.ClickException(str(exc)) from exc
     d = result.to_dict()

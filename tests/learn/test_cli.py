@@ -1,0 +1,66 @@
+"""`dso learn / ask / eval` end to end through an OpenAI-compatible endpoint on localhost, checked
+through the Python API (the server is scripted: the subject is the commands' wiring)."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from dsonet.cli.main import cli
+from dsonet.library import Library
+
+from .test_openai_llm import _Server
+
+LESSON = "When the calculator tool returns an error, retry once with the expression simplified."
+
+
+def _reply(prompt: str) -> str:
+    if prompt.startswith("Two attempts"):
+        return f"Lessons:\n1. {LESSON}"
+    if "What is 6 * 7" in prompt:
+        return "Answer: 42"
+    return "no idea"
+
+
+@pytest.mark.slow
+def test_learn_from_telemetry_then_ask_and_eval(tmp_path, minilm):
+    server = _Server(delay=0.0, reply=_reply)
+    try:
+        telemetry = tmp_path / "tools.jsonl"
+        telemetry.write_text("\n".join(json.dumps(r) for r in [
+            {"tool": "calc", "input": "(2+3)*4", "output": "20", "reward": 1},
+            {"tool": "calc", "input": "(2+3)*4", "output": "error: parse", "reward": 0}]))
+        lib_path = tmp_path / "lib.db"
+        llm = ["--llm", server.url, "--model", "tiny"]
+        result = CliRunner().invoke(cli, ["learn", "--telemetry", str(telemetry), "--library", str(lib_path), *llm])
+        assert result.exit_code == 0, result.output
+        assert "ADD 1" in result.output
+        with Library(lib_path, encoder=minilm) as lib:
+            assert [(e.text, e.domain) for e in lib.all()] == [(LESSON, "tool.calc")]
+
+        asked = CliRunner().invoke(cli, ["ask", "The calculator tool returned an error, what now?", "--library",
+                                         str(lib_path), "--show-prompt", *llm])
+        assert asked.exit_code == 0, asked.output
+        assert "Learned Experiences" in asked.output and LESSON in asked.output
+
+        tasks = tmp_path / "tasks.jsonl"
+        tasks.write_text("\n".join(json.dumps({"question": q, "answer": a})
+                                   for q, a in [("What is 6 * 7?", "42"), ("What is 2 + 2?", "4")] * 5))
+        ev = CliRunner().invoke(cli, ["eval", f"jsonl:{tasks}", "--library", str(lib_path), "--held-out", "0.5",
+                                      "--json", *llm])
+        assert ev.exit_code == 0, ev.output
+        row = json.loads(ev.output.strip().splitlines()[-1])
+        assert row["n_eval"] == 5 and row["accuracy_with"] == row["accuracy_without"]
+        assert 0 < row["accuracy_without"] < 1
+    finally:
+        server.close()
+
+
+def test_learn_without_a_task_says_what_to_give(tmp_path):
+    result = CliRunner().invoke(cli, ["learn", "--library", str(tmp_path / "lib.db")])
+    assert result.exit_code != 0 and "--telemetry" in result.output
+
+
+def test_eval_needs_an_existing_library():
+    result = CliRunner().invoke(cli, ["eval", "rg:chain_sum", "--library", "/nonexistent.db"])
+    assert result.exit_code != 0 and "does not exist" in result.output
