@@ -52,7 +52,8 @@ class CodeIndex:
         self.base_rows = np.zeros(0, np.int32)
         self.norms = np.zeros(0, np.float32)  # ‖ê‖ of every row
         self.live = np.zeros(0, bool)
-        self.baselines = np.zeros((0, dim), np.float32)
+        self._baselines = np.zeros((0, dim), np.float32)
+        self.n_baselines = 0
 
     def __len__(self) -> int:
         return self.n
@@ -69,11 +70,20 @@ class CodeIndex:
             return np.zeros((0, self.code_bytes), np.uint8)
         return faiss.rev_swig_ptr(self.binary.xb.data(), self.n * self.code_bytes).reshape(self.n, self.code_bytes)
 
+    @property
+    def baselines(self) -> np.ndarray:
+        return self._baselines[: self.n_baselines]
+
     def add_baseline(self, baseline: np.ndarray) -> int:
-        self.baselines = np.vstack([self.baselines, np.asarray(baseline, np.float32)[None, :]])
+        if self.n_baselines == len(self._baselines):  # grow geometrically: one baseline arrives per batch
+            grown = np.zeros((max(8, int(len(self._baselines) * _GROW)), self.dim), np.float32)
+            grown[: self.n_baselines] = self._baselines[: self.n_baselines]
+            self._baselines = grown
+        self._baselines[self.n_baselines] = np.asarray(baseline, np.float32)
+        self.n_baselines += 1
         if self.reference is None:
-            self.reference = self.baselines[0].copy()
-        return len(self.baselines) - 1
+            self.reference = self._baselines[0].copy()
+        return self.n_baselines - 1
 
     def add(self, signs: np.ndarray, scales: np.ndarray, base_rows: np.ndarray) -> np.ndarray:
         """Append codes: signs (m, G, W) uint32, scales (m, G), base_rows (m,) -> their row numbers."""
@@ -86,9 +96,9 @@ class CodeIndex:
         self.scales[rows] = scales
         self.base_rows[rows] = base_rows
         self.live[rows] = True
-        for start in range(0, m, 4096):  # ‖ê‖ in bounded chunks
+        for start in range(0, m, 4096):  # bounded temporaries
             r = rows[start : start + 4096]
-            self.norms[r] = np.linalg.norm(self.reconstruct(r), axis=1)
+            self.norms[r] = self._norms(r)
         return rows
 
     def _reserve(self, size: int) -> None:
@@ -117,23 +127,38 @@ class CodeIndex:
         return (signs * self.scales[rows][:, :, None]).reshape(len(rows), self.dim)
 
     def score(self, q: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Cosine of the float query q (unit, (d,)) with ê of the given rows, from the codes.
-
-        Sum of q over set bits by byte lookup table (as in RaBitQ's fast scan): T[p, v] is
-        the sum of q's 8 coordinates at byte position p where v has a bit set, so a row's sum
-        is one gather per code byte; no sign is unpacked to a float.
-        """
+        """Cosine of the float query q (unit, (d,)) with ê of the given rows, from the codes."""
         rows = np.asarray(rows, dtype=np.int64)
-        qr = self.rotation.apply(q[None, :])[0] if self.rotation is not None else q
-        grouped = np.zeros((self.n_groups, self.code_bytes // self.n_groups * 8), np.float32)  # pad bits: 0
-        grouped[:, : self.group_size] = qr.reshape(self.n_groups, self.group_size)
-        table = _byte_table(grouped.reshape(-1, 8))  # (code_bytes, 256)
-        flat = self.signs[rows] + (np.arange(self.code_bytes, dtype=np.int32) * 256)  # (m, code_bytes) int32
-        set_sum = np.take(table.ravel(), flat).reshape(len(rows), self.n_groups, -1).sum(-1)  # (m, G)
-        sign_dot = 2.0 * set_sum - grouped.sum(1)  # ⟨q_j, s_j⟩ over ±1 signs
         base_dot = self.baselines @ q  # (B,) one per stored baseline
-        dots = base_dot[self.base_rows[rows]] + (self.scales[rows] * sign_dot).sum(1)
+        dots = base_dot[self.base_rows[rows]] + self._delta_dot(self._rotate(q), rows)
         return dots / np.maximum(self.norms[rows], 1e-12)
+
+    def _rotate(self, v: np.ndarray) -> np.ndarray:
+        return self.rotation.apply(v[None, :])[0] if self.rotation is not None else v
+
+    def _delta_dot(self, v: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """v·Δ̂ = Σ_j α_j ⟨v_j, s_j⟩ for rows, v in the codes' (rotated) frame; nothing unpacked.
+
+        ⟨v_j, s_j⟩ = 2·(sum of v_j over set bits) − Σ v_j. The sum over set bits is a byte
+        lookup table (as in RaBitQ's fast scan): T[p, b] is the sum of v's 8 coordinates at byte
+        position p where b has a bit set, so a row costs one gather per code byte.
+        """
+        grouped = np.zeros((self.n_groups, self.code_bytes // self.n_groups * 8), np.float32)  # pad bits: 0
+        grouped[:, : self.group_size] = v.reshape(self.n_groups, self.group_size)
+        table = _byte_table(grouped.reshape(-1, 8))  # (code_bytes, 256)
+        flat = self.signs[rows] + (np.arange(self.code_bytes, dtype=np.int32) * 256)  # (m, code_bytes)
+        set_sum = np.take(table.ravel(), flat).reshape(len(rows), self.n_groups, -1).sum(-1)  # (m, G)
+        return (self.scales[rows] * (2.0 * set_sum - grouped.sum(1))).sum(1)
+
+    def _norms(self, rows: np.ndarray) -> np.ndarray:
+        """‖ê‖ from the codes: ‖ē‖² + 2 ē·Δ̂ + g Σ_j α_j² (the rotation preserves norms)."""
+        out = np.empty(len(rows), np.float32)
+        for b in np.unique(self.base_rows[rows]):  # rows of one batch share a baseline: usually one pass
+            sel = self.base_rows[rows] == b
+            base = self.baselines[b]
+            sq = base @ base + 2.0 * self._delta_dot(self._rotate(base), rows[sel])
+            out[sel] = np.sqrt(np.maximum(sq + self.group_size * (self.scales[rows[sel]] ** 2).sum(1), 0.0))
+        return out
 
     def coarse(self, q: np.ndarray, n_candidates: int) -> np.ndarray:
         """Row numbers of the n_candidates codes nearest in Hamming distance to sign(R(q − ē))."""
