@@ -32,7 +32,7 @@ system:
 	else echo "nats-server is missing: run 'sudo apt-get install -y nats-server' (network tests will be skipped)"; fi
 
 demo: install
-	$(DSO) bench codec --quick
+	$(DSO) demo
 
 test: install system
 	$(PY) -m pytest $(PYTEST_ARGS)
