@@ -86,12 +86,20 @@ def dedup_merge(vectors: np.ndarray, confidences: np.ndarray, domains: Sequence[
     k = len(firsts)
     conf = np.asarray(confidences, dtype=np.float64)
     weights = np.maximum(conf, 1e-6).astype(np.float32)  # a cluster of confidence-0 members still has a mean
-    merged = vectors[firsts].astype(np.float32)  # (k, d); most clusters are one row, already their own mean
+    merged = np.asarray(vectors[firsts], dtype=np.float32)  # (k, d) a fresh copy; most clusters are one row
     shared = np.flatnonzero(np.bincount(labels, minlength=k)[labels] > 1)  # rows of clusters with company
     if len(shared):
-        merged[labels[shared]] = 0.0
-        np.add.at(merged, labels[shared], vectors[shared] * weights[shared, None])  # few rows: add.at is fine
-    merged /= np.maximum(np.linalg.norm(merged, axis=1, keepdims=True), 1e-12)  # weights cancel in the direction
+        shared = shared[np.argsort(labels[shared], kind="stable")]  # each cluster's rows contiguous
+        starts = np.flatnonzero(np.r_[True, labels[shared][1:] != labels[shared][:-1]])
+        rank = np.arange(len(shared)) - np.repeat(starts, np.diff(np.r_[starts, len(shared)]))
+        merged[labels[shared[starts]]] = 0.0
+        for r in range(int(rank.max()) + 1):  # over member ranks (the largest cluster's size), not vectors:
+            sel = shared[rank == r]  # each cluster at most once, so a plain fancy-index add is exact
+            contribution = vectors[sel]  # a fresh copy, scaled in place
+            contribution *= weights[sel, None]
+            merged[labels[sel]] += contribution
+    norms = np.sqrt(np.einsum("ij,ij->i", merged, merged))  # no (k, d) temporary
+    merged /= np.maximum(norms, 1e-12)[:, None]  # the weights cancel in the direction
     cluster_conf = np.zeros(k)
     np.maximum.at(cluster_conf, labels, conf)
     order = np.lexsort((np.arange(n), -(conf * trust), labels))  # by cluster, then best member first

@@ -115,7 +115,7 @@ class DeltaSoup:
             reason[keep & ~capped] = "share cap: source over its share of the domain"
             keep = capped
 
-        per_batch = [keep[rows.batch == i] for i in range(len(batches))]
+        per_batch = np.split(keep, np.cumsum([len(b) for b in batches])[:-1])
         for i, (b, mask) in enumerate(zip(batches, per_batch)):
             if i not in liars:  # a liar already scored r = 0 in the re-encoding check
                 self.reputation.update(b.node_id, int(mask.mean() >= 0.5))
