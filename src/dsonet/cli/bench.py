@@ -13,6 +13,8 @@ BENCHMARKS = {
     "robustness": ("dsonet.bench.robustness:cli", "Retrieval accuracy under Byzantine nodes, per attack and rule."),
     "all": ("dsonet.bench.all:cli", "Run every benchmark and write bench/REPORT.md."),
     "network": ("dsonet.bench.network:cli", "Three nodes on NATS: API throughput, propagation, wire bytes."),
+    "crossmodel": ("dsonet.bench.crossmodel:cli", "Cross-model retrieval: WordLlama + adapter vs native, Recall@5/@10, latency."),
+    "train": ("dsonet.bench.train:cli", "A short Zen head training: each stage's metric before and after."),
 }
 
 

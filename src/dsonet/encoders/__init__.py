@@ -1,11 +1,16 @@
 """Encoders: text -> L2-normalised float32 vectors, behind one protocol (see base.py)."""
 
 from dsonet.encoders.base import Encoder, EncoderError, Kind
+from dsonet.encoders.cache import cached_encode
 from dsonet.encoders.sentence import SentenceTransformerEncoder, minilm
 
-__all__ = ["Encoder", "EncoderError", "Kind", "SentenceTransformerEncoder", "default_encoder", "minilm"]
+__all__ = ["Encoder", "EncoderError", "Kind", "SentenceTransformerEncoder", "cached_encode", "default_encoder", "minilm"]
 
 
 def default_encoder() -> Encoder:
-    """The network's embedded default encoder (the default profile's space)."""
-    return minilm()
+    """The network's embedded default encoder, the default profile's space: MiniLM + a Zen head
+    -> 7680 dims (`dsonet.encoders.default`). Its first use on a machine trains the head from
+    packaged data (a few minutes on a CPU, with a message on stderr) and caches it."""
+    from dsonet.encoders.default import zen_minilm
+
+    return zen_minilm()

@@ -26,7 +26,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 from dsonet.encoders.base import Encoder, EncoderError, Kind, check_texts, l2_normalise
-from dsonet.encoders.cache import cache_dir
+from dsonet.encoders.cache import cache_dir, cached_encode
 
 Method = Literal["ridge", "procrustes", "mlp"]
 METHODS: tuple[Method, ...] = ("ridge", "procrustes", "mlp")
