@@ -11,7 +11,8 @@ so a row is dropped when it is much farther from the robust center than the crow
 "deltasoup" is the paper's own coordinate-wise score instead (`mad_scores`, τ = 2.0);
 "krum" keeps the n − ⌊f·n⌋ rows with the lowest Multi-Krum scores; "mean" keeps everything
 (the undefended baseline). Trimmed mean and Krum need an assumed Byzantine share; both assume
-30% (trim β = 0.3 from each end; Krum f = 0.3·n), the fraction the paper's headline is about. Every rule sees the same rows and returns an `Admission`.
+30% (trim β = 0.3 from each end; Krum f = 0.3·n), the fraction the paper's headline is about.
+Every rule sees the same rows and returns an `Admission`.
 """
 
 from __future__ import annotations

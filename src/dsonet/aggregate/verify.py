@@ -22,7 +22,8 @@ def verify_payload(payload: bytes, now_ms: int, config: DeltaSoupConfig,
     batch = decode(payload, profiles, max_bytes=config.max_batch_bytes)
     if len(batch) > config.max_batch_experiences:
         raise AggregationError(
-            "experiences", f"{len(batch)} experiences; this node accepts at most {config.max_batch_experiences} per batch"
+            "experiences",
+            f"{len(batch)} experiences; this node accepts at most {config.max_batch_experiences} per batch",
         )
     skew = batch.timestamp_ms - now_ms
     if abs(skew) > config.t_max_ms:

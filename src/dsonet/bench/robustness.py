@@ -66,8 +66,9 @@ def time_round(encoder_id: str, docs: np.ndarray, queries: np.ndarray, repeats: 
     from dsonet.sim.corpus import DOMAIN, fits, texts
 
     questions, doc_texts, _ = texts()
-    usable = [i for i, t in enumerate(list(doc_texts) + list(questions)) if fits(t)]  # long questions cannot be experiences
-    all_texts = [(list(doc_texts) + list(questions))[i] for i in usable]
+    candidates = list(doc_texts) + list(questions)
+    usable = [i for i, t in enumerate(candidates) if fits(t)]  # a long question cannot be an experience
+    all_texts = [candidates[i] for i in usable]
     vectors = lift(np.concatenate([docs, queries])[usable], 7680)
     rng = np.random.default_rng(0)
     first = rng.permutation(len(all_texts))
@@ -124,10 +125,12 @@ def run(quick: bool, repeats: int) -> dict:
     click.echo(f"DeltaSoup round, 100 batches × 100 experiences, d = 7680: verify {timing['verify_seconds']:.2f} s + "
                f"round {timing['round_seconds']:.2f} s = {timing['total_seconds']:.2f} s "
                f"(phases {', '.join(f'{k} {v:.2f}' for k, v in timing['phase_seconds'].items())}; "
-               f"CPU {timing['cpu_seconds']:.2f} s; load average {timing['load_average_1min']:.1f} on {timing['cores']} cores) "
+               f"CPU {timing['cpu_seconds']:.2f} s; load average {timing['load_average_1min']:.1f} "
+               f"on {timing['cores']} cores) "
                f"[{time.perf_counter() - t:.0f} s]")
 
-    spec = FleetSpec(n_items=300, n_eval=100, n_feedback=100) if quick else FleetSpec(n_items=600, n_eval=250, n_feedback=200)
+    spec = (FleetSpec(n_items=300, n_eval=100, n_feedback=100) if quick
+            else FleetSpec(n_items=600, n_eval=250, n_feedback=200))
     fleet = Fleet(corpus, spec, encoder.id, harmful, garbage, garbage_vecs)
     fractions = (0.0, 0.3) if quick else FRACTIONS
     rules = contenders(full=not quick)
@@ -157,7 +160,8 @@ def run(quick: bool, repeats: int) -> dict:
             "timing": timing, "paper": PAPER, "fleet": spec.__dict__, "quick": quick,
             "definitions": {"accuracy": "share of held-out questions whose top-5 holds a sentence of their own "
                                         "solution and no attacker experience",
-                            "clean_accuracy": "the same honest batches at that f, attackers silent, no filter (rule mean)",
+                            "clean_accuracy": "the same honest batches at that f, attackers silent, "
+                                              "no filter (rule mean)",
                             "attacker_admitted": "share of the attackers' verified experiences that passed the round"}}
 
 
@@ -220,7 +224,8 @@ def cli(quick: bool, repeats: int) -> None:
                f"{100 * clean:.1f}%; at 0%: {100 * result['rows'][0]['clean_accuracy']:.1f}%:")
     click.echo(format_table(table, ["attack", *rules]))
     ours = [acc[a, "deltasoup"]["accuracy"] for a in attacks]
-    click.echo(f"\nPaper (zip-002 §6): clean 94.7% → 92.1% at 30% with the median (97.3% of clean); the mean keeps 70%.")
+    click.echo("\nPaper (zip-002 §6): clean 94.7% → 92.1% at 30% with the median (97.3% of clean); "
+               "the mean keeps 70%.")
     click.echo(f"Ours at 30%: deltasoup worst attack {100 * min(ours):.1f}% ({100 * min(ours) / clean:.1f}% of clean; "
                f"target ≥ 99%); median worst {100 * min(acc[a, 'median']['accuracy'] for a in attacks):.1f}%; "
                f"mean worst {100 * min(acc[a, 'mean']['accuracy'] for a in attacks):.1f}%.")

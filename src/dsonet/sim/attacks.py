@@ -121,7 +121,8 @@ class InDistribution(Attack):
 
     def payloads(self, node, view, n):
         mu, sigma = view.honest_vectors.mean(axis=0), view.honest_vectors.std(axis=0)
-        rows = mu + sigma * (self.z * view.rng.choice([-1.0, 1.0], size=len(mu)) + 0.3 * view.rng.standard_normal((n, len(mu))))
+        direction = self.z * view.rng.choice([-1.0, 1.0], size=len(mu))  # one shared shift, as in ALIE
+        rows = mu + sigma * (direction + 0.3 * view.rng.standard_normal((n, len(mu))))
         return [signed(node.identity, _pick(view.harmful, n, view.rng), _unit(rows), view)]
 
 
