@@ -13,7 +13,8 @@ def test_expansion_loss_is_zero_for_the_padded_input_itself():
 
 
 def test_contrastive_loss_matches_the_infonce_formula():
-    q, pos, neg = torch.randn(3, 5), torch.randn(3, 5), torch.randn(3, 7, 5)
+    gen = torch.Generator().manual_seed(0)
+    q, pos, neg = (F.normalize(torch.randn(*shape, generator=gen), dim=-1) for shape in ((3, 5), (3, 5), (3, 7, 5)))
     tau = 0.05
     s_pos = torch.exp((q * pos).sum(-1) / tau)
     s_neg = torch.exp(torch.einsum("bd,bkd->bk", q, neg) / tau).sum(-1)
