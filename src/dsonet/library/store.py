@@ -90,6 +90,7 @@ class Library:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")  # an acknowledged commit survives power loss too
         self.db.executescript(_SCHEMA)
+        self.profile: Profile | None = None  # set once the file's profile is known
         self.profile = self._bind_profile(profile)
         self._load_index()
 
@@ -101,6 +102,11 @@ class Library:
             from dsonet.encoders import default_encoder
 
             self._encoder = default_encoder()
+            if self.profile is not None and self._encoder.dim != self.profile.dim:
+                raise LibraryError(
+                    f"encoder: the default encoder {self._encoder.id} gives {self._encoder.dim} dims but {self.path} "
+                    f"holds a {self.profile.dim}-dim profile ({self.profile.encoder_id}); open it with that encoder"
+                )
         return self._encoder
 
     def _bind_profile(self, profile: Profile | None) -> Profile:
