@@ -157,3 +157,11 @@ def test_mutated_batches_never_decode_into_an_unverified_batch(encoding, data):
     assert got.hash == GOOD.hash
     assert [e.id for e in got.experiences] == [e.id for e in GOOD.experiences]
     np.testing.assert_array_equal(got.codes.signs, GOOD.codes.signs)
+
+
+def test_default_profile_is_rotated_one_scale_per_vector():
+    from dsonet.codec import default_profile
+
+    p = default_profile(7680, "enc")
+    assert (p.dim, p.group_size, p.encoder_id) == (7680, 7680, "enc")
+    assert p.rotation_seed is not None

@@ -73,9 +73,17 @@ class Profile:
         return hashlib.sha256(_canonical_json(self.to_dict())).hexdigest()[:16]
 
 
+DEFAULT_ROTATION_SEED = 0x5EED
+
+
 def default_profile(dim: int, encoder_id: str) -> Profile:
-    """The protocol's default for a space: one scale per vector (g = d: 964 bytes at d = 7680)."""
-    return Profile(dim=dim, group_size=dim, encoder_id=encoder_id, rotation_seed=None)
+    """The protocol's default for a space: one scale per vector (g = d: 964 bytes at d = 7680), rotated.
+
+    Rotation is chosen by measurement (`dso bench codec`): it never lost fidelity on real
+    embeddings, and for the default MiniLM + Zen head space — whose meaning sits in few
+    coordinates — it lifts mean cos(e, ê) at g = d from 0.33 to 0.70 for the same 964 bytes.
+    """
+    return Profile(dim=dim, group_size=dim, encoder_id=encoder_id, rotation_seed=DEFAULT_ROTATION_SEED)
 
 
 @dataclass(frozen=True)
