@@ -47,7 +47,8 @@ def _rate(fn, items: list, workers: int = 4) -> float:
     return len(items) / (time.perf_counter() - t)
 
 
-def _propagation(a_url: str, c_url: str, texts: list[str], timeout_s: float = 30.0) -> list[float]:
+def _propagation(a, c, texts: list[str], timeout_s: float = 30.0) -> list[float]:
+    a_url, c_url = a.url, c.url
     out = []
     with httpx.Client(timeout=60) as http:
         for text in texts:
@@ -57,7 +58,10 @@ def _propagation(a_url: str, c_url: str, texts: list[str], timeout_s: float = 30
             exp_id = r.json()["id"]
             while http.get(f"{c_url}/experiences/{exp_id}").status_code != 200:
                 if time.perf_counter() - t0 > timeout_s:
-                    raise click.ClickException(f"{exp_id[:12]} did not reach C within {timeout_s:.0f} s")
+                    raise click.ClickException(
+                        f"{exp_id[:12]} did not reach C within {timeout_s:.0f} s; A published "
+                        f"{_metric(a_url, 'dso_published_experiences_total'):.0f}, C received "
+                        f"{_metric(c_url, 'dso_received_messages_total'):.0f}; C's log ends:\n{c.log_tail()}")
                 time.sleep(0.01)
             out.append((time.perf_counter() - t0) * 1000)
     return out
@@ -70,9 +74,16 @@ def _metric(url: str, name: str) -> float:
     return 0.0
 
 
+def _lift(x: np.ndarray, dim: int, seed: int = 1234) -> np.ndarray:
+    """(n, k) vectors into ``dim`` dims by a fixed random orthonormal map (inner products kept)."""
+    if dim == x.shape[1]:
+        return x
+    q, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((dim, x.shape[1])))  # (dim, k)
+    return (x @ q.T).astype(np.float32)
+
+
 def wire_sizes(texts: list[str], vectors: np.ndarray) -> list[dict]:
     """Bytes per experience on the wire: our batches of 100 at d = 384, 768, 7680 vs float32 JSON."""
-    from dsonet.bench.codec import lift
     from dsonet.codec import default_profile, make_batch
     from dsonet.experience import Experience, Provenance
     from dsonet.identity import NodeIdentity
@@ -81,7 +92,7 @@ def wire_sizes(texts: list[str], vectors: np.ndarray) -> list[dict]:
     exps = [Experience(t, "math", 0.8, Provenance(ident.node_id, "bench", 0, 0)) for t in texts]
     rows = []
     for dim in (vectors.shape[1], 768, 7680):
-        v = lift(vectors, dim)
+        v = _lift(vectors, dim)
         ours = len(make_batch(exps, v, default_profile(dim, "bench"), ident).to_msgpack())
         plain = len(json.dumps([{**e.to_dict(), "vector": row.tolist()} for e, row in zip(exps, v)]).encode())
         paper = PAPER["bytes_per_round_100_at_768"] / 100 if dim == 768 else (
@@ -97,7 +108,7 @@ def run(quick: bool) -> dict:
     from dsonet.network import cluster
     from dsonet.network.procs import NodeProcess
 
-    n_submit, n_search, n_prop = (40, 60, 8) if quick else (200, 300, 30)
+    n_submit, n_search, n_prop = (40, 60, 8) if quick else (100, 100, 30)
     with tempfile.TemporaryDirectory(prefix="dso-bench-net-") as tmp:
         root = Path(tmp)
         spec = cluster.make_spec(root / "cluster", n=3, client_port=None, cluster_port=None, http_port=None)
@@ -121,7 +132,7 @@ def run(quick: bool) -> dict:
             with httpx.Client(base_url=b.url, timeout=60) as http:
                 queries = [t.replace("write its equation first", "what should I do") for t in _texts(n_search, 800)]
                 search_per_s = _rate(lambda q: http.post("/search", json={"query": q}).raise_for_status(), queries)
-            prop = _propagation(a.url, c.url, _texts(n_prop, 1200))
+            prop = _propagation(a, c, _texts(n_prop, 1200))
             wire = _metric(a.url, "dso_published_bytes_total") / max(_metric(a.url, "dso_published_experiences_total"), 1)
         finally:
             for node in nodes:

@@ -139,7 +139,7 @@ class NatsTransport:
     async def _read(self, psub, handler: Handler) -> None:
         while not self.closed:
             try:
-                msgs = await psub.fetch(CHUNK, timeout=1.0)
+                msgs = await psub.fetch(1, timeout=1.0)
             except (nats.errors.TimeoutError, asyncio.TimeoutError):
                 continue  # nothing new within the wait
             except (nats.errors.Error, asyncio.TimeoutError, OSError) as exc:
@@ -148,6 +148,13 @@ class NatsTransport:
                 log.warning("fetch failed (%s); retrying", type(exc).__name__)
                 await asyncio.sleep(0.5)
                 continue
+            # One message per pull: nats-py's multi-message fetch against nats-server 2.9 left messages
+            # with an expired pull request, held back until ack_wait redelivered them (30 s stalls).
+            while len(msgs) < CHUNK:
+                try:
+                    msgs += await psub.fetch(1, timeout=0.05)
+                except (nats.errors.Error, asyncio.TimeoutError, OSError):
+                    break
             chunk = [
                 Message(m.data, m.subject, m.metadata.sequence.stream, int(m.metadata.timestamp.timestamp() * 1000),
                         dict(m.headers or {}))

@@ -246,8 +246,8 @@ class Node:
             self._wake.clear()
             try:
                 await self.flush()
-            except DsoError as exc:  # not acknowledged: everything stays pending; retry soon
-                log.warning("publish: %s", exc)
+            except Exception as exc:  # not acknowledged (or a bug): everything stays pending; retry soon
+                log.warning("publish failed: %s", exc, exc_info=not isinstance(exc, DsoError))
                 self.metrics.publish_failures.inc()
                 await asyncio.sleep(min(1.0, self.config.batch_interval_s))
                 self._wake.set()
