@@ -37,7 +37,7 @@ PAPER = {"task": "AIME24", "llm": "DeepSeek-V3.1", "accuracy_without": 0.800, "a
 # Settings sized for 2 shared CPU cores (SmolLM2: ~35 tokens/s unbatched).
 FULL = {"size": 60, "held_out": 0.5, "epochs": 2, "batch_size": 8, "group_size": 5, "max_tokens": 64}
 QUICK = {"size": 20, "held_out": 0.5, "epochs": 1, "batch_size": 5, "group_size": 4, "max_tokens": 48}
-TASK_CONFIG = {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 1}
+TASK_CONFIG = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}  # SmolLM2 solves some
 
 
 def run_one(llm, task: str, settings: dict, min_similarity: float, seed: int = 0) -> dict:
@@ -63,6 +63,7 @@ def run_one(llm, task: str, settings: dict, min_similarity: float, seed: int = 0
         injected = sum(bool(with_experiences(lib, t.question, t.question, retrieval)[1]) for t in test.tasks)
         experiences = [e.text for e in lib.all()]
         lib.close()
+        skipped = _skipped_examples(Path(tmp) / "run" / "log.jsonl")
     d = result.to_dict()
     return {"llm": llm.name, "task": task, "n_eval": d["n_eval"], "accuracy_without": d["accuracy_without"],
             "accuracy_with": d["accuracy_with"], "ci95": d["ci95"], "experiences": len(experiences),
@@ -71,7 +72,18 @@ def run_one(llm, task: str, settings: dict, min_similarity: float, seed: int = 0
             "mixed_groups": stats.mixed_groups, "groups": stats.groups, "proposals": stats.proposals,
             "skipped_outputs": stats.skipped, "operations": stats.operations, "injected": injected,
             "min_similarity": min_similarity, "wilson_without": d["wilson_without"], "wilson_with": d["wilson_with"],
-            "learned": experiences, "settings": settings}
+            "learned": experiences, "skipped_examples": skipped, "settings": settings}
+
+
+def _skipped_examples(log: Path, keep: int = 3) -> list[dict]:
+    """A few malformed LLM outputs from the run log, so the JSON shows what was skipped and why."""
+    import json
+
+    if not log.exists():
+        return []
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    return [{"stage": r["stage"], "reason": r["reason"], "raw": r["raw"][:300]}
+            for r in rows if r["type"] == "skipped"][:keep]
 
 
 @click.command()

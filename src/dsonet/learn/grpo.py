@@ -147,12 +147,11 @@ class Learner:
         texts.update({key: s[0] for key, s in zip(long, summaries)})
         replies = self._generate([prompts.COMPARE.format(
             problem=g.query, best=texts[gi, b], worst=texts[gi, w], best_reward=g.rewards[b],
-            worst_reward=g.rewards[w], max_lessons=self.config.max_lessons,
-            example=prompts.EXAMPLE_LESSON)
+            worst_reward=g.rewards[w], max_lessons=self.config.max_lessons)
             for gi, (g, (b, w)) in enumerate(zip(mixed, pairs))])
         out = []
         for g, (b, w), reply in zip(mixed, pairs, replies):
-            parsed = parse.experiences(reply[0], self.config.max_lessons, reject=(prompts.EXAMPLE_LESSON,))
+            parsed = parse.experiences(reply[0], self.config.max_lessons)
             for reason in parsed.skipped:
                 self._skip("propose", reason, reply[0])
             conf = confidence_from_gap(g.rewards[b], g.rewards[w])

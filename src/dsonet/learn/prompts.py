@@ -8,7 +8,7 @@ embedded default model has 135M parameters; larger models follow them just as we
 
 from __future__ import annotations
 
-PROMPTS_VERSION = "2"
+PROMPTS_VERSION = "3"
 
 SUMMARISE = """Summarise this attempt in at most two sentences: the method it used and where it went right or wrong.
 
@@ -24,13 +24,12 @@ Problem: {problem}
 Better attempt (score {best_reward}): {best}
 Worse attempt (score {worst_reward}): {worst}
 
-What made the better attempt succeed? Write at most {max_lessons} general lessons for similar problems, one per line, each a sentence under 30 words that starts with "When", like this one:
-{example}
+What made the better attempt succeed? Write at most {max_lessons} general lessons for similar problems, one per line, each under 30 words, in the form:
+When <situation>, <what to do>."""
 
-Lessons:"""
-
-# Shown as the shape to copy; a lesson identical to it is discarded (small models echo it).
-EXAMPLE_LESSON = "When a problem mixes several steps, do one step at a time and write each result."
+# A concrete example lesson in COMPARE was copied verbatim by SmolLM2 under greedy decoding
+# (prompts v2); the placeholder form is echoed too, but the parser strips the echo and keeps
+# the lesson that follows it.
 
 OPERATION = """You maintain a list of short lessons. A new lesson was proposed.
 
