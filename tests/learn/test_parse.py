@@ -59,3 +59,12 @@ def test_echoed_templates_truncated_lessons_and_the_prompts_example_are_skipped(
                                           "each result.",))
     assert out.items == ("When a sum has two terms, add the second to the first.",)
     assert any("example" in s for s in out.skipped) and len(out.skipped) == 2
+
+
+def test_several_when_sentences_on_one_line_are_separate_lessons_and_cut_ones_dropped():
+    text = ("When <situation>, <what to do> is: When a sum has two terms, add the second to the first. "
+            "When a term is negative, subtract its size instead.\nWhen you face a puzzle, think of it as a step-")
+    out = parse.experiences(text)
+    assert out.items == ("When a sum has two terms, add the second to the first.",
+                         "When a term is negative, subtract its size instead.")
+    assert len(out.skipped) == 1

@@ -35,7 +35,7 @@ PAPER = {"task": "AIME24", "llm": "DeepSeek-V3.1", "accuracy_without": 0.800, "a
          "cost_usd": 18}
 
 # Settings sized for 2 shared CPU cores (SmolLM2: ~35 tokens/s unbatched).
-FULL = {"size": 60, "held_out": 0.5, "epochs": 2, "batch_size": 8, "group_size": 5, "max_tokens": 64}
+FULL = {"size": 32, "held_out": 0.5, "epochs": 2, "batch_size": 8, "group_size": 5, "max_tokens": 48}
 QUICK = {"size": 20, "held_out": 0.5, "epochs": 1, "batch_size": 5, "group_size": 4, "max_tokens": 48}
 TASK_CONFIG = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}  # SmolLM2 solves some
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from dsonet.experience import MAX_WORDS
 
-_WHEN = re.compile(r"\bwhen\b[^\n]*", re.IGNORECASE)
+_WHEN = re.compile(r"\bwhen\b[^\n]*?(?:[.!?](?=\s|$)|$)", re.IGNORECASE | re.MULTILINE)  # one sentence
 # the prompt's shape echoed back, e.g. "When <situation>, <what to do>: When ..."
-_PLACEHOLDER = re.compile(r"when\s*<[^>]*>\s*,?\s*(<[^>]*>)?\s*[:.-]?\s*", re.IGNORECASE)
+_PLACEHOLDER = re.compile(r"when\s*<[^>]*>\s*,?\s*(<[^>]*>)?\s*(is)?\s*[:.-]?\s*", re.IGNORECASE)
 _LEAD = re.compile(r"^[\s\-*•>#\d.)\]:\"'`]*(lesson|experience|strategy)?\s*\d*\s*[:.)-]?\s*", re.IGNORECASE)
 
 
@@ -82,7 +82,7 @@ def experiences(text: str, max_items: int = 3, reject: tuple[str, ...] = ()) -> 
         lesson = lesson[:1].upper() + lesson[1:]
         words = len(lesson.split())
         condition, _, strategy = lesson.partition(",")
-        if not lesson.lower().startswith("when") or "<" in lesson or not strategy:
+        if not lesson.lower().startswith("when") or "<" in lesson or not strategy or lesson.endswith("-"):
             skipped.append(f"not 'When X, Y': {lesson[:80]!r}")
         elif words > MAX_WORDS:
             skipped.append(f"too long: {words} words > {MAX_WORDS}")
