@@ -10,7 +10,7 @@ DSO    := $(VENV)/bin/dso
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install system demo test test-fast bench clean
+.PHONY: install system warm demo test test-fast bench clean
 
 install: $(STAMP)
 
@@ -34,10 +34,15 @@ system:
 demo: install
 	$(DSO) demo
 
-test: install system
+# The default encoder's Zen head is trained once per machine (minutes) and cached; building it
+# before the suite keeps that cost out of every test's timeout (node processes load it too).
+warm: install
+	$(DSO) train --default
+
+test: install system warm
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: install
+test-fast: install warm
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 bench: install

@@ -97,12 +97,14 @@ def _attack_view(hub, honest, encoder, profile, questions: list[str], seed: int)
     from dsonet.sim.texts import garbage_texts, harmful_texts
 
     payloads = [m.data for m in hub.log if m.subject.split(".")[1] == "batch"]
-    vectors = np.concatenate([decode(p).vectors() for p in payloads]) if payloads else np.zeros((0, profile.dim), np.float32)
+    query_vectors = encoder.encode(questions, kind="query")
+    # With nothing honest on the wire yet, the attacker aims at the queries it expects instead.
+    vectors = np.concatenate([decode(p).vectors() for p in payloads]) if payloads else query_vectors
     garbage = garbage_texts()[:50]
     return View(
         honest_vectors=vectors, honest_payloads=payloads,
         honest_ids=[(n.identity.node_id, n.identity.public_key) for n in honest],
-        query_vectors=encoder.encode(questions, kind="query"), harmful=harmful_texts(), garbage=garbage,
+        query_vectors=query_vectors, harmful=harmful_texts(), garbage=garbage,
         garbage_vectors=encoder.encode(list(garbage)), profile=profile, now_ms=int(time.time() * 1000),
         rng=np.random.default_rng(seed),
     )
@@ -170,6 +172,8 @@ async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> Dem
     for j, sim in enumerate(byz):
         transport = hub.transport()
         for attack in attacks[j::config.byzantine]:
+            if (attack.replayed or attack.tampered) and not view.honest_payloads:
+                continue  # nothing honest on the wire to replay or tamper with
             for payload in attack.payloads(sim, view, 10):
                 seq = await transport.publish(payload, subject_for("dso", "batch", "math.gsm8k"),
                                               {SENDER: sim.node_id, MSG_ID: f"{sim.name}-{attack.name}-{len(attack_log)}"})

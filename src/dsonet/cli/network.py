@@ -49,8 +49,9 @@ def node() -> None:
 @click.option("--token", envvar="DSO_TOKEN", default=None, help="Bearer token for the API (or env DSO_TOKEN).")
 @click.option("--batch-interval", default=60.0, show_default=True, help="Seconds between batches (the paper: 60).")
 @click.option("--batch-size", default=10, show_default=True, help="Publish early once this many are new (paper: 10).")
-@click.option("--encoder", default="minilm", show_default=True,
-              help="'minilm', a sentence-transformers name or path, or 'none' (clients send vectors).")
+@click.option("--encoder", default="default", show_default=True,
+              help="Encoder spec: default (MiniLM + Zen head, 7680 dims), minilm, st:NAME, hf:NAME, zen:DIR, "
+                   "or 'none' (clients send vectors).")
 @click.option("--dim", type=int, default=None, help="Profile dimension; required with --encoder none.")
 @click.option("--encoder-id", default="none", show_default=True, help="Names the space with --encoder none.")
 @click.option("--rule", default="median", show_default=True,

@@ -54,7 +54,7 @@ class NodeError(DsoError, ValueError):
 @dataclass
 class NodeConfig:
     data_dir: Path
-    encoder: str | None = "minilm"  # "minilm" (the default profile's space) or None: vectors must be given
+    encoder: str | None = "default"  # an encoder spec (default = MiniLM + Zen head, 7680 dims), or None: vectors must be given
     dim: int | None = None  # the profile's dimension when there is no encoder
     encoder_id: str = "none"  # names the space when there is no encoder (peers must agree on it)
     batch_interval_s: float = 60.0  # the paper: broadcast every 60 s ...
@@ -342,13 +342,9 @@ class Node:
         return peer
 
 
-def _load_encoder(name: str | None):
-    if name is None:
+def _load_encoder(spec: str | None):
+    if spec is None:
         return None
-    if name == "minilm":
-        from dsonet.encoders import minilm
+    from dsonet.encoders.registry import load_encoder
 
-        return minilm()
-    from dsonet.encoders import SentenceTransformerEncoder
-
-    return SentenceTransformerEncoder(name)
+    return load_encoder(spec)
