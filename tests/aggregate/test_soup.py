@@ -142,8 +142,14 @@ def test_reference_rows_anchor_the_center_when_attackers_are_the_majority(batch_
     assert not result.keep[[b.node_id for b in result.batches].index(batch_of("x", far).node_id)].any()
 
 
-def test_a_round_of_one_batch_keeps_it_with_the_scale_floor_and_loses_it_without(batch_of, cloud):
-    payload = batch_of("alone", cloud(40, seed=4)).to_msgpack()
+def test_a_round_of_one_unrotated_batch_keeps_it_with_the_scale_floor_and_loses_it_without(cloud):
+    from dsonet.codec.batch import Profile, make_batch
+    from dsonet.experience import Experience
+    from dsonet.identity import NodeIdentity
+
+    plain = Profile(64, 64, "test-encoder", rotation_seed=None)  # unrotated: every coordinate two-valued
+    exps = [Experience(f"When alone {i}, do {i}.", "math.test") for i in range(40)]
+    payload = make_batch(exps, cloud(40, seed=4), plain, NodeIdentity.from_seed(b"alone"), timestamp_ms=NOW).to_msgpack()
     ours, paper = DeltaSoup(DeltaSoupConfig(seed=0)), DeltaSoup(DeltaSoupConfig.paper(seed=0))
     ours.submit(payload, now_ms=NOW)
     paper.submit(payload, now_ms=NOW)
