@@ -14,10 +14,10 @@ import click
 @click.option("--byzantine", default=2, show_default=True, help="How many nodes attack.")
 @click.option("--task", default="rg:chain_sum", show_default=True,
               help="Task set: gsm8k, rg:<reasoning-gym generator> or jsonl:<path>.")
-@click.option("--train-per-node", default=4, show_default=True, help="Training tasks per honest node.")
-@click.option("--eval-tasks", default=24, show_default=True, help="Held-out tasks answered with and without experiences.")
+@click.option("--train-per-node", default=2, show_default=True, help="Training tasks per honest node.")
+@click.option("--eval-tasks", default=12, show_default=True, help="Held-out tasks answered with and without experiences.")
 @click.option("--rollouts", default=4, show_default=True, help="Rollouts per query (G).")
-@click.option("--max-tokens", default=64, show_default=True, help="Tokens per rollout and per answer.")
+@click.option("--max-tokens", default=48, show_default=True, help="Tokens per rollout and per answer.")
 @click.option("--min-similarity", default=0.3, show_default=True,
               help="Retrieval threshold (the paper's 0.6 suits wider encoders than MiniLM).")
 @click.option("--llm", "llm_url", default=None, help="OpenAI-compatible server URL (vLLM, Ollama, llama.cpp); "
