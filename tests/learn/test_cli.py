@@ -23,7 +23,7 @@ def _reply(prompt: str) -> str:
 
 
 @pytest.mark.slow
-def test_learn_from_telemetry_then_ask_and_eval(tmp_path, minilm):
+def test_learn_from_telemetry_then_ask_and_eval(tmp_path):
     server = _Server(delay=0.0, reply=_reply)
     try:
         telemetry = tmp_path / "tools.jsonl"
@@ -35,7 +35,7 @@ def test_learn_from_telemetry_then_ask_and_eval(tmp_path, minilm):
         result = CliRunner().invoke(cli, ["learn", "--telemetry", str(telemetry), "--library", str(lib_path), *llm])
         assert result.exit_code == 0, result.output
         assert "ADD 1" in result.output
-        with Library(lib_path, encoder=minilm) as lib:
+        with Library(lib_path) as lib:  # the CLI made it with the default encoder
             assert [(e.text, e.domain) for e in lib.all()] == [(LESSON, "tool.calc")]
 
         asked = CliRunner().invoke(cli, ["ask", "The calculator tool returned an error, what now?", "--library",
