@@ -29,7 +29,7 @@ import numpy as np
 from dsonet.codec.rotation import get_rotation
 from dsonet.errors import CodecError
 
-_CHUNK_ROWS = 256  # 256 x 7680 float32 = 7.5 MB of temporaries: stays near cache, amortises calls
+_CHUNK_ROWS = 48  # 48 x 7680 float32 = 1.4 MB of temporaries: stays in cache (measured best of 32-256)
 
 
 @dataclass(frozen=True)
