@@ -37,3 +37,14 @@ def test_every_command_explains_itself(name, cmd):
 @pytest.mark.parametrize("name", [n for n, _ in ALL], ids=[n for n, _ in ALL])
 def test_readme_cli_reference_covers_every_command(name):
     assert f"dso {name}" in README, f"README's CLI reference does not mention `dso {name}`"
+
+
+def test_readme_python_example_runs(tmp_path, monkeypatch):
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    assert blocks, "README has no Python example"
+    for code in blocks:
+        exec(compile(code, "README.md", "exec"), {})
+    assert (tmp_path / "library.sqlite").exists()
