@@ -28,7 +28,7 @@ What made the better attempt succeed? Write at most {max_lessons} general lesson
 When <situation>, <what to do>."""
 
 # A concrete example lesson in COMPARE was copied verbatim by SmolLM2 under greedy decoding
-# (prompts v2); the placeholder form is echoed too, but the parser strips the echo and keeps
+# (prompts v2); the template form is echoed too, but the parser strips the echo and keeps
 # the lesson that follows it.
 
 OPERATION = """You maintain a list of short lessons. A new lesson was proposed.
