@@ -19,7 +19,7 @@ import nats.js.errors
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
 from dsonet.codec.batch import MAX_BATCH_BYTES
-from dsonet.network.transport import CHUNK, Handler, Message, TransportError
+from dsonet.network.transport import CHUNK, Handler, Message, TransportError, cancel_readers
 
 log = logging.getLogger(__name__)
 
@@ -172,10 +172,7 @@ class NatsTransport:
 
     async def close(self) -> None:
         self.closed = True
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
+        await cancel_readers(self._tasks)
         try:
             await self.nc.flush(timeout=1)  # push out the last acks
         except (nats.errors.Error, asyncio.TimeoutError, OSError):

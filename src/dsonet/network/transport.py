@@ -52,6 +52,14 @@ class Transport(Protocol):
     async def close(self) -> None: ...
 
 
+async def cancel_readers(tasks: list[asyncio.Task]) -> None:
+    """Stop a transport's reader tasks and wait until they have stopped."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    tasks.clear()
+
+
 def subject_for(prefix: str, kind: str, domain: str) -> str:
     """``dso.batch.math.geometry``: domains are dotted lower-case tags, valid NATS tokens as they are."""
     return f"{prefix}.{kind}.{domain}"
@@ -127,7 +135,4 @@ class InProcessTransport:
 
     async def close(self) -> None:
         self.closed = True
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
+        await cancel_readers(self._tasks)
