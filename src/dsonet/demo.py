@@ -113,22 +113,16 @@ def _attack_view(hub, honest, encoder, profile, questions: list[str], seed: int)
 async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> DemoReport:
     from dsonet.learn.context import Retrieval
     from dsonet.learn.evaluate import accuracy
-    from dsonet.learn.grpo import LearnConfig, Learner
-    from dsonet.learn.llm import open_llm
-    from dsonet.learn.tasks import TaskSet, load_tasks
+    from dsonet.learn.tasks import TaskSet
     from dsonet.network.node import Node, NodeConfig
-    from dsonet.network.transport import InProcessHub, MSG_ID, SENDER, subject_for
-    from dsonet.sim.attacks import Forgery, RandomSignsScales, Replay, SimNode, Tampering, TargetedHijack
+    from dsonet.network.transport import InProcessHub
+    from dsonet.sim.attacks import SimNode
 
     t0 = time.perf_counter()
     seconds: dict[str, float] = {}
     n_honest = config.nodes - config.byzantine
     workdir = Path(config.workdir or tempfile.mkdtemp(prefix="dso-demo-"))
-    echo(f"[1/6] Loading the LLM ({config.llm_url or 'embedded SmolLM2-135M-Instruct'}) and the tasks ({config.task})")
-    llm = open_llm(config.llm_url, config.llm_model)
-    size = n_honest * config.train_per_node + config.eval_tasks
-    all_tasks = load_tasks(config.task, size=size, seed=config.seed, **(TASK_CONFIG if config.task == "rg:chain_sum" else {}))
-    train, held_out = all_tasks.tasks[: n_honest * config.train_per_node], all_tasks.tasks[n_honest * config.train_per_node:]
+    llm, all_tasks, train, held_out = _load(config, echo)
     seconds["load"] = time.perf_counter() - t0
 
     echo(f"[2/6] Starting {config.nodes} in-process nodes ({config.byzantine} Byzantine) on one shared log in {workdir}")
@@ -138,39 +132,21 @@ async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> Dem
         node_config = NodeConfig(data_dir=workdir / f"node{i}", batch_interval_s=3600, batch_size=10_000, model=llm.name)
         honest.append(await Node.open(node_config, hub.transport(), NodeIdentity.from_seed(f"demo-honest-{i}".encode())))
     encoder, profile = honest[0].encoder, honest[0].profile
-    attacks = [TargetedHijack(), RandomSignsScales(), Forgery(), Tampering(), Replay()]
     byz = [SimNode(NodeIdentity.from_seed(f"demo-byzantine-{j}".encode()), f"byz{j}") for j in range(config.byzantine)]
 
     echo(f"[3/6] Each honest node learns on its own {config.train_per_node} tasks: "
          f"G = {config.rollouts} rollouts at T = 0.7, best vs worst -> 'When X, do Y'")
     t = time.perf_counter()
     retrieval = Retrieval(min_similarity=config.min_similarity)
-    learn_config = LearnConfig(group_size=config.rollouts, max_tokens=config.max_tokens, epochs=1,
-                               batch_size=config.train_per_node, seed=config.seed, retrieval=retrieval)
-    # Rollouts and comparisons of all nodes go to the LLM as one batch each (a CPU generates a
-    # batch of 48 barely slower than a batch of 8); libraries are empty before this single
-    # epoch, so no node's prompts lose anything by it. Each node then updates its own library.
-    pooled = Learner(llm, honest[0].library, learn_config)
-    groups = pooled.rollouts(TaskSet(all_tasks.name, train, all_tasks.verify), train, seed=config.seed)
-    proposals = pooled.propose(groups)
-    owner = {task.question[:80]: i // config.train_per_node for i, task in enumerate(train)}
-    reports = []
-    for i, node in enumerate(honest):
-        mine = [p for p in proposals if owner.get(p.source) == i]
-        Learner(llm, node.library, learn_config, node_id=node.node_id).update(mine)
-        rewards = [r for g in groups[i * config.train_per_node:(i + 1) * config.train_per_node] for r in g.rewards]
-        reports.append(NodeReport(f"node{i}", node.node_id, "honest", produced=len(node.library),
-                                  mean_reward=round(float(np.mean(rewards)), 3)))
-    echo(f"      rollouts {len(groups) * config.rollouts}, mean reward {np.mean([r for g in groups for r in g.rewards]):.2f}, "
-         f"mixed groups {pooled.stats.mixed_groups}/{len(groups)}, proposals {len(proposals)}, "
-         f"malformed LLM outputs skipped {pooled.stats.skipped}, experiences kept {sum(r.produced for r in reports)}")
+    reports = _learn(llm, all_tasks, train, [n.library for n in honest], [n.node_id for n in honest], config,
+                     retrieval, echo)
     seconds["learn"] = time.perf_counter() - t
 
     echo(f"[4/6] Held-out: {len(held_out)} tasks without experiences and with each node's own (isolated)")
     t = time.perf_counter()
     held = TaskSet(f"{all_tasks.name}-held-out", held_out, all_tasks.verify)
     without, _ = accuracy(llm, held, None, max_tokens=config.max_tokens, seed=config.seed)
-    isolated = _answer_round_robin(accuracy, llm, held, honest, config, retrieval)
+    isolated = _answer_round_robin(llm, held, [n.library for n in honest], config, retrieval)
     seconds["eval_isolated"] = time.perf_counter() - t
 
     echo("[5/6] Publishing: compress (BitDelta), sign, send; attackers attack; every honest node runs DeltaSoup")
@@ -179,24 +155,16 @@ async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> Dem
         await node.start()
         await node.flush()
     view = _attack_view(hub, honest, encoder, profile, [task.question for task in held_out], config.seed)
-    attack_log = []
-    for j, sim in enumerate(byz):
-        transport = hub.transport()
-        for attack in attacks[j::config.byzantine]:
-            if (attack.replayed or attack.tampered) and not view.honest_payloads:
-                continue  # nothing honest on the wire to replay or tamper with
-            for payload in attack.payloads(sim, view, min(10, len(view.honest_vectors))):
-                seq = await transport.publish(payload, subject_for("dso", "batch", "math.gsm8k"),
-                                              {SENDER: sim.node_id, MSG_ID: f"{sim.name}-{attack.name}-{len(attack_log)}"})
-                attack_log.append((sim, attack.name, seq, payload))
-        await transport.close()
+    transport = hub.transport()
+    attack_log = await _attack(transport, byz, view, config)
+    await transport.close()
     durables = [f"node-{n.node_id[:16]}" for n in honest]
     await _wait_caught_up(hub, durables)
     seconds["share"] = time.perf_counter() - t
 
     echo(f"[6/6] Held-out again, each node now with the fleet's experiences")
     t = time.perf_counter()
-    fleet = _answer_round_robin(accuracy, llm, held, honest, config, retrieval)
+    fleet = _answer_round_robin(llm, held, [n.library for n in honest], config, retrieval)
     seconds["eval_fleet"] = time.perf_counter() - t
 
     report = _report(config, hub, honest, byz, attack_log, reports, without, isolated, fleet, held_out, seconds)
@@ -206,16 +174,209 @@ async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> Dem
     return report
 
 
-def _answer_round_robin(accuracy, llm, held, honest, config, retrieval) -> np.ndarray:
-    """Task i answered by honest node i mod H with that node's library; one batched call per node."""
+def _learn(llm, all_tasks, train, stores, node_ids, config: DemoConfig, retrieval, echo: Echo) -> list[NodeReport]:
+    """Training-free GRPO for every honest node; node i learns from train[i·t:(i+1)·t] into stores[i].
+
+    Rollouts and comparisons of all nodes go to the LLM as one batch each (a CPU generates a
+    batch of 48 barely slower than a batch of 8); stores are empty before this single epoch, so
+    no node's prompts lose anything by it. Each node then updates its own store.
+    """
+    from dsonet.learn.grpo import LearnConfig, Learner
+    from dsonet.learn.tasks import TaskSet
+
+    learn_config = LearnConfig(group_size=config.rollouts, max_tokens=config.max_tokens, epochs=1,
+                               batch_size=config.train_per_node, seed=config.seed, retrieval=retrieval)
+    pooled = Learner(llm, stores[0], learn_config)
+    groups = pooled.rollouts(TaskSet(all_tasks.name, train, all_tasks.verify), train, seed=config.seed)
+    proposals = pooled.propose(groups)
+    owner = {task.question[:80]: i // config.train_per_node for i, task in enumerate(train)}
+    reports = []
+    for i, (store, node_id) in enumerate(zip(stores, node_ids)):
+        results = Learner(llm, store, learn_config, node_id=node_id).update([p for p in proposals if owner.get(p.source) == i])
+        rewards = [r for g in groups[i * config.train_per_node:(i + 1) * config.train_per_node] for r in g.rewards]
+        added = sum(1 for r in results if r.applied and r.operation.op == "ADD")
+        reports.append(NodeReport(f"node{i}", node_id, "honest", produced=added, mean_reward=round(float(np.mean(rewards)), 3)))
+    echo(f"      rollouts {len(groups) * config.rollouts}, mean reward {np.mean([r for g in groups for r in g.rewards]):.2f}, "
+         f"mixed groups {pooled.stats.mixed_groups}/{len(groups)}, proposals {len(proposals)}, "
+         f"malformed LLM outputs skipped {pooled.stats.skipped}, experiences kept {sum(r.produced for r in reports)}")
+    return reports
+
+
+def _load(config: DemoConfig, echo: Echo):
+    """(llm, task set, training tasks, held-out tasks): node i trains on train[i·t:(i+1)·t]."""
+    from dsonet.learn.llm import open_llm
+    from dsonet.learn.tasks import load_tasks
+
+    echo(f"[1/6] Loading the LLM ({config.llm_url or 'embedded SmolLM2-135M-Instruct'}) and the tasks ({config.task})")
+    llm = open_llm(config.llm_url, config.llm_model)
+    n_train = (config.nodes - config.byzantine) * config.train_per_node
+    all_tasks = load_tasks(config.task, size=n_train + config.eval_tasks, seed=config.seed,
+                           **(TASK_CONFIG if config.task == "rg:chain_sum" else {}))
+    return llm, all_tasks, all_tasks.tasks[:n_train], all_tasks.tasks[n_train:]
+
+
+async def run_demo_nats(config: DemoConfig = DemoConfig(), echo: Echo = print) -> DemoReport:
+    """The same fleet as separate processes: a three-server NATS JetStream cluster on loopback
+    (started and stopped here) and one `dso node start` process per honest node. The agents
+    (learning and answering) reach their nodes through the HTTP API; attackers publish to the
+    stream directly. The report is built from what crossed the stream and from the nodes'
+    SQLite libraries after they have shut down."""
+    from types import SimpleNamespace
+
+    from dsonet.learn.context import Retrieval
+    from dsonet.learn.evaluate import accuracy
+    from dsonet.learn.tasks import TaskSet
+    from dsonet.library import Library
+    from dsonet.network import cluster
+    from dsonet.network.client import NodeClient
+    from dsonet.network.jetstream import NatsConfig, NatsTransport
+    from dsonet.network.procs import NodeProcess
+    from dsonet.sim.attacks import SimNode
+
+    t0 = time.perf_counter()
+    seconds: dict[str, float] = {}
+    n_honest = config.nodes - config.byzantine
+    workdir = Path(config.workdir or tempfile.mkdtemp(prefix="dso-demo-nats-"))
+    llm, all_tasks, train, held_out = _load(config, echo)
+    echo(f"[2/6] Starting a 3-server NATS cluster and {n_honest} node processes in {workdir}")
+    spec = cluster.up(cluster.make_spec(workdir / "nats", client_port=None, cluster_port=None, http_port=None))
+    procs = [NodeProcess(workdir / f"node{i}", spec.urls, args=["--batch-interval", "3600", "--batch-size", "100000"])
+             for i in range(n_honest)]
+    observer = None
+    try:
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.wait_ready(600)
+        clients = [NodeClient(proc.url) for proc in procs]
+        node_ids = [c.stats()["node_id"] for c in clients]
+        seconds["load"] = time.perf_counter() - t0
+
+        echo(f"[3/6] Each honest node learns on its own {config.train_per_node} tasks (through its HTTP API)")
+        t = time.perf_counter()
+        retrieval = Retrieval(min_similarity=config.min_similarity)
+        reports = _learn(llm, all_tasks, train, clients, node_ids, config, retrieval, echo)
+        seconds["learn"] = time.perf_counter() - t
+
+        echo(f"[4/6] Held-out: {len(held_out)} tasks without experiences and with each node's own (isolated)")
+        t = time.perf_counter()
+        held = TaskSet(f"{all_tasks.name}-held-out", held_out, all_tasks.verify)
+        without, _ = accuracy(llm, held, None, max_tokens=config.max_tokens, seed=config.seed)
+        isolated = _answer_round_robin(llm, held, clients, config, retrieval)
+        seconds["eval_isolated"] = time.perf_counter() - t
+
+        echo("[5/6] Publishing: nodes flush on a graceful restart; attackers publish to the stream")
+        t = time.perf_counter()
+        observer = await NatsTransport.connect(NatsConfig(servers=spec.urls), name="demo-observer")
+        seen = []
+
+        async def collect(chunk):
+            seen.extend(chunk)
+
+        await observer.subscribe("demo-observer", collect)
+        for proc in procs:
+            proc.stop()  # SIGTERM: the node publishes what is pending, then exits
+        await _until(lambda: len(seen) >= sum(1 for r in reports if r.produced), 60)
+        honest = [SimpleNamespace(node_id=node_id, identity=NodeIdentity.load(workdir / f"node{i}" / "node.key"))
+                  for i, node_id in enumerate(node_ids)]
+        encoder = _default_encoder()
+        profile = _profile_of(workdir / "node0" / "library.sqlite", encoder)
+        byz = [SimNode(NodeIdentity.from_seed(f"demo-byzantine-{j}".encode()), f"byz{j}") for j in range(config.byzantine)]
+        view = _attack_view(SimpleNamespace(log=list(seen)), honest, encoder, profile,
+                            [task.question for task in held_out], config.seed)
+        attack_log = await _attack(observer, byz, view, config)
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.wait_ready(600)
+        await _until_stable(clients, 5.0, 120)
+        seconds["share"] = time.perf_counter() - t
+
+        echo("[6/6] Held-out again, each node now with the fleet's experiences")
+        t = time.perf_counter()
+        fleet = _answer_round_robin(llm, held, clients, config, retrieval)
+        seconds["eval_fleet"] = time.perf_counter() - t
+        peers = [{p["node_id"]: SimpleNamespace(**p) for p in c.peers()} for c in clients]
+    finally:
+        for proc in procs:
+            proc.stop()
+        if observer is not None:
+            await observer.close()
+        cluster.down(spec.state_dir)
+    libraries = [Library(workdir / f"node{i}" / "library.sqlite", encoder=encoder) for i in range(n_honest)]
+    nodes = [SimpleNamespace(node_id=h.node_id, identity=h.identity, library=lib, peers=p, profile=lib.profile)
+             for h, lib, p in zip(honest, libraries, peers)]
+    report = _report(config, SimpleNamespace(log=seen), nodes, byz, attack_log, reports, without, isolated, fleet,
+                     held_out, seconds)
+    for lib in libraries:
+        lib.close()
+    report.seconds["total"] = time.perf_counter() - t0
+    return report
+
+
+def _default_encoder():
+    from dsonet.encoders import default_encoder
+
+    return default_encoder()
+
+
+def _profile_of(path: Path, encoder):
+    from dsonet.library import Library
+
+    with Library(path, encoder=encoder) as lib:
+        return lib.profile
+
+
+async def _until(condition, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise DsoError(f"the stream did not deliver the nodes' batches within {timeout_s} s")
+        await asyncio.sleep(0.1)
+
+
+async def _until_stable(clients, quiet_s: float, timeout_s: float) -> None:
+    """Until no node's library has changed for quiet_s seconds (they have read the stream)."""
+    deadline, last, since = time.monotonic() + timeout_s, None, time.monotonic()
+    while time.monotonic() < deadline:
+        now = [c.stats()["library"] for c in clients]
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+        await asyncio.sleep(0.5)
+    raise DsoError(f"node libraries still changing after {timeout_s} s")
+
+
+async def _attack(transport, byz, view, config: DemoConfig) -> list:
+    """Each Byzantine node publishes its share of the attacks; returns (node, attack, seq, payload)."""
+    from dsonet.network.transport import MSG_ID, SENDER, subject_for
+    from dsonet.sim.attacks import Forgery, RandomSignsScales, Replay, Tampering, TargetedHijack
+
+    attacks = [TargetedHijack(), RandomSignsScales(), Forgery(), Tampering(), Replay()]
+    log = []
+    for j, sim in enumerate(byz):
+        for attack in attacks[j::config.byzantine]:
+            if (attack.replayed or attack.tampered) and not view.honest_payloads:
+                continue  # nothing honest on the wire to replay or tamper with
+            for payload in attack.payloads(sim, view, min(10, len(view.honest_vectors))):
+                seq = await transport.publish(payload, subject_for("dso", "batch", "math.gsm8k"),
+                                              {SENDER: sim.node_id, MSG_ID: f"{sim.name}-{attack.name}-{len(log)}"})
+                log.append((sim, attack.name, seq, payload))
+    return log
+
+
+def _answer_round_robin(llm, held, stores, config: DemoConfig, retrieval) -> np.ndarray:
+    """Task i answered by honest node i mod H from that node's store; one batched call per node."""
+    from dsonet.learn.evaluate import accuracy
     from dsonet.learn.tasks import TaskSet
 
     correct = np.zeros(len(held.tasks))
-    for k, node in enumerate(honest):
-        rows = list(range(k, len(held.tasks), len(honest)))
+    for k, store in enumerate(stores):
+        rows = list(range(k, len(held.tasks), len(stores)))
         if rows:
             part = TaskSet(held.name, [held.tasks[i] for i in rows], held.verify)
-            correct[rows], _ = accuracy(llm, part, node.library, max_tokens=config.max_tokens, seed=config.seed,
+            correct[rows], _ = accuracy(llm, part, store, max_tokens=config.max_tokens, seed=config.seed,
                                         retrieval=retrieval)
     return correct
 

@@ -23,29 +23,34 @@ import click
 @click.option("--llm", "llm_url", default=None, help="OpenAI-compatible server URL (vLLM, Ollama, llama.cpp); "
               "default: the embedded SmolLM2-135M-Instruct.")
 @click.option("--model", "llm_model", default=None, help="Model name served at --llm.")
+@click.option("--nats", is_flag=True, help="Run the nodes as separate processes over a local three-server NATS "
+              "JetStream cluster that the command starts and stops (needs nats-server on PATH).")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the nodes keep their keys and libraries (default: a temporary directory).")
 @click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path), default=Path("bench/results/demo.json"),
               show_default=True, help="Where to write the report as JSON.")
-def demo(json_out: Path, **options) -> None:
+def demo(json_out: Path, nats: bool, **options) -> None:
     """Run a whole DSO fleet on the embedded defaults and report what happened.
 
     In-process nodes (two of them Byzantine) share one log. Each honest node learns
     experiences with the LLM on its own tasks, encodes, compresses (BitDelta), signs and
     publishes them; attackers publish hijacks, random codes, forged, tampered and replayed
     batches; every honest node runs DeltaSoup. Held-out tasks are answered without
-    experiences, with each node's own (isolated) and with the fleet's.
+    experiences, with each node's own (isolated) and with the fleet's. With --nats the
+    nodes are `dso node start` processes on a local NATS JetStream cluster and the agents
+    reach them through their HTTP APIs.
 
     \b
     Examples:
       dso demo
+      dso demo --nats                          # the same fleet as processes over NATS
       dso demo --task gsm8k --eval-tasks 40
       dso demo --llm http://localhost:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
     """
-    from dsonet.demo import DemoConfig, format_report, run_demo
+    from dsonet.demo import DemoConfig, format_report, run_demo, run_demo_nats
 
-    report = asyncio.run(run_demo(DemoConfig(**options), echo=click.echo))
+    report = asyncio.run((run_demo_nats if nats else run_demo)(DemoConfig(**options), echo=click.echo))
     click.echo(format_report(report))
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(report.to_dict(), indent=1, default=str) + "\n")

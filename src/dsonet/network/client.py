@@ -1,0 +1,70 @@
+"""A node's HTTP API as an experience store: what an agent in another process uses.
+
+`NodeClient` has the shape the learner and the evaluator need from a library (add, update,
+delete, get, search), so `dso learn` logic runs unchanged against a remote node.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from dsonet.errors import DsoError
+from dsonet.experience import Experience
+
+
+class NodeClientError(DsoError):
+    """The node answered with an error, or could not be reached."""
+
+
+class NodeClient:
+    def __init__(self, url: str, token: str | None = None, timeout_s: float = 60.0):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=url, headers=headers, timeout=timeout_s)
+
+    def _call(self, method: str, path: str, **kwargs) -> dict:
+        try:
+            reply = self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise NodeClientError(f"{method} {self.http.base_url}{path}: {exc}") from None
+        if reply.status_code == 404:
+            return {}
+        if reply.status_code >= 400:
+            raise NodeClientError(f"{method} {path}: {reply.status_code} {reply.text[:300]}")
+        return reply.json()
+
+    def add(self, text: str, domain: str = "general", confidence: float = 0.5, provenance=None) -> Experience:
+        """The node records itself as the provenance; ``provenance`` is accepted for the store protocol."""
+        return Experience.from_dict(self._call("POST", "/experiences", json={"text": text, "domain": domain,
+                                                                             "confidence": confidence}))
+
+    def get(self, exp_id: str) -> Experience | None:
+        data = self._call("GET", f"/experiences/{exp_id}")
+        return Experience.from_dict(data) if data else None
+
+    def delete(self, exp_id: str) -> bool:
+        return bool(self._call("DELETE", f"/experiences/{exp_id}"))
+
+    def update(self, exp_id: str, text: str) -> Experience:
+        """The API has no update: a signed delete, then an add with the old domain and confidence."""
+        old = self.get(exp_id)
+        if old is None:
+            raise NodeClientError(f"update: no experience {exp_id[:16]} on this node")
+        self.delete(exp_id)
+        return self.add(text, old.domain, old.confidence)
+
+    def search(self, query: str, k: int = 5, min_similarity: float = 0.6, max_tokens: int = 2048,
+               domain: str | None = None) -> list:
+        from dsonet.library import Hit
+
+        body = {"query": query, "k": k, "min_similarity": min_similarity, "max_tokens": max_tokens, "domain": domain}
+        hits = self._call("POST", "/search", json=body).get("hits", [])
+        return [Hit(Experience.from_dict(h["experience"]), float(h["score"]), tuple(h.get("members", ()))) for h in hits]
+
+    def stats(self) -> dict:
+        return self._call("GET", "/stats")
+
+    def peers(self) -> list[dict]:
+        return self._call("GET", "/peers").get("peers", [])
+
+    def close(self) -> None:
+        self.http.close()
