@@ -30,3 +30,35 @@ def test_small_fleet_learns_shares_and_keeps_every_attack_out(tmp_path):
 def test_demo_refuses_a_byzantine_majority():
     with pytest.raises(Exception, match="majority"):
         DemoConfig(nodes=4, byzantine=2)
+
+
+@pytest.mark.slow
+@pytest.mark.nats
+def test_the_same_fleet_runs_as_node_processes_over_a_nats_cluster(tmp_path):
+    import shutil
+
+    from dsonet.demo import run_demo_nats
+
+    if shutil.which("nats-server") is None:
+        pytest.skip("nats-server is not on PATH: `make test` installs it (apt-get install nats-server)")
+    config = DemoConfig(nodes=3, byzantine=1, train_per_node=2, eval_tasks=2, rollouts=3, max_tokens=24,
+                        workdir=tmp_path)
+    report = asyncio.run(run_demo_nats(config, echo=lambda _: None))
+
+    assert [n.role for n in report.nodes].count("honest") == 2
+    assert all(a["held_by_honest_libraries"] == 0 for a in report.attacks.values())
+    attacker = next(n for n in report.nodes if n.role != "honest")
+    assert attacker.batches_rejected >= 2  # its forged batch, refused by both honest node processes
+    assert report.accuracy["n"] == 2
+    assert not list((tmp_path / "nats").glob("*.pid")) or all(
+        not p.read_text().strip() or not _alive(int(p.read_text())) for p in (tmp_path / "nats").glob("*.pid"))
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
