@@ -145,7 +145,8 @@ def run(quick: bool) -> dict:
         "submit_per_s": submit_per_s, "submit_vector_per_s": submit_vector_per_s, "search_per_s": search_per_s,
         "propagation_p50_ms": float(np.percentile(prop, 50)), "propagation_p95_ms": float(np.percentile(prop, 95)),
         "propagation_samples": len(prop), "batch_interval_s": 1.0,
-        "wire_bytes_per_experience": wire, "wire_by_dim": sizes, "paper": PAPER, "quick": quick, "profile_dim": default_encoder().dim,
+        "wire_bytes_per_experience": wire, "wire_by_dim": sizes, "paper": PAPER, "quick": quick,
+        "profile_dim": default_encoder().dim,
     }
 
 
