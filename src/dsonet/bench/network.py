@@ -74,16 +74,9 @@ def _metric(url: str, name: str) -> float:
     return 0.0
 
 
-def _lift(x: np.ndarray, dim: int, seed: int = 1234) -> np.ndarray:
-    """(n, k) vectors into ``dim`` dims by a fixed random orthonormal map (inner products kept)."""
-    if dim == x.shape[1]:
-        return x
-    q, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((dim, x.shape[1])))  # (dim, k)
-    return (x @ q.T).astype(np.float32)
-
-
 def wire_sizes(texts: list[str], vectors: np.ndarray) -> list[dict]:
     """Bytes per experience on the wire: our batches of 100 at d = 384, 768, 7680 vs float32 JSON."""
+    from dsonet.bench.codec import lift
     from dsonet.codec import default_profile, make_batch
     from dsonet.experience import Experience, Provenance
     from dsonet.identity import NodeIdentity
@@ -92,7 +85,7 @@ def wire_sizes(texts: list[str], vectors: np.ndarray) -> list[dict]:
     exps = [Experience(t, "math", 0.8, Provenance(ident.node_id, "bench", 0, 0)) for t in texts]
     rows = []
     for dim in (vectors.shape[1], 768, 7680):
-        v = _lift(vectors, dim)
+        v = lift(vectors, dim)
         ours = len(make_batch(exps, v, default_profile(dim, "bench"), ident).to_msgpack())
         plain = len(json.dumps([{**e.to_dict(), "vector": row.tolist()} for e, row in zip(exps, v)]).encode())
         paper = PAPER["bytes_per_round_100_at_768"] / 100 if dim == 768 else (
