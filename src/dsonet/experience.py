@@ -11,6 +11,7 @@ import hashlib
 import re
 import time
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 
 from dsonet.errors import DsoError
 
@@ -53,7 +54,7 @@ class Experience:
         object.__setattr__(self, "text", normalise_text(self.text) if isinstance(self.text, str) else self.text)
         validate(self)
 
-    @property
+    @cached_property  # a SHA-256, asked for several times per experience while a batch is built or verified
     def id(self) -> str:
         return experience_id(self.text, self.domain)
 

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsonet.codec import Profile, decode, decompress, make_batch
-from dsonet.codec.batch import MAX_BATCH_BYTES
+from dsonet.codec.batch import MAX_BATCH_BYTES, _b64, _canonical_json, content_hash
 from dsonet.errors import BatchError
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
@@ -165,3 +165,31 @@ def test_default_profile_is_rotated_one_scale_per_vector():
     p = default_profile(7680, "enc")
     assert (p.dim, p.group_size, p.encoder_id) == (7680, 7680, "enc")
     assert p.rotation_seed is not None
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=60).filter(lambda t: t.split())
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts=st.lists(_TEXT, min_size=1, max_size=4, unique_by=lambda t: " ".join(t.split())),
+       model=st.text(max_size=20), confidence=st.floats(0, 1), iteration=st.integers(0, 2**31),
+       shape=st.sampled_from([(64, 32), (64, 64), (96, 48), (40, 8)]), seed=st.sampled_from([None, 0, 7]))
+def test_canonical_content_is_the_canonical_json_of_the_content(texts, model, confidence, iteration, shape, seed):
+    profile = Profile(shape[0], shape[1], 'enc "ü"\\', seed)
+    exps = [Experience(t, "math.x_1", confidence if i else 1, Provenance(IDENT.node_id, model, 5, iteration))
+            for i, t in enumerate(texts)]
+    vecs = np.random.default_rng(0).standard_normal((len(exps), profile.dim)).astype(np.float32)
+    batch = make_batch(exps, vecs, profile, IDENT, timestamp_ms=1_700_000_000_000)
+    assert batch.canonical_content() == _canonical_json(_b64(batch.content()))
+    assert content_hash(batch.content()) == batch.hash
+    assert decode(batch.to_msgpack()).hash == decode(batch.to_json()).hash == batch.hash
+
+
+@pytest.mark.parametrize("value,message", [(-1.0, "non-negative"), (np.nan, "NaN")])
+def test_a_bad_scale_in_a_later_experience_is_named_by_its_id(value, message):
+    batch, _ = _batch(4)
+    doc = msgpack.unpackb(batch.to_msgpack())
+    third = sorted(doc["experiences"])[2]
+    doc["experiences"][third]["scales"] = np.array([1.0, value], "<f4").tobytes()
+    with pytest.raises(BatchError, match=f"experiences.{third}.scales.*{message}"):
+        decode(msgpack.packb(doc, use_bin_type=True))

@@ -24,11 +24,13 @@ naming the field.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import json
 import math
 import time
 from dataclasses import dataclass
+from json.encoder import encode_basestring as _json_str  # a JSON string literal as json.dumps writes it
 from typing import Any
 
 import msgpack
@@ -136,6 +138,37 @@ class CompressedBatch:
             "experiences": exps,
         }
 
+    def canonical_content(self) -> bytes:
+        """The bytes ``hash`` is the SHA-256 of: ``_canonical_json(_b64(self.content()))``, written
+        directly (2–3× faster: no dict of copies, no generic walk, no re-escaping of base64 text).
+
+        Keys appear in sorted order, as sort_keys would put them; experiences are in id order, as
+        every CompressedBatch holds them. A test checks this against the generic definition.
+        """
+        g = self.profile.group_size
+        shape = f"[{self.profile.dim // g},{g}]"
+        signs = self.codes.signs.astype("<u4", copy=False).reshape(len(self), -1)  # (M, G·W)
+        scales = self.codes.scales.astype("<f4", copy=False)  # (M, G)
+        records = []
+        for exp, s, a in zip(self.experiences, signs, scales):  # text fields: one f-string per experience
+            p = exp.provenance
+            records.append(
+                f'{_json_str(exp.id)}:{{"confidence":{float(exp.confidence)!r},"domain":{_json_str(exp.domain)},'
+                f'"provenance":{{"iteration":{int(p.iteration)},"model":{_json_str(p.model)},'
+                f'"node_id":{_json_str(p.node_id)},"timestamp":{int(p.timestamp_ms)}}},'
+                f'"scales":"{_b64text(a.tobytes())}","shape":{shape},"signs":"{_b64text(s.tobytes())}",'
+                f'"text":{_json_str(exp.text)}}}'
+            )
+        pr = self.profile
+        seed = "null" if pr.rotation_seed is None else pr.rotation_seed
+        return (
+            f'{{"baseline":"{_b64text(self.codes.baseline.astype("<f4").tobytes())}",'
+            f'"experiences":{{{",".join(records)}}},"node_id":{_json_str(self.node_id)},'
+            f'"profile":{{"dim":{pr.dim},"encoder_id":{_json_str(pr.encoder_id)},"group_size":{pr.group_size},'
+            f'"rotation_seed":{seed}}},"public_key":"{_b64text(self.public_key)}",'
+            f'"timestamp":{int(self.timestamp_ms)},"version":{self.version}}}'
+        ).encode()
+
     def to_json(self) -> bytes:
         """The paper's encoding: canonical JSON with hash and signature added."""
         doc = _b64(self.content())
@@ -172,7 +205,13 @@ def _b64(obj: Any) -> Any:
     return obj
 
 
+def _b64text(data: bytes) -> str:
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
 def content_hash(content: dict) -> str:
+    """The protocol's definition of ``hash`` over a content dict (see `CompressedBatch.content`);
+    `CompressedBatch.canonical_content` computes the same bytes faster."""
     return hashlib.sha256(_canonical_json(_b64(content))).hexdigest()
 
 
@@ -204,7 +243,7 @@ def make_batch(
     unsigned = CompressedBatch(
         profile, identity.node_id, identity.public_key, ts, tuple(experiences[i] for i in order), codes, "", b""
     )
-    digest = content_hash(unsigned.content())
+    digest = hashlib.sha256(unsigned.canonical_content()).hexdigest()
     return CompressedBatch(
         profile, identity.node_id, identity.public_key, ts, unsigned.experiences, codes, digest,
         identity.sign(digest.encode()),
@@ -273,16 +312,14 @@ def _decode(data: bytes, profiles: list[Profile] | None) -> CompressedBatch:
     if not 0 < len(ex.doc) <= MAX_EXPERIENCES:
         raise BatchError("experiences", f"{len(ex.doc)} experiences; a batch holds 1 to {MAX_EXPERIENCES}")
     ids = sorted(ex.doc)
-    exps, signs, scales = [], np.empty((len(ids), n_groups, n_words), "<u4"), np.empty((len(ids), n_groups), "<f4")
-    for i, eid in enumerate(ids):  # per-record validation; the numeric work stays vectorised
+    exps, sign_bytes, scale_bytes = [], [], []
+    for eid in ids:  # per-record validation; the numeric checks run once over the batch below
         e = ex.sub(eid)
         e.keys({"text", "signs", "scales", "shape", "confidence", "domain", "provenance"})
         if e.get("shape") != [n_groups, group_size]:
             raise BatchError(f"{e.path}.shape", f"{e.get('shape')!r} does not match the profile's [{n_groups}, {group_size}]")
-        signs[i] = np.frombuffer(e.bytes("signs", 4 * n_groups * n_words), "<u4").reshape(n_groups, n_words)
-        scales[i] = e.floats("scales", n_groups)
-        if (scales[i] < 0).any():
-            raise BatchError(f"{e.path}.scales", "scales must be non-negative")
+        sign_bytes.append(e.bytes("signs", 4 * n_groups * n_words))
+        scale_bytes.append(e.bytes("scales", 4 * n_groups))
         pv = e.sub("provenance")
         pv.keys({"node_id", "model", "timestamp", "iteration"})
         prov = Provenance(pv.str("node_id", 64), pv.str("model", 200), pv.int("timestamp", 0, 2**53), pv.int("iteration", 0, 2**31))
@@ -293,9 +330,17 @@ def _decode(data: bytes, profiles: list[Profile] | None) -> CompressedBatch:
         if exp.id != eid:
             raise BatchError(e.path, "the key is not the experience's id (sha256 of its domain and text)")
         exps.append(exp)
+    # bytearray: writable arrays, like every other BitDeltaCodes
+    signs = np.frombuffer(bytearray().join(sign_bytes), "<u4").reshape(len(ids), n_groups, n_words)
+    scales = np.frombuffer(bytearray().join(scale_bytes), "<f4").reshape(len(ids), n_groups)
+    finite = np.isfinite(scales).all(axis=1)
+    ok = finite & (scales >= 0).all(axis=1)
+    if not ok.all():
+        i = int(np.argmin(ok))
+        raise BatchError(f"{ex.path}.{ids[i]}.scales", "contains NaN or Inf" if not finite[i] else "scales must be non-negative")
     codes = BitDeltaCodes(signs, scales, baseline, group_size, seed)
     batch = CompressedBatch(profile, node_id, public_key, timestamp, tuple(exps), codes, d.str("hash", 64), d.bytes("signature", 64), version)
-    if content_hash(batch.content()) != batch.hash:
+    if hashlib.sha256(batch.canonical_content()).hexdigest() != batch.hash:
         raise BatchError("hash", "does not match the content; the batch was altered")
     if not verify_signature(public_key, batch.signature, batch.hash.encode()):
         raise BatchError("signature", "is not a valid Ed25519 signature of the hash by the batch's public key")
