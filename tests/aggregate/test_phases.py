@@ -73,3 +73,23 @@ def test_reputation_is_the_papers_moving_average_with_a_floor():
     assert rep.skipped("n")
     with pytest.raises(ValueError, match="r: 2"):
         rep.update("n", 2)
+
+
+def test_dedup_merge_over_many_blocks_is_each_clusters_weighted_mean(monkeypatch):
+    import dsonet.aggregate.phases as phases
+
+    monkeypatch.setattr(phases, "_MERGE_BLOCK_BYTES", 3 * 8 * 16)  # 3 clusters a block at d = 16
+    rng = np.random.default_rng(0)
+    centers = rng.standard_normal((9, 16)).astype(np.float32)
+    owner = np.array([0, 1, 1, 2, 3, 3, 3, 4, 5, 5, 5, 5, 6, 7, 8, 8])  # clusters of 1 to 4 rows
+    v = centers[owner] + 0.01 * rng.standard_normal((16, 16)).astype(np.float32)
+    perm = rng.permutation(16)  # members scattered over the rows
+    v, owner = v[perm], owner[perm]
+    conf = rng.uniform(0, 1, 16)
+    labels, vecs, cluster_conf, _ = dedup_merge(v, conf, ["d"] * 16, trust=np.ones(16))
+    assert np.array_equal(labels[:, None] == labels[None, :], owner[:, None] == owner[None, :])
+    for c in range(9):
+        rows = np.flatnonzero(labels == c)
+        mean = v[rows] if len(rows) == 1 else (conf[rows, None] * v[rows]).sum(0, keepdims=True)
+        np.testing.assert_allclose(vecs[c], mean[0] / np.linalg.norm(mean), rtol=1e-5, atol=1e-6)
+        assert cluster_conf[c] == conf[rows].max()

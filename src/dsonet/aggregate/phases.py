@@ -41,6 +41,9 @@ def decompress_batches(batches: Sequence[CompressedBatch]) -> Rows:
     return Rows(out, batch_of_row, np.arange(len(out)) - np.repeat(np.cumsum(sizes) - sizes, sizes))
 
 
+_MERGE_BLOCK_BYTES = 4 << 20  # member rows gathered per merge block: a few MB, so they stay in cache
+
+
 @dataclass(frozen=True)
 class MergedCluster:
     """One merged experience: what the library stores for a cluster of near-duplicates."""
@@ -61,26 +64,31 @@ def dedup_merge(vectors: np.ndarray, confidences: np.ndarray, domains: Sequence[
     member with the largest confidence × source trust (ties: lowest row), so a self-reported 0.99
     from a distrusted source does not replace an honest text in a merged cluster.
     """
-    n = len(vectors)
-    reps = duplicate_clusters(vectors, list(domains), threshold=threshold)
+    reps = duplicate_clusters(vectors, list(domains), threshold=threshold)  # also checks the input
+    n, d = np.shape(vectors)
     firsts, labels = np.unique(reps, return_inverse=True)  # reps are each cluster's smallest row
     k = len(firsts)
     conf = np.asarray(confidences, dtype=np.float64)
-    weights = np.maximum(conf, 1e-6).astype(np.float32)  # a cluster of confidence-0 members still has a mean
-    merged = np.asarray(vectors[firsts], dtype=np.float32)  # (k, d) a fresh copy; most clusters are one row
-    shared = np.flatnonzero(np.bincount(labels, minlength=k)[labels] > 1)  # rows of clusters with company
-    if len(shared):
-        shared = shared[np.argsort(labels[shared], kind="stable")]  # each cluster's rows contiguous
-        starts = np.flatnonzero(np.r_[True, labels[shared][1:] != labels[shared][:-1]])
-        rank = np.arange(len(shared)) - np.repeat(starts, np.diff(np.r_[starts, len(shared)]))
-        merged[labels[shared[starts]]] = 0.0
-        for r in range(int(rank.max()) + 1):  # over member ranks (the largest cluster's size), not vectors:
-            sel = shared[rank == r]  # each cluster at most once, so a plain fancy-index add is exact
-            contribution = vectors[sel]  # a fresh copy, scaled in place
-            contribution *= weights[sel, None]
-            merged[labels[sel]] += contribution
-    norms = np.sqrt(np.einsum("ij,ij->i", merged, merged))  # no (k, d) temporary
-    merged /= np.maximum(norms, 1e-12)[:, None]  # the weights cancel in the direction
+    size = np.bincount(labels, minlength=k)
+    # a member of a cluster with company counts by its confidence (never 0, so a cluster of
+    # confidence-0 members still has a mean); a lone row is its own direction, and × 1 is exact
+    weights = np.where(size[labels] > 1, np.maximum(conf, 1e-6), 1.0).astype(np.float32)
+    members = np.argsort(labels, kind="stable")  # rows grouped by cluster, in row order within one
+    bounds = np.r_[0, np.cumsum(size)]  # cluster c is members[bounds[c] : bounds[c + 1]]
+    merged = np.empty((k, d), dtype=np.float32)
+    step = max(1, _MERGE_BLOCK_BYTES // (8 * d))  # clusters per block
+    for c0 in range(0, k, step):  # a loop over blocks of clusters; each block's rows stay in cache
+        c1 = min(k, c0 + step)
+        rows = members[bounds[c0] : bounds[c1]]
+        block = np.asarray(vectors[rows], dtype=np.float32)  # (rows, d) a fresh copy, scaled in place
+        block *= weights[rows, None]
+        first, sizes = bounds[c0:c1] - bounds[c0], size[c0:c1]  # each cluster's first row in the block
+        sums = block[first]  # (c1 - c0, d) the first members
+        for r in range(1, int(sizes.max())):  # over member ranks (the block's largest cluster), not vectors
+            more = np.flatnonzero(sizes > r)
+            sums[more] += block[first[more] + r]
+        norms = np.sqrt(np.einsum("ij,ij->i", sums, sums))
+        np.divide(sums, np.maximum(norms, 1e-12)[:, None], out=merged[c0:c1])  # the weights cancel in the direction
     cluster_conf = np.zeros(k)
     np.maximum.at(cluster_conf, labels, conf)
     order = np.lexsort((np.arange(n), -(conf * trust), labels))  # by cluster, then best member first
