@@ -93,3 +93,19 @@ def test_dedup_merge_over_many_blocks_is_each_clusters_weighted_mean(monkeypatch
         mean = v[rows] if len(rows) == 1 else (conf[rows, None] * v[rows]).sum(0, keepdims=True)
         np.testing.assert_allclose(vecs[c], mean[0] / np.linalg.norm(mean), rtol=1e-5, atol=1e-6)
         assert cluster_conf[c] == conf[rows].max()
+
+
+def test_dedup_merge_overwrite_gives_the_same_clusters_in_the_input_rows(monkeypatch):
+    import dsonet.aggregate.phases as phases
+
+    monkeypatch.setattr(phases, "_MERGE_BLOCK_BYTES", 2 * 8 * 8)  # 2 clusters a block at d = 8
+    rng = np.random.default_rng(1)
+    owner = np.array([3, 0, 1, 0, 2, 3, 1, 4, 2, 3])  # each cluster's rows spread out, first rows out of order
+    v = rng.standard_normal((5, 8)).astype(np.float32)[owner] + 0.001 * rng.standard_normal((10, 8)).astype(np.float32)
+    conf = rng.uniform(0, 1, 10)
+    fresh = dedup_merge(v.copy(), conf, ["d"] * 10, trust=np.ones(10))
+    rows = v.copy()
+    over = dedup_merge(rows, conf, ["d"] * 10, trust=np.ones(10), overwrite=True)
+    assert np.shares_memory(over[1], rows) and len(over[1]) == 5
+    for a, b in zip(fresh, over):
+        np.testing.assert_array_equal(a, b)

@@ -163,19 +163,19 @@ class DeltaSoup:
         idx = np.flatnonzero(keep)
         if len(idx) == 0:
             return []
-        exps = [batches[rows.batch[i]].experiences[rows.row[i]] for i in idx]
-        trust = np.array([self.reputation.get(batches[rows.batch[i]].node_id) for i in idx])
-        conf = np.array([e.confidence for e in exps])
-        kept = rows.vectors if len(idx) == len(rows.vectors) else rows.vectors[idx]
-        labels, vecs, cluster_conf, rep_rows = dedup_merge(kept, conf, domains[idx], trust, self.config.theta_dup)
-        members: list[list[int]] = [[] for _ in range(len(vecs))]
-        for j, lab in enumerate(labels):
-            members[lab].append(j)
+        batch_of, row_of = rows.batch[idx], rows.row[idx]
+        trust = np.array([self.reputation.get(b.node_id) for b in batches])[batch_of]
+        conf = np.array([e.confidence for b in batches for e in b.experiences])[idx]
+        kept = rows.vectors if len(idx) == len(rows.vectors) else rows.vectors[idx]  # no 300 MB copy when all pass
+        # the round's rows are not needed after the merge, so the cluster vectors may overwrite them
+        labels, vecs, cluster_conf, rep_rows = dedup_merge(kept, conf, domains[idx], trust, self.config.theta_dup,
+                                                           overwrite=True)
+        members = np.split(np.argsort(labels, kind="stable"), np.cumsum(np.bincount(labels))[:-1])
         out = []
-        for c, rep in enumerate(rep_rows):
-            pairs = tuple((int(rows.batch[idx[j]]), int(rows.row[idx[j]])) for j in members[c])
-            out.append(MergedCluster(exps[rep], vecs[c], float(cluster_conf[c]), pairs,
-                                     tuple(dict.fromkeys(batches[b].node_id for b, _ in pairs))))
+        for c, (rep, m) in enumerate(zip(rep_rows, members)):  # one record per cluster
+            pairs = tuple(zip(batch_of[m].tolist(), row_of[m].tolist()))
+            out.append(MergedCluster(batches[batch_of[rep]].experiences[row_of[rep]], vecs[c], float(cluster_conf[c]),
+                                     pairs, tuple(dict.fromkeys(batches[b].node_id for b, _ in pairs))))
         return out
 
     def _defence_state(self) -> dict[str, str]:
