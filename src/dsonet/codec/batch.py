@@ -146,28 +146,26 @@ class CompressedBatch:
         every CompressedBatch holds them. A test checks this against the generic definition.
         """
         g = self.profile.group_size
-        shape = f"[{self.profile.dim // g},{g}]"
+        shape = f"[{self.profile.dim // g},{g}]".encode()
         signs = self.codes.signs.astype("<u4", copy=False).reshape(len(self), -1)  # (M, G·W)
         scales = self.codes.scales.astype("<f4", copy=False)  # (M, G)
         records = []
-        for exp, s, a in zip(self.experiences, signs, scales):  # text fields: one f-string per experience
+        for exp, s, a in zip(self.experiences, signs, scales):  # text fields: one format per experience
             p = exp.provenance
-            records.append(
-                f'{_json_str(exp.id)}:{{"confidence":{float(exp.confidence)!r},"domain":{_json_str(exp.domain)},'
-                f'"provenance":{{"iteration":{int(p.iteration)},"model":{_json_str(p.model)},'
-                f'"node_id":{_json_str(p.node_id)},"timestamp":{int(p.timestamp_ms)}}},'
-                f'"scales":"{_b64text(a.tobytes())}","shape":{shape},"signs":"{_b64text(s.tobytes())}",'
-                f'"text":{_json_str(exp.text)}}}'
-            )
+            # text is encoded apart from the base64 (one non-ASCII character would widen all of a str)
+            head = (f'{_json_str(exp.id)}:{{"confidence":{float(exp.confidence)!r},"domain":{_json_str(exp.domain)},'
+                    f'"provenance":{{"iteration":{int(p.iteration)},"model":{_json_str(p.model)},'
+                    f'"node_id":{_json_str(p.node_id)},"timestamp":{int(p.timestamp_ms)}}},"scales":"')
+            records.append(b'%b%b","shape":%b,"signs":"%b","text":%b}' % (
+                head.encode(), _b64_bytes(a.tobytes()), shape, _b64_bytes(s.tobytes()), _json_str(exp.text).encode()))
         pr = self.profile
         seed = "null" if pr.rotation_seed is None else pr.rotation_seed
-        return (
-            f'{{"baseline":"{_b64text(self.codes.baseline.astype("<f4").tobytes())}",'
-            f'"experiences":{{{",".join(records)}}},"node_id":{_json_str(self.node_id)},'
-            f'"profile":{{"dim":{pr.dim},"encoder_id":{_json_str(pr.encoder_id)},"group_size":{pr.group_size},'
-            f'"rotation_seed":{seed}}},"public_key":"{_b64text(self.public_key)}",'
-            f'"timestamp":{int(self.timestamp_ms)},"version":{self.version}}}'
-        ).encode()
+        return b'{"baseline":"%b","experiences":{%b},%b' % (
+            _b64_bytes(self.codes.baseline.astype("<f4").tobytes()), b",".join(records),
+            (f'"node_id":{_json_str(self.node_id)},"profile":{{"dim":{pr.dim},'
+             f'"encoder_id":{_json_str(pr.encoder_id)},"group_size":{pr.group_size},"rotation_seed":{seed}}},'
+             f'"public_key":"{_b64_bytes(self.public_key).decode()}","timestamp":{int(self.timestamp_ms)},'
+             f'"version":{self.version}}}').encode())
 
     def to_json(self) -> bytes:
         """The paper's encoding: canonical JSON with hash and signature added."""
@@ -205,8 +203,8 @@ def _b64(obj: Any) -> Any:
     return obj
 
 
-def _b64text(data: bytes) -> str:
-    return binascii.b2a_base64(data, newline=False).decode("ascii")
+def _b64_bytes(data: bytes) -> bytes:
+    return binascii.b2a_base64(data, newline=False)
 
 
 def content_hash(content: dict) -> str:
