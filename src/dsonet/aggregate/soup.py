@@ -170,12 +170,16 @@ class DeltaSoup:
         # the round's rows are not needed after the merge, so the cluster vectors may overwrite them
         labels, vecs, cluster_conf, rep_rows = dedup_merge(kept, conf, domains[idx], trust, self.config.theta_dup,
                                                            overwrite=True)
-        members = np.split(np.argsort(labels, kind="stable"), np.cumsum(np.bincount(labels))[:-1])
+        order = np.argsort(labels, kind="stable")  # members grouped by cluster, in row order within one
+        bounds = np.r_[0, np.cumsum(np.bincount(labels))].tolist()  # cluster c is order[bounds[c] : bounds[c + 1]]
+        member_batch, member_row = batch_of[order].tolist(), row_of[order].tolist()
+        node_ids = [b.node_id for b in batches]
         out = []
-        for c, (rep, m) in enumerate(zip(rep_rows, members)):  # one record per cluster
-            pairs = tuple(zip(batch_of[m].tolist(), row_of[m].tolist()))
-            out.append(MergedCluster(batches[batch_of[rep]].experiences[row_of[rep]], vecs[c], float(cluster_conf[c]),
-                                     pairs, tuple(dict.fromkeys(batches[b].node_id for b, _ in pairs))))
+        for c, (b, r) in enumerate(zip(batch_of[rep_rows].tolist(), row_of[rep_rows].tolist())):  # one per cluster
+            mb = member_batch[bounds[c] : bounds[c + 1]]
+            out.append(MergedCluster(batches[b].experiences[r], vecs[c], float(cluster_conf[c]),
+                                     tuple(zip(mb, member_row[bounds[c] : bounds[c + 1]])),
+                                     tuple(dict.fromkeys(node_ids[i] for i in mb))))
         return out
 
     def _defence_state(self) -> dict[str, str]:
