@@ -3,7 +3,7 @@ import time
 import numpy as np
 import pytest
 
-from dsonet.library.dedup import DedupError, _row_medians, duplicate_clusters
+from dsonet.library.dedup import DedupError, _row_medians, _transposed, duplicate_clusters
 
 
 def brute_force(vectors, domains, threshold):
@@ -124,3 +124,10 @@ def test_row_medians_are_numpys_medians(n):
     expected = np.median(a, axis=1)
     got = _row_medians(a.copy())
     assert got.dtype == np.float32 and np.array_equal(got, expected)
+
+
+@pytest.mark.parametrize("n", [1, 255, 256, 600])
+def test_transposed_is_a_contiguous_copy_of_the_transpose(n):
+    a = np.arange(n * 7, dtype=np.float32).reshape(n, 7)
+    t = _transposed(a)
+    assert t.flags.c_contiguous and not np.shares_memory(t, a) and np.array_equal(t, a.T)
