@@ -74,27 +74,39 @@ def dedup_merge(vectors: np.ndarray, confidences: np.ndarray, domains: Sequence[
     k = len(firsts)
     conf = np.asarray(confidences, dtype=np.float64)
     size = np.bincount(labels, minlength=k)
-    # a member of a cluster with company counts by its confidence (never 0, so a cluster of
-    # confidence-0 members still has a mean); a lone row is its own direction, and × 1 is exact
-    weights = np.where(size[labels] > 1, np.maximum(conf, 1e-6), 1.0).astype(np.float32)
-    members = np.argsort(labels, kind="stable")  # rows grouped by cluster, in row order within one
-    bounds = np.r_[0, np.cumsum(size)]  # cluster c is members[bounds[c] : bounds[c + 1]]
+    weights = np.maximum(conf, 1e-6).astype(np.float32)  # a cluster of confidence-0 members still has a mean
+    step = max(1, _MERGE_BLOCK_BYTES // (8 * d))  # clusters per block
+    # Within a block, clusters go largest first and rows go by member rank: every cluster's first
+    # member, then the second members of those with two or more, and so on, so that adding the
+    # members up is adding contiguous slices (ranks in row order: the same sums as a plain loop).
+    by_cluster = np.argsort(labels, kind="stable")
+    rank = np.empty(n, np.int64)
+    rank[by_cluster] = np.arange(n) - np.repeat(np.cumsum(size) - size, size)
+    cluster_order = np.lexsort((-size, np.arange(k) // step))  # (k,) blocks in order, larger clusters first
+    slot = np.empty(k, np.int64)
+    slot[cluster_order] = np.arange(k)
+    row_order = np.lexsort((slot[labels], rank, labels // step))  # (n,)
     # Row c belongs to a cluster numbered ≤ c (clusters are numbered by their smallest row), so
     # by the time cluster c is written over row c, every member of that row's cluster has been read.
     merged = vectors if overwrite else np.empty((k, d), dtype=np.float32)
-    step = max(1, _MERGE_BLOCK_BYTES // (8 * d))  # clusters per block
+    end = 0
     for c0 in range(0, k, step):  # a loop over blocks of clusters, in order; each block's rows stay in cache
-        c1 = min(k, c0 + step)
-        rows = members[bounds[c0] : bounds[c1]]
-        block = np.asarray(vectors[rows], dtype=np.float32)  # (rows, d) a fresh copy, scaled in place
-        block *= weights[rows, None]
-        first, sizes = bounds[c0:c1] - bounds[c0], size[c0:c1]  # each cluster's first row in the block
-        sums = block[first]  # (c1 - c0, d) the first members
-        for r in range(1, int(sizes.max())):  # over member ranks (the block's largest cluster), not vectors
-            more = np.flatnonzero(sizes > r)
-            sums[more] += block[first[more] + r]
-        norms = np.sqrt(np.einsum("ij,ij->i", sums, sums))
-        np.divide(sums, np.maximum(norms, 1e-12)[:, None], out=merged[c0:c1])  # the weights cancel in the direction
+        clusters = cluster_order[c0 : c0 + step]
+        sizes, c = size[clusters], len(clusters)  # sizes descending
+        rows = row_order[end : end + int(sizes.sum())]
+        end += len(rows)
+        block = np.asarray(vectors[rows], dtype=np.float32)  # (rows, d) a fresh copy, summed in place
+        shared = int(np.count_nonzero(sizes > 1))  # a lone row is its own direction: it is not weighted
+        block[:shared] *= weights[rows[:shared], None]
+        block[c:] *= weights[rows[c:], None]
+        start = c
+        for r in range(1, int(sizes[0])):  # over member ranks (the block's largest cluster), not vectors
+            m = int(np.count_nonzero(sizes > r))
+            block[:m] += block[start : start + m]
+            start += m
+        sums = block[:c]
+        sums /= np.maximum(np.sqrt(np.einsum("ij,ij->i", sums, sums)), 1e-12)[:, None]  # the weights cancel
+        merged[clusters] = sums
     cluster_conf = np.zeros(k)
     np.maximum.at(cluster_conf, labels, conf)
     order = np.lexsort((np.arange(n), -(conf * trust), labels))  # by cluster, then best member first
