@@ -11,7 +11,6 @@ import hashlib
 import re
 import time
 from dataclasses import asdict, dataclass, field, replace
-from functools import cached_property
 
 from dsonet.errors import DsoError
 
@@ -54,9 +53,15 @@ class Experience:
         object.__setattr__(self, "text", normalise_text(self.text) if isinstance(self.text, str) else self.text)
         validate(self)
 
-    @cached_property  # a SHA-256, asked for several times per experience while a batch is built or verified
+    @property
     def id(self) -> str:
-        return experience_id(self.text, self.domain)
+        # a SHA-256, asked for several times per experience while a batch is built or verified:
+        # kept after the first time (by hand: functools.cached_property takes a lock on 3.11)
+        cached = self.__dict__.get("_id")
+        if cached is None:
+            cached = experience_id(self.text, self.domain)
+            object.__setattr__(self, "_id", cached)  # not a field: no part of eq, hash, repr or asdict
+        return cached
 
     def with_provenance(self, node_id: str, model: str = "", iteration: int = 0) -> "Experience":
         prov = Provenance(node_id, model, int(time.time() * 1000), iteration)
