@@ -357,8 +357,8 @@ class _Reader:
         return key if self.path == "batch" else f"{self.path}.{key}"
 
     def keys(self, expected: set[str]) -> None:
-        got = set(self.doc)
-        if got != expected:
+        if self.doc.keys() != expected:  # a keys view compares with a set without building one
+            got = set(self.doc)
             missing, extra = sorted(expected - got), sorted(map(str, got - expected))
             raise BatchError(self.path, f"missing fields {missing}, unexpected fields {extra}")
 
