@@ -71,7 +71,9 @@ def test_search_over_received_codes_ranks_the_source_vector_first(tmp_path, enco
             hits = lib.search_vector(vecs[i], k=1, min_similarity=0.5)
             assert hits[0].experience.text == experiences(300, seed=3)[i].text
             e_hat = recon[hits[0].experience.id]
-            assert hits[0].score == pytest.approx(float(vecs[i] @ e_hat / np.linalg.norm(e_hat)), abs=1e-5)
+            cosine_with_e_hat = float(vecs[i] @ e_hat / np.linalg.norm(e_hat))
+            # the score estimates q·e (here 1) from the code, closer than the cosine with ê does
+            assert abs(hits[0].score - 1.0) < 0.5 * (1.0 - cosine_with_e_hat) and hits[0].score <= 1.0
 
 
 def test_domain_filter_and_min_similarity(tmp_path, encoder, profile):

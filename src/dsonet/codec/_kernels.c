@@ -235,6 +235,65 @@ static void unrotate_block(const rotation_t *r, const float *y, const float *bas
         x[k] = x[k] * r->dsigns[k] * norm + (base ? base[k] : 0.0f);
 }
 
+/* ------------------------------------------------------ asymmetric scores */
+
+/* out[i, j] = sum over the code bytes p of group j of table[p, code_i[p]]: the sum of the
+ * query's coordinates where code i has a set bit, one lookup per byte (RaBitQ's fast scan).
+ * The table is ~1 MB at d = 7680, so rows are taken in tiles and bytes in blocks: a block's
+ * 64 KB of table is reused by every row of the tile while it is in cache. */
+#define LUT_TILE_ROWS 256
+#define LUT_BLOCK_BYTES 64
+
+static void lut_tile(const float *table, const uint8_t *const *code, Py_ssize_t m, Py_ssize_t n_bytes,
+                     Py_ssize_t groups, float *out)
+{
+    const Py_ssize_t per = n_bytes / groups;
+    for (Py_ssize_t i = 0; i < m * groups; i++)
+        out[i] = 0.0f;
+    for (Py_ssize_t j = 0; j < groups; j++)
+        for (Py_ssize_t p0 = j * per; p0 < (j + 1) * per; p0 += LUT_BLOCK_BYTES) {
+            const Py_ssize_t p1 = p0 + LUT_BLOCK_BYTES < (j + 1) * per ? p0 + LUT_BLOCK_BYTES : (j + 1) * per;
+            for (Py_ssize_t i = 0; i < m; i++) {
+                const uint8_t *c = code[i];
+                float acc0 = 0.0f, acc1 = 0.0f;
+                Py_ssize_t p = p0;
+                for (; p + 2 <= p1; p += 2) {
+                    acc0 += table[p * 256 + c[p]];
+                    acc1 += table[(p + 1) * 256 + c[p + 1]];
+                }
+                if (p < p1)
+                    acc0 += table[p * 256 + c[p]];
+                out[i * groups + j] += acc0 + acc1;
+            }
+        }
+}
+
+/* out[i] = sum_k q[k] * codes[i, k] over int8 codes: the coarse sketch's inner products. */
+static void int8_dot_scalar(const int8_t *codes, const float *q, Py_ssize_t n, Py_ssize_t k, float *out)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float acc = 0.0f;
+        for (Py_ssize_t t = 0; t < k; t++)
+            acc += q[t] * (float)codes[i * k + t];
+        out[i] = acc;
+    }
+}
+
+__attribute__((target("avx2,fma")))
+static void int8_dot_avx2(const int8_t *codes, const float *q, Py_ssize_t n, Py_ssize_t k, float *out)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        __m256 acc = _mm256_setzero_ps();
+        for (Py_ssize_t t = 0; t < k; t += 8) {
+            __m128i b = _mm_loadl_epi64((const __m128i *)(codes + i * k + t));
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + t), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), acc);
+        }
+        float lanes[8];
+        _mm256_storeu_ps(lanes, acc);
+        out[i] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    }
+}
+
 /* ------------------------------------------------------- Python interface */
 
 /* A buffer of exactly `count` items of `itemsize` bytes, C-contiguous, or NULL with an error set. */
@@ -438,15 +497,123 @@ PyDoc_STRVAR(unrotate_doc, "unrotate(y, base, rows, dim, m, a, c, dsigns, q, out
 static PyObject *py_rotate(PyObject *self, PyObject *args) { return rotation_call(args, 0); }
 static PyObject *py_unrotate(PyObject *self, PyObject *args) { return rotation_call(args, 1); }
 
+PyDoc_STRVAR(lut_doc, "lut_sums(table, codes, n, n_bytes, rows, groups, out)\n\n"
+                     "out[r, j] <- sum of table[p, codes[rows[r], p]] over the bytes p of group j\n"
+                     "(rows may be None: every one of the n codes).");
+
+static PyObject *py_lut_sums(PyObject *self, PyObject *args)
+{
+    PyObject *to, *co, *ro, *oo;
+    Py_ssize_t n, n_bytes, groups;
+    Py_buffer tv, cv, rv, ov;
+    if (!PyArg_ParseTuple(args, "OOnnOnO", &to, &co, &n, &n_bytes, &ro, &groups, &oo))
+        return NULL;
+    if (n < 0 || n_bytes < 1 || groups < 1 || n_bytes % groups) {
+        PyErr_Format(PyExc_ValueError, "bad shape: n=%zd, n_bytes=%zd, groups=%zd", n, n_bytes, groups);
+        return NULL;
+    }
+    rv.obj = NULL;
+    Py_ssize_t m = n;
+    if (ro != Py_None) {
+        if (PyObject_GetBuffer(ro, &rv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            return NULL;
+        if (rv.itemsize != 8) {
+            PyErr_SetString(PyExc_ValueError, "rows: expected int64");
+            PyBuffer_Release(&rv);
+            return NULL;
+        }
+        m = rv.len / 8;
+        const int64_t *r = rv.buf;
+        for (Py_ssize_t i = 0; i < m; i++)
+            if (r[i] < 0 || r[i] >= n) {
+                PyErr_Format(PyExc_IndexError, "rows: %lld is outside 0..%zd", (long long)r[i], n - 1);
+                PyBuffer_Release(&rv);
+                return NULL;
+            }
+    }
+    if (get_buffer(to, &tv, 0, n_bytes * 256, 4, "table") < 0)
+        goto fail_r;
+    if (get_buffer(co, &cv, 0, n * n_bytes, 1, "codes") < 0)
+        goto fail_t;
+    if (get_buffer(oo, &ov, 1, m * groups, 4, "out") < 0)
+        goto fail_c;
+    const float *table = tv.buf;
+    const uint8_t *codes = cv.buf;
+    const int64_t *rows = rv.obj ? rv.buf : NULL;
+    float *out = ov.buf;
+    Py_BEGIN_ALLOW_THREADS
+    const uint8_t *tile[LUT_TILE_ROWS];
+    for (Py_ssize_t i0 = 0; i0 < m; i0 += LUT_TILE_ROWS) {
+        const Py_ssize_t t = m - i0 < LUT_TILE_ROWS ? m - i0 : LUT_TILE_ROWS;
+        for (Py_ssize_t i = 0; i < t; i++)
+            tile[i] = codes + (rows ? rows[i0 + i] : i0 + i) * n_bytes;
+        lut_tile(table, tile, t, n_bytes, groups, out + i0 * groups);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&ov);
+    PyBuffer_Release(&cv);
+    PyBuffer_Release(&tv);
+    release(&rv);
+    Py_RETURN_NONE;
+fail_c:
+    PyBuffer_Release(&cv);
+fail_t:
+    PyBuffer_Release(&tv);
+fail_r:
+    release(&rv);
+    return NULL;
+}
+
+PyDoc_STRVAR(int8_doc, "int8_dot(codes, q, n, k, out)\n\nout[i] <- sum_t q[t] * codes[i, t] for int8 codes (n, k).");
+
+static PyObject *py_int8_dot(PyObject *self, PyObject *args)
+{
+    PyObject *co, *qo, *oo;
+    Py_ssize_t n, k;
+    Py_buffer cv, qv, ov;
+    if (!PyArg_ParseTuple(args, "OOnnO", &co, &qo, &n, &k, &oo))
+        return NULL;
+    if (n < 0 || k < 1) {
+        PyErr_Format(PyExc_ValueError, "bad shape: n=%zd, k=%zd", n, k);
+        return NULL;
+    }
+    if (get_buffer(co, &cv, 0, n * k, 1, "codes") < 0)
+        return NULL;
+    if (get_buffer(qo, &qv, 0, k, 4, "q") < 0)
+        goto fail_c;
+    if (get_buffer(oo, &ov, 1, n, 4, "out") < 0)
+        goto fail_q;
+    const int8_t *codes = cv.buf;
+    const float *q = qv.buf;
+    float *out = ov.buf;
+    Py_BEGIN_ALLOW_THREADS
+    if (have_avx2 && k % 8 == 0)
+        int8_dot_avx2(codes, q, n, k, out);
+    else
+        int8_dot_scalar(codes, q, n, k, out);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&ov);
+    PyBuffer_Release(&qv);
+    PyBuffer_Release(&cv);
+    Py_RETURN_NONE;
+fail_q:
+    PyBuffer_Release(&qv);
+fail_c:
+    PyBuffer_Release(&cv);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"quantize", py_quantize, METH_VARARGS, quantize_doc},
     {"dequantize", py_dequantize, METH_VARARGS, dequantize_doc},
     {"rotate", py_rotate, METH_VARARGS, rotate_doc},
     {"unrotate", py_unrotate, METH_VARARGS, unrotate_doc},
+    {"lut_sums", py_lut_sums, METH_VARARGS, lut_doc},
+    {"int8_dot", py_int8_dot, METH_VARARGS, int8_doc},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", "BitDelta's fused C kernels.", -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", "BitDelta's fused C kernels and the code index's lookup-table scan.", -1, methods};
 
 PyMODINIT_FUNC PyInit__kernels(void)
 {
