@@ -74,3 +74,28 @@ def test_kernels_reject_buffers_of_the_wrong_size():
     scales.flags.writeable = False
     with pytest.raises((ValueError, BufferError), match="read-only|not writable"):
         _kernels.quantize(x, base, 2, 64, 64, signs, scales)
+
+
+def test_lookup_table_sums_match_numpy_over_chosen_rows():
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal((24, 256)).astype(np.float32)  # 24 code bytes in 3 groups of 8
+    codes = rng.integers(0, 256, (50, 24), dtype=np.uint8)
+    rows = np.array([3, 49, 0, 3], np.int64)
+    out = np.empty((4, 3), np.float32)
+    _kernels.lut_sums(table, codes, 50, 24, rows, 3, out)
+    expected = table[np.arange(24), codes[rows]].reshape(4, 3, 8).sum(-1)
+    np.testing.assert_allclose(out, expected, rtol=1e-5)
+    with pytest.raises(IndexError, match="rows"):
+        _kernels.lut_sums(table, codes, 50, 24, np.array([50], np.int64), 3, out[:1])
+    with pytest.raises(TypeError, match="int64"):
+        _kernels.lut_sums(table, codes, 50, 24, rows.astype(np.float64), 3, out)
+
+
+@pytest.mark.parametrize("k", [64, 12])  # AVX2 path and scalar path
+def test_int8_dot_matches_numpy(k):
+    rng = np.random.default_rng(k)
+    codes = rng.integers(-127, 128, (300, k), dtype=np.int8)
+    q = rng.standard_normal(k).astype(np.float32)
+    out = np.empty(300, np.float32)
+    _kernels.int8_dot(codes, q, 300, k, out)
+    np.testing.assert_allclose(out, codes.astype(np.float64) @ q, rtol=1e-4, atol=1e-3)

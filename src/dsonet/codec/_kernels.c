@@ -296,38 +296,47 @@ static void int8_dot_avx2(const int8_t *codes, const float *q, Py_ssize_t n, Py_
 
 /* ------------------------------------------------------- Python interface */
 
-/* A buffer of exactly `count` items of `itemsize` bytes, C-contiguous, or NULL with an error set. */
-static int get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t count, Py_ssize_t itemsize,
-                      const char *name)
+/* One array argument: what it must be, and the buffer once acquired. */
+typedef struct {
+    PyObject *obj;
+    const char *name;
+    Py_ssize_t count;    /* items expected; -1: any number (read back from view.len) */
+    Py_ssize_t itemsize; /* bytes per item */
+    int writable;
+    int optional; /* None is allowed and gives a NULL buffer */
+    Py_buffer view;
+} array_arg;
+
+static void release_arrays(array_arg *a, int n)
 {
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0)
-        return -1;
-    if (view->itemsize != itemsize || view->len != count * itemsize) {
-        PyErr_Format(PyExc_ValueError, "%s: expected %zd items of %zd bytes, got %zd bytes of %zd-byte items", name,
-                     count, itemsize, view->len, view->itemsize);
-        PyBuffer_Release(view);
-        return -1;
+    for (int i = 0; i < n; i++)
+        if (a[i].view.obj)
+            PyBuffer_Release(&a[i].view);
+}
+
+/* Acquire every array as a C-contiguous buffer of the expected size, or release them all and
+ * return -1 with an error naming the argument. */
+static int acquire_arrays(array_arg *a, int n)
+{
+    for (int i = 0; i < n; i++) {
+        a[i].view.obj = NULL;
+        a[i].view.buf = NULL;
+        if (a[i].optional && a[i].obj == Py_None)
+            continue;
+        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (a[i].writable ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(a[i].obj, &a[i].view, flags) < 0) {
+            release_arrays(a, i);
+            return -1;
+        }
+        Py_ssize_t want = a[i].count < 0 ? a[i].view.len / a[i].itemsize : a[i].count;
+        if (a[i].view.itemsize != a[i].itemsize || a[i].view.len != want * a[i].itemsize) {
+            PyErr_Format(PyExc_ValueError, "%s: expected %zd items of %zd bytes, got %zd bytes of %zd-byte items",
+                         a[i].name, want, a[i].itemsize, a[i].view.len, a[i].view.itemsize);
+            release_arrays(a, i + 1);
+            return -1;
+        }
     }
     return 0;
-}
-
-/* Optional base: None -> NULL. */
-static int get_base(PyObject *obj, Py_buffer *view, Py_ssize_t d, const float **ptr)
-{
-    *ptr = NULL;
-    view->obj = NULL;
-    if (obj == Py_None)
-        return 0;
-    if (get_buffer(obj, view, 0, d, 4, "base") < 0)
-        return -1;
-    *ptr = view->buf;
-    return 0;
-}
-
-static void release(Py_buffer *view)
-{
-    if (view->obj)
-        PyBuffer_Release(view);
 }
 
 static int check_shape(Py_ssize_t rows, Py_ssize_t d, Py_ssize_t g)
@@ -344,24 +353,19 @@ PyDoc_STRVAR(quantize_doc, "quantize(x, base, rows, dim, group_size, signs, scal
 
 static PyObject *py_quantize(PyObject *self, PyObject *args)
 {
-    PyObject *xo, *bo, *so, *ao;
     Py_ssize_t rows, d, g;
-    Py_buffer xv, bv, sv, av;
-    const float *base;
-    if (!PyArg_ParseTuple(args, "OOnnnOO", &xo, &bo, &rows, &d, &g, &so, &ao) || check_shape(rows, d, g) < 0)
+    array_arg a[4] = {{.name = "x", .itemsize = 4}, {.name = "base", .itemsize = 4, .optional = 1},
+                      {.name = "signs", .itemsize = 4, .writable = 1}, {.name = "scales", .itemsize = 4, .writable = 1}};
+    if (!PyArg_ParseTuple(args, "OOnnnOO", &a[0].obj, &a[1].obj, &rows, &d, &g, &a[2].obj, &a[3].obj) ||
+        check_shape(rows, d, g) < 0)
         return NULL;
     const Py_ssize_t words = (d / g) * ((g + 31) / 32);
-    if (get_buffer(xo, &xv, 0, rows * d, 4, "x") < 0)
+    a[0].count = rows * d, a[1].count = d, a[2].count = rows * words, a[3].count = rows * (d / g);
+    if (acquire_arrays(a, 4) < 0)
         return NULL;
-    if (get_base(bo, &bv, d, &base) < 0)
-        goto fail_x;
-    if (get_buffer(so, &sv, 1, rows * words, 4, "signs") < 0)
-        goto fail_b;
-    if (get_buffer(ao, &av, 1, rows * (d / g), 4, "scales") < 0)
-        goto fail_s;
-    const float *x = xv.buf;
-    uint32_t *signs = sv.buf;
-    float *scales = av.buf;
+    const float *x = a[0].view.buf, *base = a[1].view.buf;
+    uint32_t *signs = a[2].view.buf;
+    float *scales = a[3].view.buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < rows; i++) {
         if (have_avx2 && g % 32 == 0)
@@ -370,18 +374,8 @@ static PyObject *py_quantize(PyObject *self, PyObject *args)
             quantize_row_scalar(x + i * d, base, d, g, signs + i * words, scales + i * (d / g));
     }
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&av);
-    PyBuffer_Release(&sv);
-    release(&bv);
-    PyBuffer_Release(&xv);
+    release_arrays(a, 4);
     Py_RETURN_NONE;
-fail_s:
-    PyBuffer_Release(&sv);
-fail_b:
-    release(&bv);
-fail_x:
-    PyBuffer_Release(&xv);
-    return NULL;
 }
 
 PyDoc_STRVAR(dequantize_doc, "dequantize(signs, scales, base, rows, dim, group_size, out)\n\n"
@@ -389,76 +383,56 @@ PyDoc_STRVAR(dequantize_doc, "dequantize(signs, scales, base, rows, dim, group_s
 
 static PyObject *py_dequantize(PyObject *self, PyObject *args)
 {
-    PyObject *so, *ao, *bo, *oo;
     Py_ssize_t rows, d, g;
-    Py_buffer sv, av, bv, ov;
-    const float *base;
-    if (!PyArg_ParseTuple(args, "OOOnnnO", &so, &ao, &bo, &rows, &d, &g, &oo) || check_shape(rows, d, g) < 0)
+    array_arg a[4] = {{.name = "signs", .itemsize = 4}, {.name = "scales", .itemsize = 4},
+                      {.name = "base", .itemsize = 4, .optional = 1}, {.name = "out", .itemsize = 4, .writable = 1}};
+    if (!PyArg_ParseTuple(args, "OOOnnnO", &a[0].obj, &a[1].obj, &a[2].obj, &rows, &d, &g, &a[3].obj) ||
+        check_shape(rows, d, g) < 0)
         return NULL;
     const Py_ssize_t words = (d / g) * ((g + 31) / 32);
-    if (get_buffer(so, &sv, 0, rows * words, 4, "signs") < 0)
+    a[0].count = rows * words, a[1].count = rows * (d / g), a[2].count = d, a[3].count = rows * d;
+    if (acquire_arrays(a, 4) < 0)
         return NULL;
-    if (get_buffer(ao, &av, 0, rows * (d / g), 4, "scales") < 0)
-        goto fail_s;
-    if (get_base(bo, &bv, d, &base) < 0)
-        goto fail_a;
-    if (get_buffer(oo, &ov, 1, rows * d, 4, "out") < 0)
-        goto fail_b;
-    const uint32_t *signs = sv.buf;
-    const float *scales = av.buf;
-    float *out = ov.buf;
+    const uint32_t *signs = a[0].view.buf;
+    const float *scales = a[1].view.buf, *base = a[2].view.buf;
+    float *out = a[3].view.buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < rows; i++)
         dequantize_row(signs + i * words, scales + i * (d / g), base, d, g, out + i * d);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&ov);
-    release(&bv);
-    PyBuffer_Release(&av);
-    PyBuffer_Release(&sv);
+    release_arrays(a, 4);
     Py_RETURN_NONE;
-fail_b:
-    release(&bv);
-fail_a:
-    PyBuffer_Release(&av);
-fail_s:
-    PyBuffer_Release(&sv);
-    return NULL;
 }
 
 /* Shared by rotate and unrotate: (x, base, rows, dim, m, a, c, dsigns, q, out); the rotation
  * acts on each block of g = m a c consecutive coordinates of every row. */
 static PyObject *rotation_call(PyObject *args, int inverse)
 {
-    PyObject *xo, *bo, *do_, *qo, *oo;
-    Py_ssize_t rows, d, m, a, c;
-    Py_buffer xv, bv, dv, qv, ov;
-    const float *base;
-    if (!PyArg_ParseTuple(args, "OOnnnnnOOO", &xo, &bo, &rows, &d, &m, &a, &c, &do_, &qo, &oo))
+    Py_ssize_t rows, d, m, ha, hc;
+    array_arg a[5] = {{.name = "x", .itemsize = 4}, {.name = "base", .itemsize = 4, .optional = 1},
+                      {.name = "dsigns", .itemsize = 4}, {.name = "q", .itemsize = 4},
+                      {.name = "out", .itemsize = 4, .writable = 1}};
+    if (!PyArg_ParseTuple(args, "OOnnnnnOOO", &a[0].obj, &a[1].obj, &rows, &d, &m, &ha, &hc, &a[2].obj, &a[3].obj,
+                          &a[4].obj))
         return NULL;
-    const Py_ssize_t g = m * a * c;
-    if (m < 1 || a < 1 || c < 1 || (a & (a - 1)) || (c & (c - 1)) || check_shape(rows, d, g) < 0) {
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_ValueError, "bad rotation shape: m=%zd, a=%zd, c=%zd", m, a, c);
+    if (m < 1 || ha < 1 || hc < 1 || (ha & (ha - 1)) || (hc & (hc - 1))) {
+        PyErr_Format(PyExc_ValueError, "bad rotation shape: m=%zd, a=%zd, c=%zd", m, ha, hc);
         return NULL;
     }
-    if (get_buffer(xo, &xv, 0, rows * d, 4, "x") < 0)
+    const Py_ssize_t g = m * ha * hc;
+    if (check_shape(rows, d, g) < 0)
         return NULL;
-    if (get_base(bo, &bv, d, &base) < 0)
-        goto fail_x;
-    if (get_buffer(do_, &dv, 0, g, 4, "dsigns") < 0)
-        goto fail_b;
-    if (get_buffer(qo, &qv, 0, m * m, 4, "q") < 0)
-        goto fail_d;
-    if (get_buffer(oo, &ov, 1, rows * d, 4, "out") < 0)
-        goto fail_q;
+    a[0].count = rows * d, a[1].count = d, a[2].count = g, a[3].count = m * m, a[4].count = rows * d;
+    if (acquire_arrays(a, 5) < 0)
+        return NULL;
     float *work = malloc(sizeof(float) * g);
     if (!work) {
-        PyErr_NoMemory();
-        goto fail_o;
+        release_arrays(a, 5);
+        return PyErr_NoMemory();
     }
-    rotation_t r = {m, a, c, g, dv.buf, qv.buf};
-    const float *x = xv.buf;
-    float *out = ov.buf;
+    rotation_t r = {m, ha, hc, g, a[2].view.buf, a[3].view.buf};
+    const float *x = a[0].view.buf, *base = a[1].view.buf;
+    float *out = a[4].view.buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t k = 0; k < rows * d; k += g) {
         const float *bk = base ? base + k % d : NULL;
@@ -469,30 +443,14 @@ static PyObject *rotation_call(PyObject *args, int inverse)
     }
     Py_END_ALLOW_THREADS
     free(work);
-    PyBuffer_Release(&ov);
-    PyBuffer_Release(&qv);
-    PyBuffer_Release(&dv);
-    release(&bv);
-    PyBuffer_Release(&xv);
+    release_arrays(a, 5);
     Py_RETURN_NONE;
-fail_o:
-    PyBuffer_Release(&ov);
-fail_q:
-    PyBuffer_Release(&qv);
-fail_d:
-    PyBuffer_Release(&dv);
-fail_b:
-    release(&bv);
-fail_x:
-    PyBuffer_Release(&xv);
-    return NULL;
 }
 
 PyDoc_STRVAR(rotate_doc, "rotate(x, base, rows, dim, m, a, c, dsigns, q, out)\n\n"
                          "out <- R (x - base) on every block of m*a*c coordinates of every row.");
 PyDoc_STRVAR(unrotate_doc, "unrotate(y, base, rows, dim, m, a, c, dsigns, q, out)\n\n"
                            "out <- R^T y + base on every block of m*a*c coordinates of every row.");
-
 
 static PyObject *py_rotate(PyObject *self, PyObject *args) { return rotation_call(args, 0); }
 static PyObject *py_unrotate(PyObject *self, PyObject *args) { return rotation_call(args, 1); }
@@ -503,44 +461,41 @@ PyDoc_STRVAR(lut_doc, "lut_sums(table, codes, n, n_bytes, rows, groups, out)\n\n
 
 static PyObject *py_lut_sums(PyObject *self, PyObject *args)
 {
-    PyObject *to, *co, *ro, *oo;
     Py_ssize_t n, n_bytes, groups;
-    Py_buffer tv, cv, rv, ov;
-    if (!PyArg_ParseTuple(args, "OOnnOnO", &to, &co, &n, &n_bytes, &ro, &groups, &oo))
+    array_arg a[4] = {{.name = "table", .itemsize = 4}, {.name = "codes", .itemsize = 1},
+                      {.name = "rows", .itemsize = 8, .count = -1, .optional = 1},
+                      {.name = "out", .itemsize = 4, .writable = 1}};
+    if (!PyArg_ParseTuple(args, "OOnnOnO", &a[0].obj, &a[1].obj, &n, &n_bytes, &a[2].obj, &groups, &a[3].obj))
         return NULL;
     if (n < 0 || n_bytes < 1 || groups < 1 || n_bytes % groups) {
         PyErr_Format(PyExc_ValueError, "bad shape: n=%zd, n_bytes=%zd, groups=%zd", n, n_bytes, groups);
         return NULL;
     }
-    rv.obj = NULL;
-    Py_ssize_t m = n;
-    if (ro != Py_None) {
-        if (PyObject_GetBuffer(ro, &rv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-            return NULL;
-        if (rv.itemsize != 8) {
-            PyErr_SetString(PyExc_ValueError, "rows: expected int64");
-            PyBuffer_Release(&rv);
+    a[0].count = n_bytes * 256, a[1].count = n * n_bytes;
+    a[3].count = -1; /* checked below, once the number of rows is known */
+    if (acquire_arrays(a, 4) < 0)
+        return NULL;
+    const int64_t *rows = a[2].view.buf;
+    const Py_ssize_t m = rows ? a[2].view.len / 8 : n;
+    if (rows && !strchr("lq", a[2].view.format[strlen(a[2].view.format) - 1])) {
+        PyErr_Format(PyExc_TypeError, "rows: expected int64, got format '%s'", a[2].view.format);
+        release_arrays(a, 4);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; rows && i < m; i++)
+        if (rows[i] < 0 || rows[i] >= n) {
+            PyErr_Format(PyExc_IndexError, "rows: %lld is outside 0..%zd", (long long)rows[i], n - 1);
+            release_arrays(a, 4);
             return NULL;
         }
-        m = rv.len / 8;
-        const int64_t *r = rv.buf;
-        for (Py_ssize_t i = 0; i < m; i++)
-            if (r[i] < 0 || r[i] >= n) {
-                PyErr_Format(PyExc_IndexError, "rows: %lld is outside 0..%zd", (long long)r[i], n - 1);
-                PyBuffer_Release(&rv);
-                return NULL;
-            }
+    if (a[3].view.len != m * groups * 4) {
+        PyErr_Format(PyExc_ValueError, "out: expected %zd floats, got %zd bytes", m * groups, a[3].view.len);
+        release_arrays(a, 4);
+        return NULL;
     }
-    if (get_buffer(to, &tv, 0, n_bytes * 256, 4, "table") < 0)
-        goto fail_r;
-    if (get_buffer(co, &cv, 0, n * n_bytes, 1, "codes") < 0)
-        goto fail_t;
-    if (get_buffer(oo, &ov, 1, m * groups, 4, "out") < 0)
-        goto fail_c;
-    const float *table = tv.buf;
-    const uint8_t *codes = cv.buf;
-    const int64_t *rows = rv.obj ? rv.buf : NULL;
-    float *out = ov.buf;
+    const float *table = a[0].view.buf;
+    const uint8_t *codes = a[1].view.buf;
+    float *out = a[3].view.buf;
     Py_BEGIN_ALLOW_THREADS
     const uint8_t *tile[LUT_TILE_ROWS];
     for (Py_ssize_t i0 = 0; i0 < m; i0 += LUT_TILE_ROWS) {
@@ -550,57 +505,37 @@ static PyObject *py_lut_sums(PyObject *self, PyObject *args)
         lut_tile(table, tile, t, n_bytes, groups, out + i0 * groups);
     }
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&ov);
-    PyBuffer_Release(&cv);
-    PyBuffer_Release(&tv);
-    release(&rv);
+    release_arrays(a, 4);
     Py_RETURN_NONE;
-fail_c:
-    PyBuffer_Release(&cv);
-fail_t:
-    PyBuffer_Release(&tv);
-fail_r:
-    release(&rv);
-    return NULL;
 }
 
 PyDoc_STRVAR(int8_doc, "int8_dot(codes, q, n, k, out)\n\nout[i] <- sum_t q[t] * codes[i, t] for int8 codes (n, k).");
 
 static PyObject *py_int8_dot(PyObject *self, PyObject *args)
 {
-    PyObject *co, *qo, *oo;
     Py_ssize_t n, k;
-    Py_buffer cv, qv, ov;
-    if (!PyArg_ParseTuple(args, "OOnnO", &co, &qo, &n, &k, &oo))
+    array_arg a[3] = {{.name = "codes", .itemsize = 1}, {.name = "q", .itemsize = 4},
+                      {.name = "out", .itemsize = 4, .writable = 1}};
+    if (!PyArg_ParseTuple(args, "OOnnO", &a[0].obj, &a[1].obj, &n, &k, &a[2].obj))
         return NULL;
     if (n < 0 || k < 1) {
         PyErr_Format(PyExc_ValueError, "bad shape: n=%zd, k=%zd", n, k);
         return NULL;
     }
-    if (get_buffer(co, &cv, 0, n * k, 1, "codes") < 0)
+    a[0].count = n * k, a[1].count = k, a[2].count = n;
+    if (acquire_arrays(a, 3) < 0)
         return NULL;
-    if (get_buffer(qo, &qv, 0, k, 4, "q") < 0)
-        goto fail_c;
-    if (get_buffer(oo, &ov, 1, n, 4, "out") < 0)
-        goto fail_q;
-    const int8_t *codes = cv.buf;
-    const float *q = qv.buf;
-    float *out = ov.buf;
+    const int8_t *codes = a[0].view.buf;
+    const float *q = a[1].view.buf;
+    float *out = a[2].view.buf;
     Py_BEGIN_ALLOW_THREADS
     if (have_avx2 && k % 8 == 0)
         int8_dot_avx2(codes, q, n, k, out);
     else
         int8_dot_scalar(codes, q, n, k, out);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&ov);
-    PyBuffer_Release(&qv);
-    PyBuffer_Release(&cv);
+    release_arrays(a, 3);
     Py_RETURN_NONE;
-fail_q:
-    PyBuffer_Release(&qv);
-fail_c:
-    PyBuffer_Release(&cv);
-    return NULL;
 }
 
 static PyMethodDef methods[] = {
