@@ -29,7 +29,11 @@ def normalise_text(text: str) -> str:
 
 def experience_id(text: str, domain: str) -> str:
     """sha256 over the canonical content; the same text and domain always give the same id."""
-    return hashlib.sha256(f"{domain}\n{normalise_text(text)}".encode()).hexdigest()
+    return _hash_id(normalise_text(text), domain)
+
+
+def _hash_id(normalised_text: str, domain: str) -> str:
+    return hashlib.sha256(f"{domain}\n{normalised_text}".encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ class Experience:
         # kept after the first time (by hand: functools.cached_property takes a lock on 3.11)
         cached = self.__dict__.get("_id")
         if cached is None:
-            cached = experience_id(self.text, self.domain)
+            cached = _hash_id(self.text, self.domain)  # the text is normalised on construction
             object.__setattr__(self, "_id", cached)  # not a field: no part of eq, hash, repr or asdict
         return cached
 
@@ -86,7 +90,7 @@ def validate(exp: Experience) -> None:
         raise ExperienceError("text: must be a non-empty string")
     if len(exp.text) > MAX_TEXT_CHARS:
         raise ExperienceError(f"text: {len(exp.text)} characters, the limit is {MAX_TEXT_CHARS}; shorten it")
-    words = len(exp.text.split())
+    words = exp.text.count(" ") + 1  # normalised on construction: single spaces between words
     if words > MAX_WORDS:
         raise ExperienceError(f"text: {words} words, the limit is {MAX_WORDS}; phrase it as 'When X, do Y'")
     if not isinstance(exp.domain, str) or len(exp.domain) > 64 or not _DOMAIN.match(exp.domain):

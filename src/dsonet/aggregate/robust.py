@@ -9,8 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 from dsonet.aggregate.errors import AggregationError
+from dsonet.codec import _kernels
+from dsonet.codec.threads import run_chunks
 
-_CHUNK = 1024  # rows per block when scoring every row: (1024, 7680) float32 = 31 MB of temporaries
+_CHUNK = 512  # rows per task when scoring every row
 
 
 def sample_rows(x: np.ndarray, size: int | None, rng: np.random.Generator) -> np.ndarray:
@@ -56,15 +58,19 @@ def _row_medians(xt: np.ndarray) -> np.ndarray:
 
 
 def mad_scores(x: np.ndarray, center: np.ndarray, mad: np.ndarray, eps: float) -> np.ndarray:
-    """DeltaSoup's outlier score per row: mean_j |x_ij − μ_j| / (σ_j + ε), (n,) float32."""
-    w = (1.0 / (mad.astype(np.float64) + eps)).astype(np.float32)  # ε = 1e-8 vanishes in float32 sums
-    out = np.empty(len(x), dtype=np.float32)
-    buf = np.empty((min(_CHUNK, len(x)), x.shape[1]), dtype=np.float32)
-    for start in range(0, len(x), _CHUNK):  # blocks of rows, each fully vectorised, one reused buffer
-        block = x[start : start + _CHUNK]
-        tmp = buf[: len(block)]
-        np.subtract(block, center, out=tmp)
-        out[start : start + len(block)] = (np.abs(tmp, out=tmp) @ w) / x.shape[1]
+    """DeltaSoup's outlier score per row: mean_j |x_ij − μ_j| / (σ_j + ε), (n,) float32.
+
+    One fused pass over the rows in C, on every core (numpy needs three passes and a temporary)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    n, d = x.shape
+    w = ((1.0 / (mad.astype(np.float64) + eps)) / d).astype(np.float32)  # ε = 1e-8 vanishes in float32 sums
+    center = np.ascontiguousarray(center, dtype=np.float32)
+    out = np.empty(n, dtype=np.float32)
+
+    def rows(start: int, stop: int) -> None:
+        _kernels.weighted_l1(x[start:stop], center, w, stop - start, d, out[start:stop])
+
+    run_chunks(rows, n, _CHUNK)
     return out
 
 

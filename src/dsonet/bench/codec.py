@@ -57,9 +57,12 @@ def recall_at_10(queries: np.ndarray, corpus: np.ndarray, approx: np.ndarray, tr
     return float(hits.mean() / 10)
 
 
+def _cosines(e: np.ndarray, rec: np.ndarray) -> np.ndarray:
+    return (e * rec).sum(1) / np.maximum(np.linalg.norm(e, axis=1) * np.linalg.norm(rec, axis=1), 1e-12)
+
+
 def fidelity(e: np.ndarray, rec: np.ndarray) -> dict:
-    num = (e * rec).sum(1)
-    cos = num / np.maximum(np.linalg.norm(e, axis=1) * np.linalg.norm(rec, axis=1), 1e-12)
+    cos = _cosines(e, rec)
     err = e - rec
     return {
         "cosine_mean": float(cos.mean()),
@@ -91,11 +94,17 @@ def fidelity_rows(queries: np.ndarray, corpus: np.ndarray, dims: list[int], grou
         for g in sorted({*groups, dim}):
             if dim % g:
                 continue
+            cosines = {}
             for method, seed in (("bitdelta", None), ("bitdelta-rotated", DEFAULT_ROTATION_SEED)):
                 rec = decompress(compress(cd, g, rotation_seed=seed))
                 size = bytes_per_vector(dim, g)
+                cosines[method] = _cosines(cd, rec)
                 rows.append({"space": space, "method": method, "dim": dim, "group_size": g, "bytes_per_vector": size,
                              "ratio": 4 * dim / size, **fidelity(cd, rec), "recall_at_10": recall_at_10(qd, cd, rec, truth)})
+            # paired over the same vectors: is rotation's change of cosine more than noise?
+            gain = cosines["bitdelta-rotated"] - cosines["bitdelta"]
+            rows[-1] |= {"cosine_gain_vs_plain": float(gain.mean()),
+                         "cosine_gain_se": float(gain.std(ddof=1) / np.sqrt(len(gain)))}
         for method, rec, size in _baselines(cd):
             rows.append({"space": space, "method": method, "dim": dim, "group_size": None, "bytes_per_vector": size,
                          "ratio": 4 * dim / size, **fidelity(cd, rec), "recall_at_10": recall_at_10(qd, cd, rec, truth)})
@@ -112,6 +121,16 @@ def throughput_rows(vectors: np.ndarray, repeats: int) -> tuple[list[dict], floa
         rows.append({"method": method, "dim": dim, "compress_vectors_per_s": n / t_c, "decompress_vectors_per_s": n / t_d})
     memcpy = n / median_seconds(lambda: vectors.copy(), repeats)
     return rows, memcpy
+
+
+def rotation_verdict(rows: list[dict]) -> dict:
+    """Where rotated BitDelta is less faithful than plain: mean cosine lower by more than two
+    paired standard errors (a random lift already rotates, so there the two tie within noise)."""
+    cells = [r for r in rows if "cosine_gain_vs_plain" in r]
+    worse = [{k: r[k] for k in ("space", "dim", "group_size", "cosine_gain_vs_plain", "cosine_gain_se")}
+             for r in cells if r["cosine_gain_vs_plain"] < -2 * r["cosine_gain_se"]]
+    gains = [r["cosine_gain_vs_plain"] for r in cells]
+    return {"cells": len(cells), "worse": worse, "largest_loss": min(gains), "largest_gain": max(gains)}
 
 
 def choose_default(rows: list[dict]) -> dict:
@@ -160,9 +179,13 @@ def run(quick: bool = False, repeats: int = 5) -> dict:
                + ", ".join(f"{space}: {v:+.4f}" for space, v in default["cosine_gain_at_g_eq_d"].items())
                + f" -> protocol default: {'rotated' if default['rotate'] else 'plain'} BitDelta "
                f"(dsonet.codec.default_profile is {'rotated' if default_profile(8, 'x').rotation_seed is not None else 'plain'}).")
+    verdict = rotation_verdict(rows)
+    click.echo(f"Rotated vs plain at every (space, d, g): rotated is worse beyond 2 standard errors in "
+               f"{len(verdict['worse'])} of {verdict['cells']} cells; largest loss {verdict['largest_loss']:+.5f}, "
+               f"largest gain {verdict['largest_gain']:+.4f}.")
     paper = ", ".join(f"g={g}: {c}" for g, c in PAPER["cosine_768"].items())
     click.echo(f"Paper: 964 B and 31.87x at d = 7680; 'RMSE 0.51%'; cosine at d = 768 {paper}; 3.2 ms per vector.")
-    result = {"rows": rows, "throughput": tput, "memcpy_vectors_per_s": memcpy, "default": default,
+    result = {"rows": rows, "throughput": tput, "memcpy_vectors_per_s": memcpy, "default": default, "rotation": verdict,
               "paper": PAPER, "quick": quick, "n_queries": int(len(queries)), "n_corpus": int(len(corpus)),
               "seconds": time.perf_counter() - t0}
     path = write_results("codec-quick" if quick else "codec", result)

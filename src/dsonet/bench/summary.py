@@ -109,12 +109,22 @@ def _codec_section(codec: dict) -> str:
         + f"\n\nnumpy copy of the same floats: {codec['memcpy_vectors_per_s']:,.0f} vectors/s (the memory-bandwidth floor).",
         f"Protocol default chosen from this run: **{'rotated' if d.get('rotate') else 'plain'} BitDelta** "
         f"(rotation's change of mean cosine at g = d, per real space: {d.get('cosine_gain_at_g_eq_d')}).",
+        _rotation_line(codec.get("rotation")),
         "Paper: 964 B / 31.87× at d = 7680 (reproduced exactly: it is arithmetic); cosine 0.934 / 0.957 / 0.971 at "
         "g = 64 / 128 / 256, d = 768 — not reached on real MiniLM embeddings: the paper's corollary assumes "
         "‖Δ‖ ≪ ‖ē‖, and real sentence embeddings sit far from their mean, so one bit per dimension keeps about "
         "√(2/π) of each delta's direction. \"RMSE 0.51%\" is undefined in the paper; we report per-coordinate RMSE, "
         "relative L2 and cosine instead.",
     ])
+
+
+def _rotation_line(verdict: dict | None) -> str:
+    if not verdict:
+        return "Rotated vs plain per (space, d, g): not in this codec.json (rerun `dso bench codec`)."
+    worse = ", ".join(f"{w['space']} d={w['dim']} g={w['group_size']} ({w['cosine_gain_vs_plain']:+.4f})" for w in verdict["worse"])
+    return (f"Rotated vs plain at every (space, d, g), rotating each group by itself: rotated is less faithful beyond two "
+            f"paired standard errors in {len(verdict['worse'])} of {verdict['cells']} cells{': ' + worse if worse else ''}; "
+            f"largest loss {verdict['largest_loss']:+.5f}, largest gain {verdict['largest_gain']:+.4f} in mean cosine.")
 
 
 def _rows_section(data: dict, columns: list[str]) -> str:

@@ -294,6 +294,41 @@ static void int8_dot_avx2(const int8_t *codes, const float *q, Py_ssize_t n, Py_
     }
 }
 
+/* ------------------------------------------------- distance to a center */
+
+/* out[i] = sum_j w[j] |x[i, j] - c[j]|: DeltaSoup's MAD score of every row in one read. */
+static void weighted_l1_scalar(const float *x, const float *c, const float *w, Py_ssize_t n, Py_ssize_t d, float *out)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float acc = 0.0f;
+        for (Py_ssize_t j = 0; j < d; j++)
+            acc += w[j] * fabsf(x[i * d + j] - c[j]);
+        out[i] = acc;
+    }
+}
+
+__attribute__((target("avx2,fma")))
+static void weighted_l1_avx2(const float *x, const float *c, const float *w, Py_ssize_t n, Py_ssize_t d, float *out)
+{
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const float *row = x + i * d;
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+        Py_ssize_t j = 0;
+        for (; j + 16 <= d; j += 16) {
+            __m256 a = _mm256_and_ps(_mm256_sub_ps(_mm256_loadu_ps(row + j), _mm256_loadu_ps(c + j)), abs_mask);
+            __m256 b = _mm256_and_ps(_mm256_sub_ps(_mm256_loadu_ps(row + j + 8), _mm256_loadu_ps(c + j + 8)), abs_mask);
+            acc0 = _mm256_fmadd_ps(a, _mm256_loadu_ps(w + j), acc0);
+            acc1 = _mm256_fmadd_ps(b, _mm256_loadu_ps(w + j + 8), acc1);
+        }
+        float lanes[8], tail = 0.0f;
+        for (; j < d; j++)
+            tail += w[j] * fabsf(row[j] - c[j]);
+        _mm256_storeu_ps(lanes, _mm256_add_ps(acc0, acc1));
+        out[i] = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])) + tail;
+    }
+}
+
 /* ------------------------------------------------------- Python interface */
 
 /* One array argument: what it must be, and the buffer once acquired. */
@@ -538,6 +573,34 @@ static PyObject *py_int8_dot(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(weighted_l1_doc, "weighted_l1(x, center, weights, n, d, out)\n\nout[i] <- sum_j weights[j] * |x[i, j] - center[j]|.");
+
+static PyObject *py_weighted_l1(PyObject *self, PyObject *args)
+{
+    Py_ssize_t n, d;
+    array_arg a[4] = {{.name = "x", .itemsize = 4}, {.name = "center", .itemsize = 4},
+                      {.name = "weights", .itemsize = 4}, {.name = "out", .itemsize = 4, .writable = 1}};
+    if (!PyArg_ParseTuple(args, "OOOnnO", &a[0].obj, &a[1].obj, &a[2].obj, &n, &d, &a[3].obj))
+        return NULL;
+    if (n < 0 || d < 1) {
+        PyErr_Format(PyExc_ValueError, "bad shape: n=%zd, d=%zd", n, d);
+        return NULL;
+    }
+    a[0].count = n * d, a[1].count = d, a[2].count = d, a[3].count = n;
+    if (acquire_arrays(a, 4) < 0)
+        return NULL;
+    const float *x = a[0].view.buf, *c = a[1].view.buf, *w = a[2].view.buf;
+    float *out = a[3].view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    if (have_avx2)
+        weighted_l1_avx2(x, c, w, n, d, out);
+    else
+        weighted_l1_scalar(x, c, w, n, d, out);
+    Py_END_ALLOW_THREADS
+    release_arrays(a, 4);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"quantize", py_quantize, METH_VARARGS, quantize_doc},
     {"dequantize", py_dequantize, METH_VARARGS, dequantize_doc},
@@ -545,10 +608,11 @@ static PyMethodDef methods[] = {
     {"unrotate", py_unrotate, METH_VARARGS, unrotate_doc},
     {"lut_sums", py_lut_sums, METH_VARARGS, lut_doc},
     {"int8_dot", py_int8_dot, METH_VARARGS, int8_doc},
+    {"weighted_l1", py_weighted_l1, METH_VARARGS, weighted_l1_doc},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", "BitDelta's fused C kernels and the code index's lookup-table scan.", -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", "dsonet's C kernels: BitDelta, its rotation, the code index's scans, DeltaSoup's scores.", -1, methods};
 
 PyMODINIT_FUNC PyInit__kernels(void)
 {

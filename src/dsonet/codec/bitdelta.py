@@ -19,15 +19,14 @@ Batches are split into chunks of rows that run on all cores.
 
 from __future__ import annotations
 
-import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
 from dsonet.codec import _kernels
 from dsonet.codec.rotation import get_rotation
+from dsonet.codec.threads import run_chunks
 from dsonet.errors import CodecError
 
 _CHUNK_ROWS = 64  # rows per task: hides the thread hand-off; a rotated chunk's 2 MB scratch stays in cache
@@ -139,16 +138,6 @@ class _Scratch(threading.local):
 _scratch = _Scratch()
 
 
-def _run_chunks(fn, n_rows: int) -> None:
-    """Run fn(start, stop) over chunks of rows on all cores: the C kernels release the GIL."""
-    bounds = [(s, min(s + _CHUNK_ROWS, n_rows)) for s in range(0, n_rows, _CHUNK_ROWS)]
-    if len(bounds) == 1:
-        fn(*bounds[0])
-        return
-    with ThreadPoolExecutor(max_workers=min(len(bounds), os.cpu_count() or 1)) as pool:
-        list(pool.map(lambda b: fn(*b), bounds))
-
-
 def _mean(e: np.ndarray) -> np.ndarray:
     """The batch mean, chunked over our threads; a BLAS call here would leave OpenBLAS's threads
     spinning on the cores the compress pass needs next (measured: 30% slower)."""
@@ -157,7 +146,7 @@ def _mean(e: np.ndarray) -> np.ndarray:
     def rows(start: int, stop: int) -> None:
         np.sum(e[start:stop], axis=0, out=partial_sums[start // _CHUNK_ROWS])
 
-    _run_chunks(rows, len(e))
+    run_chunks(rows, len(e), _CHUNK_ROWS)
     return (partial_sums.sum(axis=0, dtype=np.float64) / len(e)).astype(np.float32)
 
 
@@ -192,7 +181,7 @@ def compress(
             x, b = rotation.apply(x, base, out=_scratch.buffer((stop - start, d))), None
         _kernels.quantize(x, b, stop - start, d, group_size, signs[start:stop], scales[start:stop])
 
-    _run_chunks(rows, m)
+    run_chunks(rows, m, _CHUNK_ROWS)
     # NaN and Inf propagate into the scales, so validating them costs nothing on the hot path
     if not np.isfinite(scales).all():
         _raise_non_finite(e)
@@ -226,5 +215,5 @@ def _dequantize(codes: BitDeltaCodes, rotation, add_baseline: bool, out: np.ndar
         _kernels.dequantize(signs[start:stop], scales[start:stop], None, stop - start, d, g, delta)
         rotation.invert(delta, codes.baseline, out=out[start:stop])
 
-    _run_chunks(rows, m)
+    run_chunks(rows, m, _CHUNK_ROWS)
     return out

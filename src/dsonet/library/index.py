@@ -37,6 +37,8 @@ SKETCH_DIM = 64  # principal directions in the coarse sketch
 SKETCH_MIN_ROWS = 4096  # below this a full scan is as fast as the coarse stage
 SKETCH_FIT_ROWS = 2048  # reconstructions the principal directions are fitted on
 _REFIT_GROWTH = 4  # refit the directions when the library has grown this much since the last fit
+COARSE_SHARE = 128  # the coarse stage keeps at least 1/128 of the rows (measured at 1M: recall@10 0.910 with
+# 2,048 candidates, 0.920 with 8,192, 0.927 for a full scan)
 
 
 def _byte_table(q8: np.ndarray) -> np.ndarray:
@@ -178,7 +180,8 @@ class CodeIndex:
         return out
 
     def search(self, q: np.ndarray, k: int, candidates: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top rows (rows, scores) by the asymmetric estimate, best first; at most ``candidates`` rows.
+        """Top rows (rows, scores) by the asymmetric estimate, best first; at most ``candidates`` rows
+        returned, from a coarse pool of at least ``candidates`` (1/`COARSE_SHARE` of the library past that).
 
         ``allowed``: a boolean mask over rows (e.g. a domain); small allowed sets are scored in full.
         """
@@ -186,11 +189,12 @@ class CodeIndex:
         n_allowed = int(mask.sum())
         if n_allowed == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        if self.sketch is None or n_allowed <= candidates:
+        pool = max(candidates, n_allowed // COARSE_SHARE)
+        if self.sketch is None or n_allowed <= pool:
             rows = np.flatnonzero(mask)
         else:
             # live rows make up most of the index; widen the coarse pool by the share that is masked out
-            rows = self.sketch.search(self, q, int(candidates * self.n / n_allowed) + k)
+            rows = self.sketch.search(self, q, int(pool * self.n / n_allowed) + k)
             rows = rows[mask[rows]]
         scores = self.score(q, rows)
         order = np.argsort(-scores, kind="stable")[:candidates]
