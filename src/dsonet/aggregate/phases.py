@@ -15,6 +15,7 @@ import numpy as np
 
 from dsonet.codec.batch import CompressedBatch
 from dsonet.codec.bitdelta import decompress
+from dsonet.codec.threads import run_chunks
 from dsonet.experience import Experience
 from dsonet.library.dedup import duplicate_clusters
 
@@ -33,10 +34,14 @@ def decompress_batches(batches: Sequence[CompressedBatch]) -> Rows:
     sizes = np.array([len(b) for b in batches], dtype=np.int64)
     dim = batches[0].profile.dim if batches else 0
     out = np.empty((int(sizes.sum()), dim), dtype=np.float32)
-    start = 0
-    for b in batches:  # one vectorised decompress per batch: the baseline differs between batches
-        decompress(b.codes, out=out[start : start + len(b)])
-        start += len(b)
+    starts = np.cumsum(sizes) - sizes
+
+    def decode(first: int, stop: int) -> None:  # one decompress per batch: each has its own baseline
+        for i in range(first, stop):
+            decompress(batches[i].codes, out=out[starts[i] : starts[i] + sizes[i]])
+
+    # batches, not rows, go to the cores: a round is many small batches
+    run_chunks(decode, len(batches), 1)
     batch_of_row = np.repeat(np.arange(len(batches)), sizes)
     return Rows(out, batch_of_row, np.arange(len(out)) - np.repeat(np.cumsum(sizes) - sizes, sizes))
 

@@ -217,22 +217,21 @@ static void rotate_block(const rotation_t *r, const float *x, const float *base,
         mix(z, r->q, 1, r->m, n, y);
 }
 
-/* x = R^T y + base for one block; work holds g floats. */
+/* x = R^T y + base for one block; work holds g floats. The transform runs in work, and the
+ * output is written once, in the final pass. */
 __attribute__((target_clones("avx2", "default")))
 static void unrotate_block(const rotation_t *r, const float *y, const float *base, float *x, float *work)
 {
     const Py_ssize_t n = r->a * r->c;
     const float norm = 1.0f / sqrtf((float)n);
-    const float *z = y;
-    if (r->m > 1) {
+    if (r->m > 1)
         mix(y, r->q, 0, r->m, n, work);
-        z = work;
-    }
-    memcpy(x, z, sizeof(float) * r->g);
+    else
+        memcpy(work, y, sizeof(float) * r->g);
     for (Py_ssize_t i = 0; i < r->m; i++)
-        fwht(x + i * n, n);
+        fwht(work + i * n, n);
     for (Py_ssize_t k = 0; k < r->g; k++)
-        x[k] = x[k] * r->dsigns[k] * norm + (base ? base[k] : 0.0f);
+        x[k] = work[k] * r->dsigns[k] * norm + (base ? base[k] : 0.0f);
 }
 
 /* ------------------------------------------------------ asymmetric scores */
