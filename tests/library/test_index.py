@@ -40,16 +40,16 @@ def test_the_correction_halves_the_error_on_embedding_like_vectors():
 
 
 def test_large_libraries_search_through_the_sketch_and_find_what_a_full_scan_finds():
-    x = unit(6000, 6, dim=96)
+    x = unit(20_000, 6, dim=96)
     index = CodeIndex(96, 32, 7)
-    for part in np.array_split(x, 6):  # six batches: six baselines, the sketch fitted past 4096 rows
+    for part in np.array_split(x, 6):  # six batches: six baselines, the sketch fitted past 16,384 rows
         codes = compress(part, 32, rotation_seed=7)
         index.add(codes.signs, codes.scales, np.full(len(part), index.add_baseline(codes.baseline), np.int32))
-    assert index.sketch is not None and index.sketch.n == 6000
+    assert index.sketch is not None and index.sketch.n == 20_000
     overlap = []
     for q in x[:40]:
         full = np.argsort(-index.score(q))[:10]
-        found, _ = index.search(q, 10, 600)
+        found, _ = index.search(q, 10, 2000)
         overlap.append(len(set(found[:10]) & set(full)) / 10)
         assert found[0] == np.argmax(x @ q)  # the query's own row
     assert np.mean(overlap) >= 0.95

@@ -382,6 +382,15 @@ static int check_shape(Py_ssize_t rows, Py_ssize_t d, Py_ssize_t g)
     return 0;
 }
 
+static int check_matrix(Py_ssize_t n, Py_ssize_t k)
+{
+    if (n < 0 || k < 1) {
+        PyErr_Format(PyExc_ValueError, "bad shape: %zd rows of %zd", n, k);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(quantize_doc, "quantize(x, base, rows, dim, group_size, signs, scales)\n\n"
                            "signs, scales <- BitDelta code of x - base (base may be None).");
 
@@ -550,12 +559,8 @@ static PyObject *py_int8_dot(PyObject *self, PyObject *args)
     Py_ssize_t n, k;
     array_arg a[3] = {{.name = "codes", .itemsize = 1}, {.name = "q", .itemsize = 4},
                       {.name = "out", .itemsize = 4, .writable = 1}};
-    if (!PyArg_ParseTuple(args, "OOnnO", &a[0].obj, &a[1].obj, &n, &k, &a[2].obj))
+    if (!PyArg_ParseTuple(args, "OOnnO", &a[0].obj, &a[1].obj, &n, &k, &a[2].obj) || check_matrix(n, k) < 0)
         return NULL;
-    if (n < 0 || k < 1) {
-        PyErr_Format(PyExc_ValueError, "bad shape: n=%zd, k=%zd", n, k);
-        return NULL;
-    }
     a[0].count = n * k, a[1].count = k, a[2].count = n;
     if (acquire_arrays(a, 3) < 0)
         return NULL;
@@ -579,12 +584,8 @@ static PyObject *py_weighted_l1(PyObject *self, PyObject *args)
     Py_ssize_t n, d;
     array_arg a[4] = {{.name = "x", .itemsize = 4}, {.name = "center", .itemsize = 4},
                       {.name = "weights", .itemsize = 4}, {.name = "out", .itemsize = 4, .writable = 1}};
-    if (!PyArg_ParseTuple(args, "OOOnnO", &a[0].obj, &a[1].obj, &a[2].obj, &n, &d, &a[3].obj))
+    if (!PyArg_ParseTuple(args, "OOOnnO", &a[0].obj, &a[1].obj, &a[2].obj, &n, &d, &a[3].obj) || check_matrix(n, d) < 0)
         return NULL;
-    if (n < 0 || d < 1) {
-        PyErr_Format(PyExc_ValueError, "bad shape: n=%zd, d=%zd", n, d);
-        return NULL;
-    }
     a[0].count = n * d, a[1].count = d, a[2].count = d, a[3].count = n;
     if (acquire_arrays(a, 4) < 0)
         return NULL;
