@@ -99,3 +99,35 @@ def test_int8_dot_matches_numpy(k):
     out = np.empty(300, np.float32)
     _kernels.int8_dot(codes, q, 300, k, out)
     np.testing.assert_allclose(out, codes.astype(np.float64) @ q, rtol=1e-4, atol=1e-3)
+
+
+_SCALAR_CHECK = """
+import numpy as np, sys
+from dsonet.codec import _kernels, compress, decompress
+from dsonet.aggregate.robust import mad_scores
+from dsonet.library.index import CodeIndex
+rng = np.random.default_rng(0)
+x = rng.standard_normal((300, 768)).astype(np.float32)
+codes = compress(x, 128, rotation_seed=5)
+index = CodeIndex(768, 768, 5)
+c = compress(x, 768, rotation_seed=5)
+index.add(c.signs, c.scales, np.full(300, index.add_baseline(c.baseline), np.int32))
+np.savez(sys.argv[1], simd=_kernels.simd(), signs=codes.signs, scales=codes.scales, rec=decompress(codes),
+         scores=index.score(x[0]), mad=mad_scores(x, x[1], np.abs(x[2]) + 0.1, 1e-8))
+"""
+
+
+def test_scalar_paths_give_what_the_simd_paths_give(tmp_path):
+    import subprocess
+    import sys
+
+    runs = {}
+    for flag in ("0", "1"):
+        out = tmp_path / f"run{flag}.npz"
+        env = {**__import__("os").environ, "DSONET_KERNELS_SCALAR": flag}
+        subprocess.run([sys.executable, "-c", _SCALAR_CHECK, str(out)], check=True, env=env)
+        runs[flag] = np.load(out)
+    assert str(runs["1"]["simd"]) == "scalar"
+    np.testing.assert_array_equal(runs["0"]["signs"], runs["1"]["signs"])
+    for name in ("scales", "rec", "scores", "mad"):
+        np.testing.assert_allclose(runs["0"][name], runs["1"][name], rtol=1e-4, atol=1e-5)

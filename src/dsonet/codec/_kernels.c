@@ -601,6 +601,10 @@ static PyObject *py_weighted_l1(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(simd_doc, "simd() -> str\n\nThe instruction set the kernels run on: 'avx2' or 'scalar'.");
+
+static PyObject *py_simd(PyObject *self, PyObject *args) { return PyUnicode_FromString(have_avx2 ? "avx2" : "scalar"); }
+
 static PyMethodDef methods[] = {
     {"quantize", py_quantize, METH_VARARGS, quantize_doc},
     {"dequantize", py_dequantize, METH_VARARGS, dequantize_doc},
@@ -609,6 +613,7 @@ static PyMethodDef methods[] = {
     {"lut_sums", py_lut_sums, METH_VARARGS, lut_doc},
     {"int8_dot", py_int8_dot, METH_VARARGS, int8_doc},
     {"weighted_l1", py_weighted_l1, METH_VARARGS, weighted_l1_doc},
+    {"simd", py_simd, METH_NOARGS, simd_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -617,6 +622,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", "dsonet's
 PyMODINIT_FUNC PyInit__kernels(void)
 {
     __builtin_cpu_init();
-    have_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    /* DSONET_KERNELS_SCALAR=1 takes the portable paths, so tests can check them on any CPU */
+    const char *scalar = getenv("DSONET_KERNELS_SCALAR");
+    have_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !(scalar && *scalar == '1');
     return PyModule_Create(&module);
 }
