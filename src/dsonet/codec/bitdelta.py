@@ -9,7 +9,7 @@ For a batch E (M x d) with baseline ē (the batch mean unless given):
 
 Bit k of word w of a group holds coordinate 32·w + k of that group; a set bit means +1.
 
-With ``rotation_seed`` set, Δ is rotated by a seeded orthogonal map before quantisation and
+With ``rotation_seed`` set, each group of Δ is rotated by a seeded orthogonal map before quantisation and
 rotated back on decompression (see `dsonet.codec.rotation`). The code has the same size.
 
 The per-vector work runs in C (`dsonet.codec._kernels`): one fused pass per vector computes
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dsonet.codec import _kernels
-from dsonet.codec.rotation import get_rotation
+from dsonet.codec.rotation import Rotation, get_rotation
 from dsonet.codec.threads import run_chunks
 from dsonet.errors import CodecError
 
@@ -121,8 +121,9 @@ def unpack_signs(words: np.ndarray, group_size: int) -> np.ndarray:
     return bits.astype(np.float32) * 2.0 - 1.0
 
 
-def _rotation(codes_dim: int, group_size: int, seed: int | None):
-    return None if seed is None else get_rotation(codes_dim, seed, group_size)
+def _rotation(dim: int, group_size: int, seed: int | None) -> Rotation | None:
+    """Rotated BitDelta rotates each group by itself (see `dsonet.codec.rotation`)."""
+    return None if seed is None else get_rotation(dim, seed, group_size)
 
 
 class _Scratch(threading.local):
@@ -198,7 +199,7 @@ def decompress(codes: BitDeltaCodes, out: np.ndarray | None = None) -> np.ndarra
     return _dequantize(codes, _rotation(codes.dim, codes.group_size, codes.rotation_seed), True, out)
 
 
-def _dequantize(codes: BitDeltaCodes, rotation, add_baseline: bool, out: np.ndarray | None = None) -> np.ndarray:
+def _dequantize(codes: BitDeltaCodes, rotation: Rotation | None, add_baseline: bool, out: np.ndarray | None = None) -> np.ndarray:
     m, d, g = len(codes), codes.dim, codes.group_size
     out = np.empty((m, d), dtype=np.float32) if out is None else out
     if out.shape != (m, d) or out.dtype != np.float32 or not out.flags.c_contiguous:
