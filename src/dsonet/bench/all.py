@@ -28,7 +28,8 @@ BENCHMARKS = [
 
 
 @click.command()
-@click.option("--quick", is_flag=True, help="Pass --quick to every benchmark (a few minutes in all).")
+@click.option("--quick", is_flag=True, help="Pass --quick to every benchmark (a few minutes in all). Quick runs write *-quick.json, "
+              "so the report keeps the last full results.")
 @click.option("--only", multiple=True, help="Run only these benchmarks (repeatable), e.g. --only codec.")
 @click.option("--report-only", is_flag=True, help="Do not run anything; rebuild bench/REPORT.md from the JSON files.")
 def cli(quick: bool, only: tuple[str, ...], report_only: bool) -> None:

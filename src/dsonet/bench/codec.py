@@ -188,7 +188,7 @@ def run(quick: bool = False, repeats: int = 5) -> dict:
     result = {"rows": rows, "throughput": tput, "memcpy_vectors_per_s": memcpy, "default": default, "rotation": verdict,
               "paper": PAPER, "quick": quick, "n_queries": int(len(queries)), "n_corpus": int(len(corpus)),
               "seconds": time.perf_counter() - t0}
-    path = write_results("codec-quick" if quick else "codec", result)
+    path = write_results("codec", result, quick=quick)
     click.echo(f"wrote {path}")
     return result
 

@@ -96,7 +96,7 @@ def _skipped_examples(log: Path, keep: int = 3) -> list[dict]:
               help="Retrieval threshold. The paper's 0.6 injects nothing here (see the module docstring).")
 def cli(quick: bool, task: str, url: str | None, model: str | None, no_local: bool, min_similarity: float) -> None:
     """Accuracy before and after learning experiences, per LLM: the embedded SmolLM2 and,
-    with --llm URL --model NAME, any OpenAI-compatible server. Writes bench/results/learn.json.
+    with --llm URL --model NAME, any OpenAI-compatible server. Writes bench/results/learn.json (learn-quick.json with --quick).
 
     \b
     Examples:
@@ -118,5 +118,5 @@ def cli(quick: bool, task: str, url: str | None, model: str | None, no_local: bo
     for row in rows:
         for text in row["learned"]:
             click.echo(f"  learned ({row['llm']}): {text}")
-    path = write_results("learn", {"rows": rows, "paper": PAPER, "quick": quick, "task_config": TASK_CONFIG})
+    path = write_results("learn", {"rows": rows, "paper": PAPER, "quick": quick, "task_config": TASK_CONFIG}, quick=quick)
     click.echo(f"wrote {path}")

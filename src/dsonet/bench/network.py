@@ -181,5 +181,5 @@ def cli(quick: bool, out: Path) -> None:
     click.echo()
     click.echo(format_table(res["wire_by_dim"], ["dim", "ours_bytes_per_exp", "paper_bytes_per_exp",
                                                  "json_float32_bytes_per_exp", "ratio_vs_json"]))
-    path = write_results("network", res, out)
+    path = write_results("network", res, out, quick=quick)
     click.echo(f"\nwrote {path}")

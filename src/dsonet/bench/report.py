@@ -44,8 +44,10 @@ def machine() -> dict:
     return {"python": platform.python_version(), "cpu_count": os.cpu_count(), "machine": platform.machine()}
 
 
-def write_results(name: str, data: dict, results_dir: Path = RESULTS_DIR) -> Path:
+def write_results(name: str, data: dict, results_dir: Path = RESULTS_DIR, quick: bool = False) -> Path:
+    """Write bench/results/NAME.json, or NAME-quick.json for a --quick run: a smoke run never
+    replaces the full results that bench/REPORT.md and the README are built from."""
     results_dir.mkdir(parents=True, exist_ok=True)
-    path = results_dir / f"{name}.json"
+    path = results_dir / (f"{name}-quick.json" if quick else f"{name}.json")
     path.write_text(json.dumps({**data, "machine": machine()}, indent=2) + "\n")
     return path

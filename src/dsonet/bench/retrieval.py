@@ -225,5 +225,6 @@ def cli(quick: bool, sizes: str, threads: int) -> None:
                "waiting for a shared CPU.")
     path = write_results("retrieval", {"rows": rows, "targets": TARGETS, "threads": threads, "load_average": load,
                                        "vectors": "MiniLM-384 of corpus_texts lifted to 7680 (seeded orthogonal map) "
-                                                  "+ synthetic draws matching mean/covariance past the corpus"})
+                                                  "+ synthetic draws matching mean/covariance past the corpus"},
+                         quick=quick)
     click.echo(f"wrote {path}")

@@ -205,7 +205,8 @@ def plot(result: dict, path) -> None:
 @click.option("--repeats", default=3, show_default=True, help="Repeats of the 7680-dim round timing (median).")
 def cli(quick: bool, repeats: int) -> None:
     """Byzantine robustness: retrieval accuracy against the share of attacking nodes, one line
-    per rule, one panel per attack; writes bench/results/robustness.json and robustness.png.
+    per rule, one panel per attack; writes bench/results/robustness.json and robustness.png
+    (robustness-quick.* with --quick).
 
     \b
     Example:
@@ -235,5 +236,5 @@ def cli(quick: bool, repeats: int) -> None:
     name = "robustness-quick" if quick else "robustness"
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     plot(result, RESULTS_DIR / f"{name}.png")
-    path = write_results(name, {**result, "wall_seconds": round(time.perf_counter() - start, 1)})
+    path = write_results("robustness", {**result, "wall_seconds": round(time.perf_counter() - start, 1)}, quick=quick)
     click.echo(f"wrote {path} and {RESULTS_DIR / f'{name}.png'}")

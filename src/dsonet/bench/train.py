@@ -58,5 +58,5 @@ def cli(quick: bool, seed: int) -> None:
         "metrics": result.metrics, "rows": rows, "paper": PAPER, "wall_seconds": seconds,
         "compress_surrogate": "entropy of a linearly interpolated histogram of adjacent differences (64 bins); "
                               "delta_entropy_bits is the hard-binned entropy on the same bins",
-    })
+    }, quick=quick)
     click.echo(f"{seconds:.0f} s; wrote {path}")
