@@ -151,11 +151,13 @@ class CodeIndex:
             delta = self.rotation.invert(delta)
         return delta + self.baselines[self.base_rows[rows]]
 
-    def score(self, q: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-        """Estimates of q·e (cosines, for a unit q) for the given rows (all rows when None), from the codes."""
+    def score(self, q: np.ndarray, rows: np.ndarray | None = None, rotated_q: np.ndarray | None = None) -> np.ndarray:
+        """Estimates of q·e (cosines, for a unit q) for the given rows (all rows when None), from the codes.
+        ``rotated_q``: Rq, when the caller has it already."""
         rows = np.arange(self.n) if rows is None else np.asarray(rows, dtype=np.int64)
+        rotated_q = self._rotate(q) if rotated_q is None else rotated_q
         base_dot = _matvec(self.baselines, q)  # (B,) one per stored baseline
-        estimate = base_dot[self.base_rows[rows]] + self.kappa[rows] * self._delta_dot(self._rotate(q), rows)
+        estimate = base_dot[self.base_rows[rows]] + self.kappa[rows] * self._delta_dot(rotated_q, rows)
         return np.clip(estimate, -1.0, 1.0)  # a cosine of unit vectors, though its estimate may overshoot
 
     def _rotate(self, v: np.ndarray) -> np.ndarray:
@@ -198,14 +200,15 @@ class CodeIndex:
         n_allowed = int(mask.sum())
         if n_allowed == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        rotated_q = self._rotate(q)  # once: the coarse stage and the estimate both use it
         pool = max(candidates, n_allowed // COARSE_SHARE)
         if self.sketch is None or n_allowed <= pool:
             rows = np.flatnonzero(mask)
         else:
             # live rows make up most of the index; widen the coarse pool by the share that is masked out
-            rows = self.sketch.search(self, q, int(pool * self.n / n_allowed) + k)
+            rows = self.sketch.search(rotated_q, int(pool * self.n / n_allowed) + k)
             rows = rows[mask[rows]]
-        scores = self.score(q, rows)
+        scores = self.score(q, rows, rotated_q)
         order = np.argsort(-scores, kind="stable")[:candidates]
         return rows[order], scores[order]
 
@@ -225,7 +228,7 @@ class _Sketch:
 
     def __init__(self, index: CodeIndex, rotated: np.ndarray, mean: np.ndarray, step: np.ndarray):
         self.rotated, self.step = rotated, step  # (K, d) P Rᵀ; (K,) int8 step per direction
-        self.mean_proj = self._rotate_mean(index, mean)
+        self.mean_proj = self._project(index, mean)
         self.base_proj = np.zeros((0, len(rotated)), np.float32)
         for base in index.baselines:
             self.add_baseline(index, base)
@@ -233,7 +236,8 @@ class _Sketch:
         self.n = 0
         self.codes = np.zeros((0, len(rotated)), np.int8)
 
-    def _rotate_mean(self, index: CodeIndex, v: np.ndarray) -> np.ndarray:
+    def _project(self, index: CodeIndex, v: np.ndarray) -> np.ndarray:
+        """P v for a vector of the profile's space."""
         return _matvec(self.rotated, index._rotate(np.asarray(v, np.float32)))
 
     @classmethod
@@ -256,7 +260,7 @@ class _Sketch:
         return sketch
 
     def add_baseline(self, index: CodeIndex, base: np.ndarray) -> None:
-        proj = self._rotate_mean(index, base) - self.mean_proj
+        proj = self._project(index, base) - self.mean_proj
         self.base_proj = np.vstack([self.base_proj, proj[None, :]])
 
     def add(self, index: CodeIndex, rows: np.ndarray) -> None:
@@ -270,9 +274,9 @@ class _Sketch:
             self.codes[self.n : self.n + len(r)] = np.clip(np.rint(proj / self.step), -127, 127)
             self.n += len(r)
 
-    def search(self, index: CodeIndex, q: np.ndarray, n: int) -> np.ndarray:
+    def search(self, rotated_q: np.ndarray, n: int) -> np.ndarray:
         """The n rows whose sketch has the largest inner product with the query's."""
-        weights = _matvec(self.rotated, index._rotate(q)) * self.step
+        weights = _matvec(self.rotated, rotated_q) * self.step
         scores = np.empty(self.n, np.float32)
         _kernels.int8_dot(self.codes[: self.n], weights, self.n, len(weights), scores)
         if n >= self.n:
