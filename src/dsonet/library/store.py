@@ -38,10 +38,11 @@ from dsonet.codec.bitdelta import compress
 from dsonet.errors import DsoError
 from dsonet.experience import Experience, Provenance
 from dsonet.library.dedup import duplicate_clusters_by_rows
-from dsonet.library.index import CodeIndex
+from dsonet.library.index import CodeIndex, matvec
 
 DUP_THRESHOLD = 0.95  # θ_dup, federated-agents paper §5
 OVERSAMPLE = 2048  # coarse candidates per query rescored by the asymmetric estimate (about 2 ms)
+RESCORE = 64  # best candidates rescored exactly where this node holds the float vector (read from the file)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -137,8 +138,8 @@ class Library:
         self.ids: list[str] = []
         self.domains: list[str] = []
         self._row_of: dict[str, int] = {}
-        self._floats: dict[int, np.ndarray] = {}
-        cur = self.db.execute("SELECT id, domain, signs, scales, baseline_id, vector FROM experiences ORDER BY seq")
+        self._held = bytearray()  # per index row: 1 where the file holds this node's float vector
+        cur = self.db.execute(f"SELECT {_INDEX_COLUMNS} FROM experiences ORDER BY seq")
         while chunk := cur.fetchmany(8192):
             self._index_rows(chunk)
         self._clusters: dict[str, dict[str, list[str]]] = {}  # domain -> representative -> members
@@ -154,12 +155,11 @@ class Library:
         scales = np.frombuffer(b"".join(r[3] for r in rows), "<f4").reshape(len(rows), g)
         base = np.array([self._baseline_rows[r[4]] for r in rows], np.int32)
         idx = self.index.add(signs, scales, base)
-        for (eid, domain, *_rest, vector), i in zip(rows, idx):
+        self._held.extend(bytes(r[-1] for r in rows))  # index rows are appended in step with self.ids
+        for (eid, domain, *_rest), i in zip(rows, idx):
             self.ids.append(eid)
             self.domains.append(domain)
             self._row_of[eid] = int(i)
-            if vector is not None:
-                self._floats[int(i)] = np.frombuffer(vector, "<f4")
 
     def close(self) -> None:
         self.db.close()
@@ -291,13 +291,10 @@ class Library:
         """Bring the index in step with committed rows: changed rows are (re)appended, old rows masked."""
         gone = [self._row_of.pop(i) for i in [*changed, *removed] if i in self._row_of]
         self.index.remove(np.array(gone, np.int64))
-        for i in gone:
-            self._floats.pop(i, None)
         if changed:
             marks = ",".join("?" * len(changed))
             rows = self.db.execute(
-                f"SELECT id, domain, signs, scales, baseline_id, vector FROM experiences WHERE id IN ({marks}) ORDER BY seq",
-                changed).fetchall()
+                f"SELECT {_INDEX_COLUMNS} FROM experiences WHERE id IN ({marks}) ORDER BY seq", changed).fetchall()
             if rows:
                 self._index_rows(rows)
         self._dirty.update(self.domains[r] for r in gone)
@@ -387,8 +384,7 @@ class Library:
         confidence-weighted mean vector (floats where held, else ê), L2-normalised."""
         members = self.clusters(self.get_domain(rep_id)).get(rep_id, [rep_id])
         exps = [self.get(m) for m in members]
-        rows = np.array([self._row_of[m] for m in members])
-        vecs = np.stack([self._floats[r] if r in self._floats else self.index.reconstruct(np.array([r]))[0] for r in rows])
+        vecs = self.vectors(members)
         w = np.array([e.confidence for e in exps], np.float32) + 1e-6
         v = (w[:, None] * vecs).sum(axis=0)
         rep = exps[0]
@@ -399,10 +395,22 @@ class Library:
         """Float vectors where held, else reconstructions ê, (len(ids), d)."""
         rows = np.array([self._row_of[i] for i in ids], np.int64)
         out = self.index.reconstruct(rows) if len(rows) else np.zeros((0, self.profile.dim), np.float32)
-        for k, r in enumerate(rows):  # only rows this node encoded itself
-            if int(r) in self._floats:
-                out[k] = self._floats[int(r)]
+        held, floats = self._held_floats(rows)
+        out[held] = floats
         return out
+
+    def _held_floats(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Which of these index rows this node holds a float vector for, and those vectors, read
+        from the file: they are kept on disk (30 KB each at d = 7680), not in memory."""
+        held = np.array([self._held[r] for r in rows], bool)
+        ids = [self.ids[r] for r in rows[held]]
+        floats = np.zeros((len(ids), self.profile.dim), np.float32)
+        for start in range(0, len(ids), 500):  # SQLite's bound-parameter limit
+            part = ids[start : start + 500]
+            marks = ",".join("?" * len(part))
+            blobs = dict(self.db.execute(f"SELECT id, vector FROM experiences WHERE id IN ({marks})", part))
+            floats[start : start + len(part)] = np.stack([np.frombuffer(blobs[i], "<f4") for i in part])
+        return held, floats
 
     def _domain_mask(self, domain: str) -> np.ndarray:
         """Boolean mask over index rows of one domain (domain codes cached as an int array)."""
@@ -436,17 +444,7 @@ class Library:
         if q.shape != (self.profile.dim,):
             raise LibraryError(f"q: shape {q.shape}, expected ({self.profile.dim},)")
         q = q / max(float(np.linalg.norm(q)), 1e-12)
-        allowed = None
-        if domain is not None:
-            allowed = self._domain_mask(domain)
-        rows, scores = self.index.search(q, k, max(OVERSAMPLE, 4 * k), allowed)
-        # exact rescoring where this node holds the float vector
-        held = np.array([r in self._floats for r in rows], bool)
-        if held.any():
-            scores = scores.copy()
-            scores[held] = np.stack([self._floats[r] for r in rows[held]]) @ q
-            order = np.argsort(-scores, kind="stable")
-            rows, scores = rows[order], scores[order]
+        rows, scores = self.rank(q, k, domain)
         self.clusters()  # bring the merged view up to date
         hits, seen = [], set()
         for r, s in zip(rows, scores):  # walks at most the oversampled candidates, best first
@@ -465,6 +463,20 @@ class Library:
                 break
         return hits
 
+    def rank(self, q: np.ndarray, k: int, domain: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Index rows and scores for a unit query, best first, before merging: the codes' estimate,
+        then the exact cosine for the best `RESCORE` candidates whose float vector this node holds."""
+        allowed = None if domain is None else self._domain_mask(domain)
+        rows, scores = self.index.search(q, k, max(OVERSAMPLE, 4 * k), allowed)
+        top = rows[:RESCORE]
+        held, floats = self._held_floats(top)
+        if held.any():
+            scores = scores.copy()
+            scores[np.flatnonzero(held)] = matvec(floats, q)
+            order = np.argsort(-scores, kind="stable")
+            rows, scores = rows[order], scores[order]
+        return rows, scores
+
     def stats(self) -> dict:
         (n,) = self.db.execute("SELECT COUNT(*) FROM experiences").fetchone()
         (local,) = self.db.execute("SELECT COUNT(*) FROM experiences WHERE vector IS NOT NULL").fetchone()
@@ -481,6 +493,7 @@ class Library:
 _COLUMNS = ["seq", "id", "text", "domain", "confidence", "node_id", "model", "timestamp_ms", "iteration", "lineage",
             "signs", "scales", "baseline_id", "code_digest", "received", "vector", "published", "uses", "helped", "added_ms"]
 _COL = {c: i for i, c in enumerate(_COLUMNS)}
+_INDEX_COLUMNS = "id, domain, signs, scales, baseline_id, vector IS NOT NULL"  # what the in-memory index needs
 
 
 def _experience(row: tuple) -> Experience:
