@@ -46,12 +46,14 @@ def test_export_import_round_trip_jsonl_and_signed_batch(tmp_path):
     run("export", tmp_path / "out.msgpack", "--format", "msgpack", "--key", key, "--db", src)
     run("import", tmp_path / "out.jsonl", "--db", tmp_path / "b.sqlite")
     run("import", tmp_path / "out.msgpack", "--db", tmp_path / "c.sqlite")
+    run("import", tmp_path / "out.msgpack", "--encode-texts", "--db", tmp_path / "d.sqlite")
     with Library(src) as a, Library(tmp_path / "b.sqlite") as b, \
-            Library(tmp_path / "c.sqlite") as c:
-        assert a.all() == b.all() == c.all()
+            Library(tmp_path / "c.sqlite") as c, Library(tmp_path / "d.sqlite") as d:
+        assert a.all() == b.all() == c.all() == d.all()
         ids = [e.id for e in a.all()]
         np.testing.assert_allclose(b.vectors(ids), a.vectors(ids), atol=1e-6)  # JSONL carries the floats
-        assert c.stats()["with_float_vector"] == 0  # a batch carries codes only
+        assert c.stats()["with_float_vector"] == 0  # a batch carries codes only ...
+        np.testing.assert_allclose(d.vectors(ids), a.vectors(ids), atol=1e-5)  # ... unless its texts are encoded
 
 
 def test_every_library_command_has_help_with_an_example():

@@ -72,6 +72,22 @@ def test_ingest_is_idempotent_and_one_transaction(tmp_path, encoder, profile, id
         assert lib.stats()["baselines"] == 1  # the batch's baseline is stored once
 
 
+def test_ingest_with_encode_texts_keeps_our_floats_and_ranks_peers_rows_exactly(tmp_path, encoder, profile, identity):
+    exps = experiences(40, seed=4)
+    vecs = encoder.encode([e.text for e in exps])
+    keep = np.arange(40) != 3
+    with open_lib(tmp_path, encoder, profile) as lib:
+        lib.ingest(make_batch(exps, vecs, profile, identity), keep, encode_texts=True)
+        assert lib.stats()["with_float_vector"] == 39  # the rejected row left nothing behind
+        hits = lib.search_vector(vecs[7], k=3, min_similarity=-1)
+        assert hits[0].experience.id == exps[7].id and hits[0].score == pytest.approx(1.0, abs=1e-5)
+        assert [h.score for h in hits[1:]] == pytest.approx([float(vecs[7] @ vecs[lib_index(exps, h)]) for h in hits[1:]], abs=1e-5)
+
+
+def lib_index(exps, hit):
+    return [e.id for e in exps].index(hit.experience.id)
+
+
 def test_ingest_keep_mask_admits_only_kept_rows(tmp_path, encoder, profile, identity):
     batch = make_batch(experiences(10, seed=2), unit(10, 2), profile, identity)
     keep = np.arange(10) % 2 == 0

@@ -55,6 +55,35 @@ def test_flush_publishes_to_every_other_node_and_search_finds_it(tmp_path, minil
     assert all(g is not None and g.text == TEXTS[0] for g in got)
 
 
+def test_a_node_that_encodes_texts_ranks_peers_rows_by_its_own_floats(tmp_path, minilm):
+    async def main():
+        hub = InProcessHub()
+        (a,), (b,), (c,) = [await open_nodes(tmp_path, hub, name, **kw)
+                            for name, kw in (("a", {}), ("b", {"encode_texts": True}), ("c", {}))]
+        exps = [await a.submit(t, domain="math") for t in TEXTS]
+        await a.flush()
+        await settle()
+        held = [n.library.stats()["with_float_vector"] for n in (b, c)]
+        query = "How do I add two fractions whose denominators differ?"
+        hits = [(await n.search(query, min_similarity=0.2))[0] for n in (b, c)]
+        enc = b.library.encoder
+        exact = float(enc.encode([query], kind="query")[0] @ enc.encode([TEXTS[1]], kind="document")[0])
+        for n in (a, b, c):
+            await n.close()
+        return exps, held, hits, exact
+
+    exps, held, (on_b, on_c), exact = run(main())
+    assert held == [3, 0]
+    assert on_b.experience.id == on_c.experience.id == exps[1].id
+    assert on_b.score == pytest.approx(exact, abs=1e-5)  # b's own floats; c has only a's code
+    assert abs(on_c.score - exact) > 1e-4
+
+
+def test_encode_texts_needs_an_encoder(tmp_path):
+    with pytest.raises(NodeError, match="encode_texts"):
+        NodeConfig(tmp_path, encoder=None, dim=8, encode_texts=True)
+
+
 def test_batch_size_triggers_publishing_before_the_interval(tmp_path, minilm):
     async def main():
         hub = InProcessHub()

@@ -15,11 +15,15 @@ Indexes, measured in the same run, one query at a time:
                    2,048 candidates. Nothing is decompressed at query time.
   dsonet-full-scan the same estimate over every code (n ≤ 100k): the recall the 964-byte codes
                    allow, so the coarse stage's own loss is the difference.
+  dsonet-own       a real SQLite `Library` of experiences this node encoded itself (n ≤ 100k):
+                   the same codes in memory, the float vectors in the file, and the best
+                   64 candidates rescored exactly from it (`Library.rank`). What a node gets
+                   for its own experiences; peers' experiences arrive as codes only.
   faiss-flat-ip    faiss IndexFlatIP over float32 (only where 7680-dim floats fit: n ≤ 100k).
   faiss-binary     faiss IndexBinaryFlat over the plain sign bits of e (960 bytes, no scale).
-bytes_per_experience: bytes the index holds per experience (codes + scales + bookkeeping; the
-text is extra). disk_bytes_per_experience (dsonet, 10k): the SQLite library file built by
-ingesting signed batches, text and all, divided by n.
+bytes_per_experience: bytes the index holds in memory per experience (codes + scales +
+bookkeeping; the text is extra). disk_bytes_per_experience: the SQLite library file, text and
+all, divided by n (dsonet: built by ingesting signed batches at 10k; dsonet-own: with floats).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ BATCH = 1000
 N_QUERIES = 200
 FLAT_QUERIES = 40  # faiss-flat-ip queries past 10k
 OVERSAMPLE = 2048  # candidates rescored, as the library does
+OWN_MAX = 100_000  # the dsonet-own library holds 30 KB of floats per experience on disk
 LIFT_SEED = 1234  # the same lift as `dso bench codec`
 TARGETS = {"p50_ms_100k": 20, "p50_ms_1m": 150, "recall_at_10": 0.95, "bytes_per_experience": 1200}
 
@@ -145,6 +150,8 @@ def bench_size(n: int, corpus: Corpus, queries384: np.ndarray, lift: np.ndarray)
     if n <= 100_000:  # the same estimate over every row: what the codes allow, without the coarse stage
         found, ms = _timed(lambda q: np.argsort(-ours.score(q))[:10], queries)
         rows.append(_row("dsonet-full-scan", n, ms, _recall(found, truth), ours.memory_bytes() / n))
+    if n <= OWN_MAX:
+        rows.append(_own_row(n, corpus, queries, truth, lift))
     found, ms = _timed(binary_fn, queries)
     rows.append(_row("faiss-binary", n, ms, _recall(found, truth), DIM / 8))
     if flat is not None:  # exhaustive float search costs ~n·d per query: fewer queries at large n
@@ -152,6 +159,27 @@ def bench_size(n: int, corpus: Corpus, queries384: np.ndarray, lift: np.ndarray)
         found, ms = _timed(lambda q: flat.search(q[None, :], 10)[1][0], queries[:few])
         rows.append(_row("faiss-flat-ip", n, ms, _recall(found, truth[:few]), DIM * 4, queries=few))
     return rows
+
+
+def _own_row(n: int, corpus: Corpus, queries: np.ndarray, truth: np.ndarray, lift: np.ndarray) -> dict:
+    """`Library.rank` over a library this node encoded itself: codes in memory, floats in the file."""
+    from dsonet.codec import default_profile
+    from dsonet.experience import Experience
+    from dsonet.library import Library
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "own.sqlite")
+        with Library(path, encoder=_NoEncoder(), profile=default_profile(DIM, _NoEncoder.id)) as lib:
+            corpus_row = {}
+            for start in range(0, n, BATCH):
+                exps = [Experience(f"own experience #{i}", "math") for i in range(start, min(n, start + BATCH))]
+                corpus_row.update((e.id, i) for i, e in enumerate(exps, start))
+                lib.add_vectors(exps, corpus.chunk(start, start + len(exps)) @ lift)
+            lib.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            found, ms = _timed(lambda q: np.array([corpus_row[lib.ids[r]] for r in lib.rank(q, 10)[0][:10]]), queries)
+            memory = (lib.index.memory_bytes() + len(lib._held)) / n
+            return _row("dsonet-own", n, ms, _recall(found, truth), memory,
+                        disk_bytes_per_experience=round(os.path.getsize(path) / n, 1))
 
 
 def disk_per_experience(corpus: Corpus, texts: list[str], lift: np.ndarray, n: int) -> float:

@@ -201,15 +201,25 @@ class Library:
         self.db.execute("INSERT INTO meta VALUES ('local_baseline', ?)", (base.tobytes().hex(),))
         return base
 
-    def ingest(self, batch: CompressedBatch, keep: np.ndarray | None = None) -> IngestResult:
-        """Store the codes of an already-verified batch, rows admitted by ``keep`` only. Idempotent."""
+    def ingest(self, batch: CompressedBatch, keep: np.ndarray | None = None, encode_texts: bool = False) -> IngestResult:
+        """Store the codes of an already-verified batch, rows admitted by ``keep`` only. Idempotent.
+
+        ``encode_texts``: also encode the admitted texts with this library's encoder and keep the
+        floats in the file, so searches rank peers' experiences as exactly as this node's own
+        (`RESCORE`); costs the encoder's time and 4·d bytes a row on disk. The codes stay the
+        peer's, so the merged view is the same on every node.
+        """
         if batch.profile != self.profile:
             raise LibraryError(f"batch.profile: {batch.profile.to_dict()} is not this library's {self.profile.to_dict()}")
         rows = np.arange(len(batch)) if keep is None else np.flatnonzero(np.asarray(keep, bool))
         if keep is not None and len(keep) != len(batch):
             raise LibraryError(f"keep: {len(keep)} entries for a batch of {len(batch)}; give one boolean per row")
-        result = self._store([batch.experiences[i] for i in rows], batch.codes.signs[rows], batch.codes.scales[rows],
-                             batch.codes.baseline, None, received=True)
+        exps = [batch.experiences[i] for i in rows]
+        vectors = None
+        if encode_texts and exps:
+            vectors = np.asarray(self.encoder.encode([e.text for e in exps], kind="document"), np.float32)
+        result = self._store(exps, batch.codes.signs[rows], batch.codes.scales[rows], batch.codes.baseline, vectors,
+                             received=True)
         return IngestResult(result.added, result.duplicates, result.rejected + len(batch) - len(rows), result.evicted)
 
     def _store(self, exps, signs, scales, baseline, vectors, received: bool) -> IngestResult:

@@ -49,8 +49,9 @@ def export(lib: Library, path: str | Path, fmt: Format = "jsonl", identity=None)
     return written
 
 
-def import_file(lib: Library, path: str | Path) -> int:
-    """Read a JSONL or batch file (format by content) into the library; returns rows added."""
+def import_file(lib: Library, path: str | Path, encode_texts: bool = False) -> int:
+    """Read a JSONL or batch file (format by content) into the library; returns rows added.
+    ``encode_texts``: see `Library.ingest` (JSONL rows carry their floats already)."""
     data = Path(path).read_bytes()
     if data[:1] == b"{":
         try:
@@ -59,7 +60,7 @@ def import_file(lib: Library, path: str | Path) -> int:
             return _import_jsonl(lib, data)
         if "hash" not in doc:
             return _import_jsonl(lib, data)
-    return len(lib.ingest(decode(data, profiles=[lib.profile])).added)
+    return len(lib.ingest(decode(data, profiles=[lib.profile]), encode_texts=encode_texts).added)
 
 
 def _import_jsonl(lib: Library, data: bytes) -> int:

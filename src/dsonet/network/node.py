@@ -68,11 +68,16 @@ class NodeConfig:
     # (distance to the coordinate median, robust z-score) keeps ~95 % and still drops random rows.
     rule: str = "median"
     model: str = ""  # recorded in provenance
+    # Encode peers' texts too and keep the floats on disk: exact ranking of their experiences
+    # (recall@10 1.0 instead of ~0.93 from codes alone) for the encoder's time and 30 KB a row.
+    encode_texts: bool = False
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
         if self.encoder is None and self.dim is None:
             raise NodeError("dim: a node without an encoder needs the profile's dimension (--dim)")
+        if self.encode_texts and self.encoder is None:
+            raise NodeError("encode_texts: a node without an encoder cannot encode peers' texts; give --encoder")
         if self.batch_interval_s <= 0 or self.batch_size < 1:
             raise NodeError(f"batch_interval_s ({self.batch_interval_s}) must be > 0 and batch_size "
                             f"({self.batch_size}) >= 1")
@@ -303,7 +308,7 @@ class Node:
     def _round(self, now_ms: int) -> None:
         result = self.soup.round(now_ms=now_ms)
         for batch, keep in zip(result.batches, result.keep):
-            ingested = self.library.ingest(batch, keep)
+            ingested = self.library.ingest(batch, keep, encode_texts=self.config.encode_texts)
             peer = self._peer(batch.node_id)
             peer.accepted += 1
             peer.last_seen_ms = batch.timestamp_ms
