@@ -43,6 +43,7 @@ BATCH = 1000
 N_QUERIES = 200
 FLAT_QUERIES = 40  # faiss-flat-ip queries past 10k
 OVERSAMPLE = 2048  # candidates rescored, as the library does
+SYNTHETIC_BLOCK = 1000  # synthetic rows are drawn in blocks of this many, one seed per block
 OWN_MAX = 100_000  # the dsonet-own library holds 30 KB of floats per experience on disk
 LIFT_SEED = 1234  # the same lift as `dso bench codec`
 TARGETS = {"p50_ms_100k": 20, "p50_ms_1m": 150, "recall_at_10": 0.95, "bytes_per_experience": 1200}
@@ -72,15 +73,23 @@ class Corpus:
         self.mean, self.chol = mean, np.linalg.cholesky(cov + 1e-8 * np.eye(len(mean)))
 
     def chunk(self, start: int, stop: int) -> np.ndarray:
+        """Rows start..stop-1: the same rows however the range is cut, so the library (built a batch
+        at a time) and the exact top-10 (computed 100k rows at a time) see the same vectors."""
         out = []
         if start < len(self.real):
             out.append(self.real[start : min(stop, len(self.real))])
         if stop > len(self.real):
-            s = max(start, len(self.real))
-            rng = np.random.default_rng(s)  # chunk-keyed: the same rows whatever the chunking
-            z = rng.standard_normal((stop - s, len(self.mean))) @ self.chol.T + self.mean
-            out.append((z / np.linalg.norm(z, axis=1, keepdims=True)).astype(np.float32))
+            # synthetic row i is row i % SYNTHETIC_BLOCK of block i // SYNTHETIC_BLOCK, each block its own seed
+            first, last = max(start, len(self.real)) - len(self.real), stop - len(self.real)
+            blocks = range(first // SYNTHETIC_BLOCK, -(-last // SYNTHETIC_BLOCK))
+            z = np.concatenate([self._block(b) for b in blocks])
+            offset = blocks[0] * SYNTHETIC_BLOCK
+            out.append(z[first - offset : last - offset])
         return np.concatenate(out)
+
+    def _block(self, b: int) -> np.ndarray:
+        z = np.random.default_rng(b).standard_normal((SYNTHETIC_BLOCK, len(self.mean))) @ self.chol.T + self.mean
+        return (z / np.linalg.norm(z, axis=1, keepdims=True)).astype(np.float32)
 
 
 def _exact_top10(queries: np.ndarray, corpus: Corpus, n: int) -> np.ndarray:
