@@ -14,6 +14,9 @@ Indexes, measured in the same run, one query at a time:
                    each code (int8, scanned in C), then the κ-corrected asymmetric estimate of
                    q·e on 2,048 candidates, or 1/32 of the library past 65k. Nothing is
                    decompressed at query time.
+  dsonet-support   the same, plus stage 3 (`library.index.Support`): the best 16 candidates decoded
+                   again knowing the subspace the encoder's outputs lie in (here the lift's 384
+                   dimensions; the Zen head's outputs lie in d_hidden + 2). Codes only.
   dsonet-full-scan the same estimate over every code: the recall the 964-byte codes
                    allow, so the coarse stage's own loss is the difference.
   dsonet-own       a real SQLite `Library` of experiences this node encoded itself (n ≤ 100k):
@@ -134,7 +137,7 @@ def bench_size(n: int, corpus: Corpus, queries384: np.ndarray, lift: np.ndarray)
 
     truth = _exact_top10(queries384, corpus, n)
     queries = queries384 @ lift  # (Q, DIM)
-    ours = CodeIndex(DIM, DIM, DEFAULT_ROTATION_SEED)
+    ours = CodeIndex(DIM, DIM, DEFAULT_ROTATION_SEED, support=lift)
     binary = faiss.IndexBinaryFlat(DIM)
     flat = faiss.IndexFlatIP(DIM) if n <= 100_000 else None
     t0 = time.perf_counter()
@@ -149,7 +152,7 @@ def bench_size(n: int, corpus: Corpus, queries384: np.ndarray, lift: np.ndarray)
     build_s = time.perf_counter() - t0
 
     def ours_fn(q):
-        return ours.search(q, 10, OVERSAMPLE)[0]
+        return ours.search(q, 10, OVERSAMPLE, refine=False)[0]
 
     def binary_fn(q):
         return binary.search(np.packbits(q[None, :] > 0, axis=1, bitorder="little"), 10)[1][0]
@@ -157,6 +160,8 @@ def bench_size(n: int, corpus: Corpus, queries384: np.ndarray, lift: np.ndarray)
     rows = []
     found, ms = _timed(ours_fn, queries)
     rows.append(_row("dsonet", n, ms, _recall(found, truth), ours.memory_bytes() / n, build_s=round(build_s, 1)))
+    found, ms = _timed(lambda q: ours.search(q, 10, OVERSAMPLE)[0], queries)
+    rows.append(_row("dsonet-support", n, ms, _recall(found, truth), ours.memory_bytes() / n))
     # the same estimate over every row: what the codes allow, without the coarse stage
     found, ms = _timed(lambda q: np.argsort(-ours.score(q))[:10], queries)
     rows.append(_row("dsonet-full-scan", n, ms, _recall(found, truth), ours.memory_bytes() / n))
