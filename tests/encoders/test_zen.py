@@ -47,3 +47,20 @@ def test_head_that_does_not_fit_the_backbone_is_refused(minilm):
 def test_missing_model_offline_says_how_to_fix_it(tmp_path):
     with pytest.raises(EncoderError, match="save_pretrained"):
         ZenReranker.from_pretrained(tmp_path / "nope")
+
+
+def test_every_output_lies_in_the_heads_support():
+    torch.manual_seed(0)
+    head = ZenHead(16, 96, d_hidden=12)
+    with torch.no_grad():  # LayerNorm's affine parameters away from their (1, 0) start
+        head.ln2.weight.uniform_(0.5, 1.5)
+        head.ln2.bias.normal_(0, 0.1)
+    support = head.support()
+    assert support.shape == (14, 96)
+    e = head.project(np.random.default_rng(0).standard_normal((50, 16)).astype(np.float32))
+    basis = np.linalg.qr(support.T.astype(np.float64))[0]
+    residual = e - (e @ basis) @ basis.T
+    assert np.abs(residual).max() < 1e-5
+    # while a random unit vector keeps most of its length outside a 14-dim subspace of 96
+    r = np.random.default_rng(1).standard_normal(96)
+    assert np.linalg.norm(r - basis @ (basis.T @ r)) > 0.5 * np.linalg.norm(r)

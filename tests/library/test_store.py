@@ -88,6 +88,20 @@ def lib_index(exps, hit):
     return [e.id for e in exps].index(hit.experience.id)
 
 
+def test_a_library_given_the_encoders_support_scores_peers_codes_closer_to_the_truth(tmp_path, encoder, profile, identity):
+    lift = np.linalg.qr(np.random.default_rng(2).standard_normal((DIM, 24)))[0].T.astype(np.float32)
+    vecs, queries = unit(300, 6, dim=24) @ lift, unit(40, 7, dim=24) @ lift
+    exps = experiences(300, seed=6)
+    row = {e.id: i for i, e in enumerate(exps)}
+    errors = []
+    for name, support in (("plain.sqlite", None), ("support.sqlite", lift)):
+        with open_lib(tmp_path, encoder, profile, name=name, support=support) as lib:
+            lib.ingest(make_batch(exps, vecs, profile, identity))  # codes only: no floats to rescore with
+            errors.append(np.mean([abs(h.score - float(q @ vecs[row[h.experience.id]]))
+                                   for q in queries for h in lib.search_vector(q, k=5, min_similarity=-1)]))
+    assert errors[1] < 0.75 * errors[0]  # measured: 0.028 -> 0.017
+
+
 def test_ingest_keep_mask_admits_only_kept_rows(tmp_path, encoder, profile, identity):
     batch = make_batch(experiences(10, seed=2), unit(10, 2), profile, identity)
     keep = np.arange(10) % 2 == 0

@@ -60,6 +60,17 @@ class ZenHead(nn.Module):
         return {"d_in": self.d_in, "d_hidden": self.d_hidden, "d_out": self.d_out, "tag": self.tag}
 
     @torch.no_grad()
+    def support(self) -> np.ndarray:
+        """(d_hidden + 2, d_out) vectors spanning every output's subspace. LN(z) = γ ⊙ C z / σ(z) + β
+        (C subtracts the mean) and z = W2 z2 + b2, so e lies in span(γ ⊙ C W2, γ ⊙ C b2, β) whatever
+        the input: a code's decoder can use that (`dsonet.library.index.Support`)."""
+        w2, b2 = self.w2.weight.double(), self.w2.bias.double()
+        gamma, beta = self.ln2.weight.double(), self.ln2.bias.double()
+        centred = torch.cat([w2, b2[:, None]], dim=1)
+        centred = centred - centred.mean(dim=0, keepdim=True)
+        return torch.cat([(gamma[:, None] * centred).T, beta[None, :]]).float().cpu().numpy()
+
+    @torch.no_grad()
     def project(self, base: np.ndarray, batch_size: int = 4096) -> np.ndarray:
         """Apply the head to a float array of base embeddings (n, d_in) -> float32 (n, d_out)."""
         base = np.asarray(base, dtype=np.float32)
@@ -102,6 +113,10 @@ class ZenReranker:
     def encode(self, texts: Sequence[str], kind: Kind = "document") -> np.ndarray:
         texts = check_texts(texts, kind)
         return self.head.project(self.backbone.encode(texts, kind=kind))
+
+    def support(self) -> np.ndarray:
+        """Vectors spanning the subspace every output lies in (see `ZenHead.support`)."""
+        return self.head.support()
 
     def cache_parts(self):
         """(backbone, head): `cached_encode` caches the backbone's vectors and applies the head."""

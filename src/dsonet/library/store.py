@@ -82,7 +82,12 @@ class IngestResult:
 
 
 class Library:
-    def __init__(self, path: str | Path, encoder=None, profile: Profile | None = None, capacity: int | None = None):
+    def __init__(self, path: str | Path, encoder=None, profile: Profile | None = None, capacity: int | None = None,
+                 support: np.ndarray | None = None):
+        """``support``: vectors spanning the subspace the encoder's outputs lie in (e.g.
+        `ZenReranker.support()`); turns on the index's stage 3 (`dsonet.library.index.Support`):
+        about 2 points more recall@10 over peers' codes for 15–25 ms more a query on 2 cores."""
+        self._support = support
         self.path = Path(path).expanduser()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._encoder = encoder
@@ -131,7 +136,7 @@ class Library:
 
     def _load_index(self) -> None:
         p = self.profile
-        self.index = CodeIndex(p.dim, p.group_size, p.rotation_seed)
+        self.index = CodeIndex(p.dim, p.group_size, p.rotation_seed, support=self._support)
         self._baseline_rows: dict[int, int] = {}  # baselines.id -> index baseline row
         for bid, blob in self.db.execute("SELECT id, vector FROM baselines ORDER BY id"):
             self._baseline_rows[bid] = self.index.add_baseline(np.frombuffer(blob, "<f4"))
