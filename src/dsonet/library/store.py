@@ -86,7 +86,7 @@ class Library:
                  support: np.ndarray | None = None):
         """``support``: vectors spanning the subspace the encoder's outputs lie in (e.g.
         `ZenReranker.support()`); turns on the index's stage 3 (`dsonet.library.index.Support`):
-        about 2 points more recall@10 over peers' codes for 15–25 ms more a query on 2 cores."""
+        about 2 points more recall@10 over peers' codes for 30–50 ms more a query on 2 cores."""
         self._support = support
         self.path = Path(path).expanduser()
         self.path.parent.mkdir(parents=True, exist_ok=True)
