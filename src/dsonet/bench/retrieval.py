@@ -25,6 +25,9 @@ Indexes, measured in the same run, one query at a time:
                    64 candidates rescored exactly from it (`Library.rank`). What a node gets
                    for its own experiences; peers' experiences arrive as codes only.
   faiss-flat-ip    faiss IndexFlatIP over float32 (only where 7680-dim floats fit: n ≤ 100k).
+  dsonet-zen       the protocol's default space instead of the lift: 10k kept corpus texts
+  (-support)       encoded by MiniLM + the Zen head (the same queries, encoded as queries),
+                   searched without and with the head's support (290 dims).
   faiss-binary     faiss IndexBinaryFlat over the plain sign bits of e (960 bytes, no scale).
 bytes_per_experience: bytes the index holds in memory per experience (codes + scales +
 bookkeeping; the text is extra). disk_bytes_per_experience: the SQLite library file, text and
@@ -47,6 +50,7 @@ BATCH = 1000
 N_QUERIES = 200
 FLAT_QUERIES = 40  # faiss-flat-ip queries past 10k
 OVERSAMPLE = 2048  # candidates rescored, as the library does
+ZEN_ROWS = 10_000  # real corpus rows encoded in the default space (dsonet-zen rows)
 SYNTHETIC_BLOCK = 1000  # synthetic rows are drawn in blocks of this many, one seed per block
 OWN_MAX = 100_000  # the dsonet-own library holds 30 KB of floats per experience on disk
 LIFT_SEED = 1234  # the same lift as `dso bench codec`
@@ -180,6 +184,31 @@ def bench_size(n: int, corpus: Corpus, queries384: np.ndarray, lift: np.ndarray)
     return rows
 
 
+def zen_rows(texts: list[str], held: np.ndarray, kept: np.ndarray) -> list[dict]:
+    """The protocol's default space, which is harder than the lifted one: the first `ZEN_ROWS` kept
+    corpus texts encoded by MiniLM + the Zen head, with and without the head's support (stage 3)."""
+    from dsonet.codec import compress
+    from dsonet.codec.batch import DEFAULT_ROTATION_SEED
+    from dsonet.encoders import default_encoder
+    from dsonet.encoders.cache import cached_encode
+    from dsonet.library.index import CodeIndex
+
+    encoder = default_encoder()
+    x = cached_encode(encoder, [texts[i] for i in kept[:ZEN_ROWS]], "document")
+    queries = encoder.encode([texts[i] for i in held], kind="query")
+    truth = np.argsort(-(queries @ x.T), axis=1)[:, :10]
+    index = CodeIndex(DIM, DIM, DEFAULT_ROTATION_SEED, support=encoder.support())
+    for start in range(0, len(x), BATCH):
+        codes = compress(x[start : start + BATCH], DIM, rotation_seed=DEFAULT_ROTATION_SEED)
+        index.add(codes.signs, codes.scales, np.full(len(codes), index.add_baseline(codes.baseline), np.int32))
+    out = []
+    for name, refine in (("dsonet-zen", False), ("dsonet-zen-support", True)):
+        found, ms = _timed(lambda q: index.search(q, 10, OVERSAMPLE, refine=refine)[0], queries)
+        nbytes = index.memory_bytes() - (0 if refine else index.support.memory_bytes())
+        out.append(_row(name, len(x), ms, _recall(found, truth), nbytes / len(x)))
+    return out
+
+
 def _own_row(n: int, corpus: Corpus, queries: np.ndarray, truth: np.ndarray, lift: np.ndarray) -> dict:
     """`Library.rank` over a library this node encoded itself: codes in memory, floats in the file."""
     from dsonet.codec import default_profile
@@ -260,6 +289,8 @@ def cli(quick: bool, sizes: str, threads: int) -> None:
     for n in n_sizes:
         click.echo(f"n = {n:,} ...")
         rows += bench_size(n, corpus, real[held], lift)
+    click.echo(f"default space (MiniLM + Zen head), {ZEN_ROWS:,} real rows ...")
+    rows += zen_rows(texts, held, kept)
     disk = disk_per_experience(corpus, [texts[i] for i in kept], lift, 2000 if quick else 10_000)
     for r in rows:
         if r["index"] == "dsonet":
