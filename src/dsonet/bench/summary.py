@@ -82,6 +82,12 @@ def headline(results: Path) -> str:
                 ours += "".join(f"; {labels[x['index']]}: {x['p50_ms']:.1f} ms, recall@10 {x['recall_at_10']}"
                                 for x in same_n if x["index"] in labels)
                 rows.append([f"query p50 and recall@10, n = {r['n']:,}", "–", ours, alt, "retrieval"])
+        zen = {r["index"]: r for r in retrieval["rows"] if r["index"].startswith("dsonet-zen")}
+        if "dsonet-zen" in zen and "dsonet-zen-support" in zen:
+            plain, support = zen["dsonet-zen"], zen["dsonet-zen-support"]
+            rows.append([f"query p50 and recall@10, default Zen space, n = {plain['n']:,}", "–",
+                         f"peers' codes: {plain['p50_ms']:.1f} ms, recall@10 {plain['recall_at_10']}; + the head's support: "
+                         f"{support['p50_ms']:.1f} ms, recall@10 {support['recall_at_10']}", "–", "retrieval"])
     cross = _load(results, "crossmodel")
     if cross:
         for r in cross["rows"]:
