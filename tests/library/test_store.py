@@ -84,6 +84,24 @@ def test_ingest_with_encode_texts_keeps_our_floats_and_ranks_peers_rows_exactly(
         assert [h.score for h in hits[1:]] == pytest.approx([float(vecs[7] @ vecs[lib_index(exps, h)]) for h in hits[1:]], abs=1e-5)
 
 
+def test_a_redelivered_batch_is_not_encoded_again(tmp_path, encoder, profile, identity):
+    encoded = []
+
+    class Counting(type(encoder)):
+        def encode(self, texts, kind="document"):
+            encoded.extend(texts)
+            return super().encode(texts, kind)
+
+    exps = experiences(12, seed=8)
+    batch = make_batch(exps, encoder.encode([e.text for e in exps]), profile, identity)
+    with open_lib(tmp_path, Counting(), profile) as lib:
+        lib.ingest(batch, encode_texts=True)
+        lib.delete(exps[0].id)
+        again = lib.ingest(batch, encode_texts=True)  # a stream replay
+        assert len(encoded) == 12 and again.added == [] and again.rejected == 1
+        assert lib.stats()["with_float_vector"] == 11
+
+
 def lib_index(exps, hit):
     return [e.id for e in exps].index(hit.experience.id)
 

@@ -222,10 +222,22 @@ class Library:
         exps = [batch.experiences[i] for i in rows]
         vectors = None
         if encode_texts and exps:
-            vectors = np.asarray(self.encoder.encode([e.text for e in exps], kind="document"), np.float32)
+            vectors = self._encode_missing(exps)
         result = self._store(exps, batch.codes.signs[rows], batch.codes.scales[rows], batch.codes.baseline, vectors,
                              received=True)
         return IngestResult(result.added, result.duplicates, result.rejected + len(batch) - len(rows), result.evicted)
+
+    def _encode_missing(self, exps: list[Experience]) -> list[np.ndarray | None]:
+        """Our encoding of each text that needs one: a re-delivered batch (a stream replay) is not
+        encoded again where the float is held already, nor where the id is tombstoned or evicted."""
+        blocked = self._blocked([e.id for e in exps])
+        todo = [i for i, e in enumerate(exps) if e.id not in blocked
+                and not (e.id in self._row_of and self._held[self._row_of[e.id]])]
+        out: list[np.ndarray | None] = [None] * len(exps)
+        if todo:
+            for i, v in zip(todo, self.encoder.encode([exps[i].text for i in todo], kind="document")):
+                out[i] = v
+        return out
 
     def _store(self, exps, signs, scales, baseline, vectors, received: bool) -> IngestResult:
         now = int(time.time() * 1000)
@@ -240,7 +252,7 @@ class Library:
                     continue
                 digest = hashlib.sha256(signs[i].tobytes() + scales[i].tobytes() + baseline.tobytes()).hexdigest()
                 row = self.db.execute("SELECT confidence, code_digest, received FROM experiences WHERE id = ?", (exp.id,)).fetchone()
-                vec = None if vectors is None else vectors[i].astype("<f4").tobytes()
+                vec = None if vectors is None or vectors[i] is None else np.asarray(vectors[i], "<f4").tobytes()
                 if row is None:
                     self.db.execute(
                         "INSERT INTO experiences (id, text, domain, confidence, node_id, model, timestamp_ms, iteration,"
