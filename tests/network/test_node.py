@@ -62,7 +62,10 @@ def test_a_node_that_encodes_texts_ranks_peers_rows_by_its_own_floats(tmp_path, 
                             for name, kw in (("a", {}), ("b", {"encode_texts": True}), ("c", {}))]
         exps = [await a.submit(t, domain="math") for t in TEXTS]
         await a.flush()
-        await settle()
+        for _ in range(300):  # b encodes the texts on arrival, loading its encoder first: seconds on a busy machine
+            if all(len(n.library) == 3 for n in (b, c)):
+                break
+            await settle(0.1)
         held = [n.library.stats()["with_float_vector"] for n in (b, c)]
         query = "How do I add two fractions whose denominators differ?"
         hits = [(await n.search(query, min_similarity=0.2))[0] for n in (b, c)]
