@@ -1,0 +1,70 @@
+"""`dso mcp` and `dso proxy`: where agents plug in (MCP hosts, and anything that speaks the OpenAI API)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from dsonet.cli.options import db_option, db_path, node_option, node_token_option, token_option
+from dsonet.errors import DsoError
+
+encoder_option = click.option("--encoder", default="default", show_default=True,
+                              help="Encoder spec for a local library (default, minilm, wordllama, st:NAME, hf:NAME, "
+                                   "zen:DIR); it must match the library's profile.")
+host_option = click.option("--host", default="127.0.0.1", show_default=True,
+                           help="Address to listen on; beyond loopback needs --token.")
+max_body_option = click.option("--max-body", type=click.IntRange(1024), default=1024 * 1024, show_default=True,
+                               help="Largest request body in bytes (larger: 413).")
+
+
+def _memory(db: Path | None, node: str | None, node_token: str | None, encoder: str, timeout: float):
+    from dsonet.memory import open_memory
+
+    return open_memory(None if node else db_path(db), node, node_token, encoder, timeout)
+
+
+@click.command()
+@db_option
+@node_option
+@node_token_option
+@encoder_option
+@click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True,
+              help="stdio: launched by a desktop host; http: streamable HTTP at http://HOST:PORT/mcp.")
+@host_option
+@click.option("--port", type=click.IntRange(1, 65535), default=8765, show_default=True, help="Port (http).")
+@token_option
+@max_body_option
+@click.option("--timeout", type=click.FloatRange(0.1), default=30.0, show_default=True,
+              help="Seconds per request to the node (--node); idle HTTP sessions close after 60x this.")
+def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, timeout) -> None:
+    """Serve the library as MCP tools (search, add, record_outcome, stats) for Claude Desktop,
+    Cursor or any MCP host, over stdio or streamable HTTP.
+
+    \b
+    Examples:
+      dso mcp --db ~/.dsonet/library.sqlite                         stdio (what a desktop host launches)
+      dso mcp --node http://127.0.0.1:8080 --node-token $NODE_TOKEN   a running node's library
+      dso mcp --transport http --port 8765 --token $T               http://127.0.0.1:8765/mcp
+    """
+    from dsonet.asgi import check_exposure
+
+    try:
+        if transport == "http":
+            check_exposure(host, token)
+        memory = _memory(db, node, node_token, encoder, timeout)
+    except DsoError as exc:
+        raise click.ClickException(str(exc)) from None
+    from dsonet.mcp.server import build_server, http_app
+
+    server = build_server(memory)
+    try:
+        if transport == "stdio":
+            server.run("stdio")
+        else:
+            import uvicorn
+
+            app = http_app(server, token, max_body, idle_timeout_s=60 * timeout)
+            uvicorn.run(app, host=host, port=port, log_level="warning", timeout_keep_alive=int(timeout))
+    finally:
+        memory.close()

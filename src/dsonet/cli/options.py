@@ -1,0 +1,43 @@
+"""The options every command shares: one flag per concept, one environment prefix (DSONET_).
+
+    --db PATH     the library file        DSONET_DB     (default ~/.dsonet/library.sqlite)
+    --node URL    a running node's API    DSONET_NODE   (add/search/show/stats/mcp/proxy talk to it instead)
+    --node-token  the node's API token    DSONET_NODE_TOKEN
+    --token T     the token a server demands of its clients   DSONET_TOKEN  (node start, mcp, proxy)
+    -k N          how many results
+    --json        machine-readable output
+
+Environment variables are declared on each option (click's auto_envvar_prefix would derive
+per-command names such as DSONET_SEARCH_DB).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+HOME = Path("~/.dsonet")  # one home: keygen's key, node start's data dir and the library all live here
+DEFAULT_DB = HOME / "library.sqlite"
+DEFAULT_KEY = HOME / "node.key"
+
+
+def db_path(db: Path | None) -> Path:
+    return (db or DEFAULT_DB).expanduser()
+
+
+db_option = click.option("--db", type=click.Path(dir_okay=False, path_type=Path), envvar="DSONET_DB", default=None,
+                         help=f"Library file (env DSONET_DB; default {DEFAULT_DB}).")
+node_option = click.option("--node", metavar="URL", envvar="DSONET_NODE", default=None,
+                           help="Talk to a running node's API instead of a local file (env DSONET_NODE), "
+                                "e.g. http://127.0.0.1:8080.")
+node_token_option = click.option("--node-token", envvar="DSONET_NODE_TOKEN", default=None,
+                                 help="The node's API token, with --node (env DSONET_NODE_TOKEN).")
+token_option = click.option("--token", envvar="DSONET_TOKEN", default=None,
+                            help="Bearer token clients must send (env DSONET_TOKEN); required beyond loopback.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+
+
+def k_option(default: int = 5):
+    return click.option("-k", "k", type=click.IntRange(1, 1000), default=default, show_default=True,
+                        help="How many results at most.")

@@ -1,0 +1,154 @@
+"""`dso mcp` end to end through the official SDK's own client: in process, over streamable HTTP
+with a token, and over stdio as a desktop host launches it."""
+
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+pytest.importorskip("mcp")
+from mcp import Client, StdioServerParameters  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: E402
+
+from dsonet.library import Library  # noqa: E402
+from dsonet.mcp.server import build_server, http_app  # noqa: E402
+from dsonet.memory import LocalMemory  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "library"))
+from lib_helpers import HashEncoder  # noqa: E402
+
+LESSON = "When a ratio is given, write both parts as multiples of one unknown"
+
+
+@pytest.fixture
+def memory(tmp_path):
+    mem = LocalMemory(Library(tmp_path / "lib.sqlite", encoder=HashEncoder()))
+    yield mem
+    mem.close()
+
+
+def _counters(lib: Library, exp_id: str) -> tuple[int, int]:
+    return lib.db.execute("SELECT uses, helped FROM experiences WHERE id = ?", (exp_id,)).fetchone()
+
+
+def test_search_add_outcome_and_stats_through_the_sdk_client(memory):
+    async def session():
+        async with Client(build_server(memory)) as c:
+            assert {t.name for t in (await c.list_tools()).tools} == {"search", "add", "record_outcome", "stats"}
+            added = await c.call_tool("add", {"text": LESSON, "domain": "math.ratio", "confidence": 0.8})
+            assert not added.is_error
+            found = await c.call_tool("search", {"task": LESSON, "min_similarity": 0.5})
+            outcome = await c.call_tool("record_outcome", {"retrieval_id": found.structured_content["retrieval_id"],
+                                                           "helped": True})
+            again = await c.call_tool("record_outcome", {"retrieval_id": found.structured_content["retrieval_id"],
+                                                         "helped": False})
+            stats = await c.call_tool("stats", {})
+            return added.structured_content, found.structured_content, outcome, again, stats
+
+    added, found, outcome, again, stats = anyio.run(session)
+    assert added["id"] == found["hits"][0]["id"] and found["hits"][0]["score"] == pytest.approx(1.0, abs=1e-3)
+    assert found["lessons"].count(LESSON) == 1  # the rendered block carries the lesson's text
+    assert outcome.structured_content["recorded"] == 1
+    assert again.is_error and "already recorded" in again.content[0].text  # one vote per retrieval
+    assert _counters(memory.library, added["id"]) == (1, 1)
+    assert '"experiences": 1' in stats.content[0].text
+
+
+def test_a_search_with_nothing_above_the_threshold_returns_no_lessons(memory):
+    memory.add(LESSON, "math.ratio")
+
+    async def session():
+        async with Client(build_server(memory)) as c:
+            return (await c.call_tool("search", {"task": "How do I reverse a linked list?"})).structured_content
+
+    found = anyio.run(session)
+    assert found["hits"] == [] and found["lessons"] == ""
+
+
+@pytest.mark.parametrize("tool,args,says", [
+    ("add", {"text": " ".join(["word"] * 40)}, "40 words, the limit is 32"),
+    ("add", {"text": LESSON, "domain": "Not A Domain!"}, "domain"),
+    ("add", {"text": LESSON, "confidence": 2.0}, "confidence"),
+    ("add", {"domain": "math"}, "text"),
+    ("search", {"task": ""}, "task"),
+    ("search", {"task": "x", "k": 0}, "k"),
+    ("record_outcome", {"retrieval_id": "never-issued", "helped": True}, "unknown or already recorded"),
+    ("record_outcome", {"retrieval_id": "abc"}, "helped"),
+])
+def test_bad_arguments_are_a_clear_tool_error_and_store_nothing(memory, tool, args, says):
+    async def call():
+        async with Client(build_server(memory)) as c:
+            return await c.call_tool(tool, args)
+
+    result = anyio.run(call)
+    assert result.is_error and says in result.content[0].text
+    assert len(memory.library) == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def http_server(memory):
+    import uvicorn
+
+    port = _free_port()
+    app = http_app(build_server(memory), token="s3cret", max_body=64 * 1024)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}/mcp"
+    server.should_exit = True
+    thread.join(10)
+
+
+def test_streamable_http_needs_the_token_and_limits_the_body(http_server, memory):
+    async def session():
+        http = create_mcp_http_client(headers={"Authorization": "Bearer s3cret"})
+        async with http, Client(streamable_http_client(http_server, http_client=http)) as c:
+            await c.call_tool("add", {"text": LESSON, "domain": "math.ratio"})
+            return (await c.call_tool("search", {"task": LESSON})).structured_content
+
+    assert anyio.run(session)["hits"][0]["text"] == LESSON
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    assert httpx.post(http_server, json=hello).status_code == 401
+    assert httpx.post(http_server, json=hello, headers={"Authorization": "Bearer nope"}).status_code == 401
+    big = httpx.post(http_server, content=b"x" * (65 * 1024), headers={"Authorization": "Bearer s3cret",
+                                                                       "content-type": "application/json"})
+    assert big.status_code == 413
+    assert len(memory.library) == 1
+
+
+@pytest.mark.slow
+def test_dso_mcp_over_stdio_as_a_desktop_host_launches_it(tmp_path):
+    """The command a Claude Desktop / Cursor config runs, with a real encoder (WordLlama: no torch)."""
+    import dsonet
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "dsonet.cli.main", "mcp", "--db",
+                                                                 str(tmp_path / "lib.sqlite"), "--encoder", "wordllama"],
+                                   env={"PYTHONPATH": str(Path(dsonet.__file__).parents[1])})  # this dsonet
+
+    async def session():
+        async with Client(params, read_timeout_seconds=120) as c:
+            await c.call_tool("add", {"text": LESSON, "domain": "math.ratio"})
+            await c.call_tool("add", {"text": "When a graph is sparse, store it as adjacency lists", "domain": "code"})
+            found = await c.call_tool("search", {"task": "The ratio of boys to girls is 3:5 and there are 40 pupils. "
+                                                         "How many girls?", "min_similarity": 0.1, "k": 1})
+            bad = await c.call_tool("add", {"text": LESSON, "domain": "UPPER"})
+            return found.structured_content, bad
+
+    found, bad = anyio.run(session)
+    assert [h["text"] for h in found["hits"]] == [LESSON]
+    assert bad.is_error and "domain" in bad.content[0].text
