@@ -68,3 +68,54 @@ def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, t
             uvicorn.run(app, host=host, port=port, log_level="warning", timeout_keep_alive=int(timeout))
     finally:
         memory.close()
+
+
+@click.command()
+@click.option("--upstream", required=True, metavar="URL", envvar="DSONET_UPSTREAM",
+              help="OpenAI-compatible base URL to forward to, e.g. http://localhost:8000/v1 (env DSONET_UPSTREAM).")
+@click.option("--upstream-key", envvar="DSONET_UPSTREAM_KEY", default=None,
+              help="API key for the upstream (env DSONET_UPSTREAM_KEY); without --token the client's own key "
+                   "is passed through instead.")
+@db_option
+@node_option
+@node_token_option
+@encoder_option
+@host_option
+@click.option("--port", type=click.IntRange(1, 65535), default=8787, show_default=True)
+@token_option
+@max_body_option
+@click.option("--timeout", type=click.FloatRange(0.1), default=300.0, show_default=True,
+              help="Seconds to wait for the upstream (and the node, with --node).")
+@click.option("-k", "k", type=click.IntRange(1, 50), default=5, show_default=True, help="Lessons injected at most.")
+@click.option("--min-similarity", type=click.FloatRange(-1, 1), default=0.6, show_default=True,
+              help="Inject only lessons at least this similar to the last user message.")
+def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, token, max_body, timeout, k,
+          min_similarity) -> None:
+    """Serve an OpenAI-compatible API (/v1/chat/completions, /v1/responses; streaming or not) that
+    puts the library's lessons for the last user message into the system message and forwards to
+    UPSTREAM. Each answer names the lessons (X-DSO-Lessons) and its retrieval (X-DSO-Retrieval-Id);
+    POST /v1/outcomes {"retrieval_id", "helped"} records whether they helped.
+
+    \b
+    Examples:
+      dso proxy --upstream http://localhost:8000/v1 --db ~/.dsonet/library.sqlite
+      OPENAI_BASE_URL=http://127.0.0.1:8787/v1 python my_agent.py
+      dso proxy --upstream https://api.openai.com/v1 --upstream-key $OPENAI_API_KEY --token $T --host 0.0.0.0
+    """
+    from dsonet.asgi import check_exposure
+
+    try:
+        check_exposure(host, token)
+        memory = _memory(db, node, node_token, encoder, timeout)
+    except DsoError as exc:
+        raise click.ClickException(str(exc)) from None
+    import uvicorn
+
+    from dsonet.proxy.app import create_app
+
+    app = create_app(memory, upstream, upstream_key=upstream_key, token=token, max_body=max_body, timeout_s=timeout,
+                     k=k, min_similarity=min_similarity)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        memory.close()

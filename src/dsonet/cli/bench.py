@@ -14,6 +14,7 @@ BENCHMARKS = {
     "all": ("dsonet.bench.all:cli", "Run every benchmark and write bench/REPORT.md."),
     "network": ("dsonet.bench.network:cli", "Three nodes on NATS: API throughput, propagation, wire bytes."),
     "crossmodel": ("dsonet.bench.crossmodel:cli", "Cross-model retrieval: WordLlama + adapter vs native, Recall@5/@10, latency."),
+    "proxy": ("dsonet.bench.proxy:cli", "Latency `dso proxy` adds to a chat completion (p50, p99)."),
     "train": ("dsonet.bench.train:cli", "A short Zen head training: each stage's metric before and after."),
 }
 

@@ -26,6 +26,7 @@ COMMANDS = {
     "train": ("dsonet.cli.encoders:train_command", "Train the Zen-Reranker projection head (three stages, seeds/002)."),
     "align": ("dsonet.cli.encoders:align_command", "Learn an adapter from a model's space into a profile's space."),
     "mcp": ("dsonet.cli.agents:mcp", "Serve the library as MCP tools for Claude Desktop, Cursor and other hosts."),
+    "proxy": ("dsonet.cli.agents:proxy", "An OpenAI-compatible proxy that injects the library's lessons."),
 }
 
 

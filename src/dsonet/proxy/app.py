@@ -1,0 +1,167 @@
+"""`dso proxy`: an OpenAI-compatible endpoint that adds the library's lessons to every request.
+
+    POST /v1/chat/completions   lessons for the last user message go into the system message
+    POST /v1/responses          ... into ``instructions`` (the Responses API's system message)
+    POST /v1/outcomes           {"retrieval_id", "helped"}: did the lessons of that response help?
+    GET  /v1/models             forwarded
+    GET  /health                no token needed
+
+Both completion endpoints forward the (amended) body to ``upstream`` unchanged otherwise,
+streaming or not, and pass the upstream's answer back byte for byte. Every answer carries
+``X-DSO-Lessons`` (the injected experiences' ids, comma-separated; empty when none passed the
+threshold) and, when lessons were injected, ``X-DSO-Retrieval-Id`` to send to /v1/outcomes.
+
+Authentication: with ``token``, clients send it as their API key and the proxy talks to the
+upstream with ``upstream_key``; without one (loopback only), the client's own Authorization
+header goes to the upstream, so pointing OPENAI_BASE_URL at the proxy is the whole setup.
+Bodies over ``max_body`` get 413; an upstream that does not answer within ``timeout_s`` gets 504.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
+
+from dsonet import __version__
+from dsonet.errors import DsoError
+from dsonet.memory import Memory, Recall, UnknownRetrieval
+from dsonet.proxy.inject import chat_query, inject_chat, inject_responses, responses_query
+
+LESSONS_HEADER = "x-dso-lessons"
+RETRIEVAL_HEADER = "x-dso-retrieval-id"
+HOP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+    """OpenAI's error shape, so SDK clients raise with our message."""
+    return JSONResponse({"error": {"message": message, "type": kind, "code": None, "param": None}}, status_code=status)
+
+
+def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None, token: str | None = None,
+               max_body: int = 4 * 1024 * 1024, timeout_s: float = 300.0, k: int = 5, min_similarity: float = 0.6,
+               max_tokens: int = 2048, transport: httpx.AsyncBaseTransport | None = None):
+    """The proxy as an ASGI app. ``transport`` replaces the network in tests of the app alone."""
+    from dsonet.asgi import BearerToken
+    from dsonet.network.api import BodyLimit
+
+    base = upstream.rstrip("/")
+    client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)), transport=transport)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        yield
+        await client.aclose()
+
+    app = FastAPI(title="dsonet proxy", version=__version__, lifespan=lifespan,
+                  description="OpenAI-compatible; injects the library's lessons into the system message.")
+
+    def upstream_headers(request: Request) -> dict[str, str]:
+        headers = {"content-type": "application/json"}
+        if upstream_key:
+            headers["authorization"] = f"Bearer {upstream_key}"
+        elif token is None and "authorization" in request.headers:
+            headers["authorization"] = request.headers["authorization"]  # the client's own key, passed through
+        for name in ("openai-organization", "openai-project"):
+            if name in request.headers:
+                headers[name] = request.headers[name]
+        return headers
+
+    async def read_body(request: Request) -> dict[str, Any] | JSONResponse:
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _error(400, f"body is not JSON ({exc}); send the OpenAI request object")
+        if not isinstance(body, dict):
+            return _error(400, "body must be a JSON object (the OpenAI request)")
+        return body
+
+    async def recall(query: str | None) -> Recall | None:
+        if not query:
+            return None
+        return await anyio.to_thread.run_sync(
+            lambda: memory.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens))
+
+    def lesson_headers(r: Recall | None) -> dict[str, str]:
+        if r is None or not r.lessons:
+            return {LESSONS_HEADER: ""}
+        return {LESSONS_HEADER: ",".join(lesson.id for lesson in r.lessons), RETRIEVAL_HEADER: r.retrieval_id}
+
+    async def forward(request: Request, path: str, body: dict, extra: dict[str, str]) -> Response:
+        url = f"{base}{path}"
+        req = client.build_request("POST", url, headers=upstream_headers(request), content=json.dumps(body).encode())
+        try:
+            reply = await client.send(req, stream=True)
+        except httpx.TimeoutException:
+            return _error(504, f"upstream {url} did not answer within {timeout_s:g} s (raise --timeout)", "upstream_error")
+        except httpx.HTTPError as exc:
+            return _error(502, f"upstream {url} unreachable: {exc}; check --upstream", "upstream_error")
+        headers = {k: v for k, v in reply.headers.items() if k.lower() not in HOP_HEADERS} | extra
+        if not body.get("stream"):
+            content = await reply.aread()
+            await reply.aclose()
+            return Response(content, status_code=reply.status_code, headers=headers)
+        return StreamingResponse(_relay(reply), status_code=reply.status_code, headers=headers,
+                                 background=BackgroundTask(reply.aclose))
+
+    async def complete(request: Request, path: str, query_of, amend) -> Response:
+        body = await read_body(request)
+        if isinstance(body, Response):
+            return body
+        try:
+            query = query_of(body)
+            r = await recall(query)
+            if r is not None and r.hits:
+                body = amend(body, r.hits)
+        except (DsoError, ValueError) as exc:
+            return _error(400, str(exc))
+        return await forward(request, path, body, lesson_headers(r))
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await complete(request, "/chat/completions", chat_query, inject_chat)
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        return await complete(request, "/responses", responses_query, inject_responses)
+
+    @app.post("/v1/outcomes")
+    async def outcomes(request: Request) -> Response:
+        body = await read_body(request)
+        if isinstance(body, Response):
+            return body
+        rid, helped = body.get("retrieval_id"), body.get("helped")
+        if not isinstance(rid, str) or not isinstance(helped, bool):
+            return _error(422, 'send {"retrieval_id": "<X-DSO-Retrieval-Id of the response>", "helped": true|false}')
+        try:
+            recorded = await anyio.to_thread.run_sync(memory.outcome, rid, helped)
+        except DsoError as exc:
+            return _error(404 if isinstance(exc, UnknownRetrieval) else 400, str(exc))
+        return JSONResponse({"retrieval_id": rid, "helped": helped, "recorded": recorded})
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        try:
+            reply = await client.get(f"{base}/models", headers=upstream_headers(request))
+        except httpx.HTTPError as exc:
+            return _error(502, f"upstream {base}/models: {exc}", "upstream_error")
+        return Response(reply.content, status_code=reply.status_code,
+                        media_type=reply.headers.get("content-type", "application/json"))
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok", "upstream": base}
+
+    return BearerToken(BodyLimit(app, max_body), token)
+
+
+async def _relay(reply: httpx.Response):
+    """The upstream's stream, chunk by chunk as it arrives (SSE events pass through untouched)."""
+    async for chunk in reply.aiter_raw():
+        yield chunk

@@ -1,0 +1,148 @@
+"""`dso proxy` through the `openai` client, against a scripted upstream that echoes the system
+message it received (the subject here is the proxy: what it injects, forwards and reports)."""
+
+import sys
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from dsonet.bench.proxy import Served, scripted_upstream
+from dsonet.library import Library
+from dsonet.memory import LocalMemory
+from dsonet.proxy.app import create_app
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "library"))
+from lib_helpers import HashEncoder  # noqa: E402
+
+LESSON = "When a ratio is given, write both parts as multiples of one unknown"
+QUESTION = LESSON  # the hash encoder is exact-match only: asking the lesson's own text retrieves it
+
+
+@pytest.fixture
+def memory(tmp_path):
+    mem = LocalMemory(Library(tmp_path / "lib.sqlite", encoder=HashEncoder()))
+    mem.add(LESSON, "math.ratio")
+    yield mem
+    mem.close()
+
+
+@pytest.fixture
+def upstream():
+    app = scripted_upstream()
+    with Served(app) as served:
+        served.app = app
+        yield served
+
+
+@pytest.fixture
+def proxy(memory, upstream):
+    with Served(create_app(memory, f"{upstream.url}/v1", max_body=64 * 1024, min_similarity=0.5)) as served:
+        yield served
+
+
+def _client(proxy, key="sk-client"):
+    return openai.OpenAI(base_url=f"{proxy.url}/v1", api_key=key, max_retries=0)
+
+
+def test_chat_completion_gets_the_lessons_in_the_system_message_and_names_them(proxy, upstream, memory):
+    raw = _client(proxy).chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "system", "content": "You are terse."}, {"role": "user", "content": QUESTION}])
+    answer = raw.parse().choices[0].message.content
+    assert answer.startswith("You are terse.") and LESSON in answer  # the upstream saw one amended system message
+    sent = upstream.app.state.requests[-1]
+    assert [m["role"] for m in sent["messages"]] == ["system", "user"] and sent["messages"][1]["content"] == QUESTION
+    lesson_id = memory.library.all()[0].id
+    assert raw.headers["x-dso-lessons"] == lesson_id and raw.headers["x-dso-retrieval-id"]
+    assert "Authorization" not in sent  # body untouched otherwise
+
+
+def test_without_a_system_message_one_is_added_and_unmatched_questions_get_nothing(proxy, upstream):
+    client = _client(proxy)
+    answer = client.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
+    assert LESSON in answer.choices[0].message.content
+    assert upstream.app.state.requests[-1]["messages"][0]["role"] == "system"
+    raw = client.chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "How do I reverse a linked list?"}])
+    assert raw.headers["x-dso-lessons"] == "" and "x-dso-retrieval-id" not in raw.headers
+    assert [m["role"] for m in upstream.app.state.requests[-1]["messages"]] == ["user"]
+
+
+def test_streamed_chat_completion_passes_through_chunk_by_chunk(proxy):
+    with _client(proxy).chat.completions.with_streaming_response.create(
+            model="m", stream=True, messages=[{"role": "user", "content": QUESTION}]) as raw:
+        assert raw.headers["x-dso-lessons"]
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in raw.parse())
+    assert LESSON in text
+
+
+def test_responses_api_gets_the_lessons_in_instructions_streaming_and_not(proxy, upstream):
+    client = _client(proxy)
+    reply = client.responses.create(model="m", instructions="Be brief.", input=QUESTION)
+    assert reply.output_text.startswith("Be brief.") and LESSON in reply.output_text
+    items = [{"role": "user", "content": [{"type": "input_text", "text": QUESTION}]}]
+    events = list(client.responses.create(model="m", input=items, stream=True))
+    assert events[-1].type == "response.completed" and LESSON in events[-1].response.output_text
+    assert upstream.app.state.requests[-1]["input"] == items
+
+
+def test_outcome_is_recorded_once_for_the_lessons_of_that_response(proxy, memory):
+    raw = _client(proxy).chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": QUESTION}])
+    rid = raw.headers["x-dso-retrieval-id"]
+    first = httpx.post(f"{proxy.url}/v1/outcomes", json={"retrieval_id": rid, "helped": False})
+    again = httpx.post(f"{proxy.url}/v1/outcomes", json={"retrieval_id": rid, "helped": True})
+    assert first.json()["recorded"] == 1 and again.status_code == 404
+    assert "already recorded" in again.json()["error"]["message"]
+    assert httpx.post(f"{proxy.url}/v1/outcomes", json={"retrieval_id": rid}).status_code == 422
+    uses, helped = memory.library.db.execute("SELECT uses, helped FROM experiences").fetchone()
+    assert (uses, helped) == (1, 0)
+
+
+def test_bad_requests_get_openai_shaped_errors_and_reach_no_upstream(proxy, upstream):
+    with pytest.raises(openai.BadRequestError, match="messages"):
+        _client(proxy).chat.completions.create(model="m", messages="not a list")
+    assert httpx.post(f"{proxy.url}/v1/chat/completions", content=b"{nope").status_code == 400
+    huge = httpx.post(f"{proxy.url}/v1/chat/completions", content=b"x" * (65 * 1024))
+    assert huge.status_code == 413
+    assert upstream.app.state.requests == []
+
+
+def test_the_clients_key_goes_upstream_unless_the_proxy_has_its_own_token(memory, upstream):
+    seen = []
+    app = scripted_upstream()
+
+    @app.middleware("http")
+    async def keep_auth(request, call_next):
+        seen.append(request.headers.get("authorization"))
+        return await call_next(request)
+
+    with Served(app) as up, Served(create_app(memory, f"{up.url}/v1")) as open_proxy, \
+            Served(create_app(memory, f"{up.url}/v1", token="t0k", upstream_key="sk-upstream")) as guarded:
+        _client(open_proxy, "sk-client").models.list()
+        _client(guarded, "t0k").models.list()
+        with pytest.raises(openai.AuthenticationError):
+            _client(guarded, "wrong").models.list()
+    assert seen == ["Bearer sk-client", "Bearer sk-upstream"]
+
+
+def test_an_unreachable_or_slow_upstream_is_a_gateway_error(memory):
+    import asyncio
+
+    from fastapi import FastAPI
+
+    slow = FastAPI()
+
+    @slow.post("/v1/chat/completions")
+    async def hang():
+        await asyncio.sleep(5)
+
+    with Served(slow) as up, Served(create_app(memory, f"{up.url}/v1", timeout_s=0.3)) as proxy:
+        with pytest.raises(openai.APIStatusError) as err:
+            _client(proxy).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert err.value.status_code == 504 and "did not answer within 0.3 s" in err.value.message
+    with Served(create_app(memory, "http://127.0.0.1:9/v1")) as proxy:
+        with pytest.raises(openai.APIStatusError) as err:
+            _client(proxy).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert err.value.status_code == 502
