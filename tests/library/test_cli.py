@@ -28,11 +28,13 @@ def test_add_search_show_delete_through_the_cli_with_the_default_encoder(tmp_pat
     hits = [json.loads(line) for line in run("search", "A car drives 60 km/h for 3 hours. How far does it go?",
                                              "--min-similarity", "0.2", "--json", "--db", db).splitlines()]
     assert hits[0]["id"] == ids[1]  # the distance lesson is nearest
-    assert json.loads(run("show", ids[0][:10], "--db", db))["text"] == LESSONS[0][0]
+    shown = json.loads(run("show", ids[0][:10], "--db", db, "--json"))
+    assert shown["text"] == LESSONS[0][0]
+    assert shown["copies"][0]["sign_bytes"] > 0 and (shown["copies"][0]["uses"], shown["copies"][0]["helped"]) == (0, 0)
     run("delete", ids[2][:12], "--db", db)
     with Library(db) as lib:
         assert len(lib) == 2 and lib.tombstones() == [ids[2]]
-    assert json.loads(run("stats", "--db", db))["experiences"] == 2
+    assert json.loads(run("stats", "--db", db, "--json"))["experiences"] == 2
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from dsonet.codec import Profile, make_batch
+from dsonet.codec import Profile, decompress, make_batch
 from dsonet.experience import Experience
 from dsonet.library import Library, LibraryError
 
@@ -37,7 +37,7 @@ def test_library_persists_and_reloads_index_and_floats(tmp_path, encoder, profil
 
 
 def test_held_floats_are_read_from_the_file_to_rescore_only_the_best_candidates(tmp_path, encoder, profile):
-    from dsonet.library.store import RESCORE
+    from dsonet.library.search import RESCORE
 
     exps, vecs = experiences(300), unit(300, seed=3)
     q = vecs[11] + 0.5 * vecs[12]
@@ -48,10 +48,10 @@ def test_held_floats_are_read_from_the_file_to_rescore_only_the_best_candidates(
         rows, scores = lib.rank(q, 10)
         exact = vecs @ q
         ids = {e.id: i for i, e in enumerate(exps)}
-        truth = np.array([exact[ids[lib.ids[r]]] for r in rows])
+        truth = np.array([exact[ids[lib.search_index.ids[r]]] for r in rows])
         rescored = np.isclose(scores, truth, atol=1e-6)
         assert rescored.sum() == RESCORE  # exactly the best RESCORE candidates, and no others
-        assert list(rows[:2]) == [lib._row_of[exps[11].id], lib._row_of[exps[12].id]]
+        assert list(rows[:2]) == lib.search_index.rows_of(exps[11].id) + lib.search_index.rows_of(exps[12].id)
         assert np.all(np.diff(scores) <= 0)
         assert np.allclose(lib.vectors([exps[5].id])[0], vecs[5])  # the float itself, from the file
 
@@ -178,9 +178,10 @@ def test_update_reencodes_keeps_lineage_and_tombstones_old(tmp_path, encoder, pr
 def test_unpublished_then_mark_published(tmp_path, encoder, profile):
     with open_lib(tmp_path, encoder, profile) as lib:
         ids = lib.add_vectors(experiences(3, seed=7), unit(3, 7))
-        exps, vecs = lib.unpublished()
-        assert [e.id for e in exps] == ids and vecs.shape == (3, DIM)
-        np.testing.assert_allclose(vecs, unit(3, 7), atol=1e-6)
+        exps, codes = lib.unpublished()
+        assert [e.id for e in exps] == ids and len(codes) == 3  # the codes stored, not a second compression
+        stored = lib.search_index.index.reconstruct(np.concatenate([lib.search_index.rows_of(i) for i in ids]))
+        np.testing.assert_allclose(decompress(codes), stored, atol=1e-6)
         lib.mark_published(ids[:2])
         assert [e.id for e in lib.unpublished()[0]] == ids[2:]
 

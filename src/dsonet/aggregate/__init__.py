@@ -2,7 +2,7 @@
 
 from dsonet.aggregate.config import DeltaSoupConfig
 from dsonet.aggregate.errors import AggregationError
-from dsonet.aggregate.phases import MergedCluster, Rows, decompress_batches, dedup_merge
+from dsonet.aggregate.phases import Rows, decompress_batches
 from dsonet.aggregate.reputation import Reputation
 from dsonet.aggregate.rules import RULE_NAMES, Admission, Rule, make_rule
 from dsonet.aggregate.soup import DeltaSoup, RoundResult
@@ -15,13 +15,11 @@ __all__ = [
     "DeltaSoup",
     "DeltaSoupConfig",
     "Gate",
-    "MergedCluster",
     "Reputation",
     "RoundResult",
     "Rows",
     "Rule",
     "decompress_batches",
-    "dedup_merge",
     "make_rule",
     "verify_payload",
 ]

@@ -14,7 +14,6 @@ class DeltaSoupConfig:
     tau: float = 2.0  # MAD filter threshold: drop ê when mean_j |ê_j − μ_j| / (σ_j + ε) > τ
     eps: float = 1e-8  # ε in the MAD score's denominator
     scale_floor: bool = True  # ours: σ_j ≥ the median code scale α (the paper's MAD collapses on 1-bit codes)
-    theta_dup: float = 0.95  # cosine above which two experiences of a domain are one cluster
     rep_decay: float = 0.9  # rep ← decay · rep + (1 − decay) · r, r ∈ {0, 1}
     rep_floor: float = 0.3  # peers below this are skipped
     # The paper gives no starting value; a newcomer starts half-trusted, so five straight

@@ -4,12 +4,15 @@
                      replay, rate limit, reputation floor; a rejected payload raises and is not kept
     round()          our defences (re-encode a sample; see `defences`) → phase 2 decompress →
                      phase 3 filter (the chosen rule; "deltasoup" is the paper's MAD filter) →
-                     source-share cap → phase 4 dedup merge within each domain
+                     source-share cap
+
+Phase 4, the dedup merge, is not here: the admitted rows go into the node's library, whose
+merged view (`dsonet.library.merge`) is the one merge rule, with this soup's reputation as trust.
 
 Reputation (rep ← 0.9·rep + 0.1·r): after each round a batch scores r = 1 when at least half its
 rows were admitted, else r = 0 (the paper does not say what r is; this is our reading), and
 `record_outcome` adds r = helped when outcome feedback is on. The filter runs over all rows of the
-round at once (the paper's phase 3); the merge runs within each domain.
+round at once (the paper's phase 3).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 from dsonet.aggregate.config import DeltaSoupConfig
 from dsonet.aggregate.defences import cap_source_share, reencode_agreement
 from dsonet.aggregate.errors import AggregationError
-from dsonet.aggregate.phases import MergedCluster, decompress_batches, dedup_merge
+from dsonet.aggregate.phases import decompress_batches
 from dsonet.aggregate.reputation import Reputation
 from dsonet.aggregate.robust import sample_rows
 from dsonet.aggregate.rules import make_rule
@@ -35,7 +38,6 @@ from dsonet.errors import DsoError
 class RoundResult:
     batches: list[CompressedBatch]
     keep: list[np.ndarray]  # one bool mask per batch, over its experiences (in batch order)
-    merged: list[MergedCluster]
     rejected: list[tuple[str, str | None, str]]  # (node_id, experience id or None, reason)
     stats: dict = field(default_factory=dict)
 
@@ -81,7 +83,7 @@ class DeltaSoup:
         batches, self._queue = self._queue, []
         seconds: dict[str, float] = {}
         if not batches:
-            return RoundResult([], [], [], [], {"batches": 0, "rows": 0, "admitted": 0, "clusters": 0})
+            return RoundResult([], [], [], {"batches": 0, "rows": 0, "admitted": 0})
         t = time.perf_counter()
         rows = decompress_batches(batches)
         n = len(rows.vectors)
@@ -107,8 +109,8 @@ class DeltaSoup:
         seconds["filter"] = time.perf_counter() - t
 
         source_ids = [b.node_id for b in batches]
-        domains = np.array([e.domain for b in batches for e in b.experiences], dtype=object)
         if self.config.max_source_share is not None:
+            domains = np.array([e.domain for b in batches for e in b.experiences], dtype=object)
             _, src_code = np.unique(np.asarray(source_ids, dtype=object)[rows.batch].astype(str), return_inverse=True)
             _, dom_code = np.unique(domains.astype(str), return_inverse=True)
             capped = cap_source_share(keep, src_code, dom_code, self.config.max_source_share, self._rng)
@@ -120,18 +122,14 @@ class DeltaSoup:
             if i not in liars:  # a liar already scored r = 0 in the re-encoding check
                 self.reputation.update(b.node_id, int(mask.mean() >= 0.5))
 
-        t = time.perf_counter()
-        merged = self._merge(batches, rows, keep, domains)
-        seconds["merge"] = time.perf_counter() - t
-
         rejected = [(source_ids[rows.batch[i]], batches[rows.batch[i]].experiences[rows.row[i]].id, reason[i])
                     for i in np.flatnonzero(~keep)]
         stats = {
-            "batches": len(batches), "rows": n, "admitted": int(keep.sum()), "clusters": len(merged),
+            "batches": len(batches), "rows": n, "admitted": int(keep.sum()),
             "rejected_by": {r: int((reason == r).sum()) for r in set(reason[~keep])},
             "defences": self._defence_state(), "seconds": seconds, "rule": self.rule.name,
         }
-        return RoundResult(batches, per_batch, merged, rejected, stats)
+        return RoundResult(batches, per_batch, rejected, stats)
 
     def _scale_floor(self, batches: list[CompressedBatch], batch_of_row: np.ndarray) -> np.ndarray | None:
         """Per coordinate, the median over rows of the code scale α of its group (see DeltaSoupRule)."""
@@ -158,29 +156,6 @@ class DeltaSoup:
         for i in liars:
             self.reputation.update(batches[i].node_id, 0)
         return liars
-
-    def _merge(self, batches, rows, keep, domains) -> list[MergedCluster]:
-        idx = np.flatnonzero(keep)
-        if len(idx) == 0:
-            return []
-        batch_of, row_of = rows.batch[idx], rows.row[idx]
-        trust = np.array([self.reputation.get(b.node_id) for b in batches])[batch_of]
-        conf = np.array([e.confidence for b in batches for e in b.experiences])[idx]
-        kept = rows.vectors if len(idx) == len(rows.vectors) else rows.vectors[idx]  # no 300 MB copy when all pass
-        # the round's rows are not needed after the merge, so the cluster vectors may overwrite them
-        labels, vecs, cluster_conf, rep_rows = dedup_merge(kept, conf, domains[idx], trust, self.config.theta_dup,
-                                                           overwrite=True)
-        order = np.argsort(labels, kind="stable")  # members grouped by cluster, in row order within one
-        bounds = np.r_[0, np.cumsum(np.bincount(labels))].tolist()  # cluster c is order[bounds[c] : bounds[c + 1]]
-        member_batch, member_row = batch_of[order].tolist(), row_of[order].tolist()
-        node_ids = [b.node_id for b in batches]
-        out = []
-        for c, (b, r) in enumerate(zip(batch_of[rep_rows].tolist(), row_of[rep_rows].tolist())):  # one per cluster
-            mb = member_batch[bounds[c] : bounds[c + 1]]
-            out.append(MergedCluster(batches[b].experiences[r], vecs[c], float(cluster_conf[c]),
-                                     tuple(zip(mb, member_row[bounds[c] : bounds[c + 1]])),
-                                     tuple(dict.fromkeys(node_ids[i] for i in mb))))
-        return out
 
     def _defence_state(self) -> dict[str, str]:
         c = self.config

@@ -224,8 +224,8 @@ def _own_row(n: int, corpus: Corpus, queries: np.ndarray, truth: np.ndarray, lif
                 corpus_row.update((e.id, i) for i, e in enumerate(exps, start))
                 lib.add_vectors(exps, corpus.chunk(start, start + len(exps)) @ lift)
             lib.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            found, ms = _timed(lambda q: np.array([corpus_row[lib.ids[r]] for r in lib.rank(q, 10)[0][:10]]), queries)
-            memory = (lib.index.memory_bytes() + len(lib._held)) / n
+            found, ms = _timed(lambda q: np.array([corpus_row[lib.search_index.ids[r]] for r in lib.rank(q, 10)[0][:10]]), queries)
+            memory = lib.search_index.memory_bytes() / n
             return _row("dsonet-own", n, ms, _recall(found, truth), memory,
                         disk_bytes_per_experience=round(os.path.getsize(path) / n, 1))
 

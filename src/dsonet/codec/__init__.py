@@ -1,6 +1,6 @@
 """Lowest layer: BitDelta codes and the signed CompressedBatch wire format."""
 
-from dsonet.codec.batch import CompressedBatch, Profile, decode, default_profile, make_batch
+from dsonet.codec.batch import CompressedBatch, Profile, decode, default_profile, make_batch, sign_batch
 from dsonet.codec.bitdelta import (
     BitDeltaCodes,
     bytes_per_vector,
@@ -27,6 +27,7 @@ __all__ = [
     "decompress_deltas",
     "get_rotation",
     "make_batch",
+    "sign_batch",
     "pack_signs",
     "unpack_signs",
 ]

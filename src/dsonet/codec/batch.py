@@ -229,14 +229,25 @@ def make_batch(
         raise BatchError("vectors", f"shape {vectors.shape} does not match the profile's dimension {profile.dim}")
     if not 0 < len(experiences) <= MAX_EXPERIENCES:
         raise BatchError("experiences", f"{len(experiences)} experiences; a batch holds 1 to {MAX_EXPERIENCES}")
-    ids = [e.id for e in experiences]
-    if len(set(ids)) != len(ids):
-        raise BatchError("experiences", "two experiences share an id (same text and domain); deduplicate first")
-    order = np.argsort(ids, kind="stable")
     try:
-        codes = compress(vectors[order], profile.group_size, baseline=baseline, rotation_seed=profile.rotation_seed)
+        codes = compress(vectors, profile.group_size, baseline=baseline, rotation_seed=profile.rotation_seed)
     except CodecError as exc:
         raise BatchError("vectors", str(exc)) from None
+    return sign_batch(experiences, codes, profile, identity, timestamp_ms)
+
+
+def sign_batch(experiences: list[Experience], codes: BitDeltaCodes, profile: Profile, identity: NodeIdentity,
+               timestamp_ms: int | None = None) -> CompressedBatch:
+    """Hash and sign experiences whose codes exist already (row i of ``codes`` is experiences[i]):
+    a node publishes the codes it stored, not a second compression of the floats."""
+    if len(experiences) != len(codes):
+        raise BatchError("experiences", f"{len(experiences)} experiences but {len(codes)} codes")
+    if codes.dim != profile.dim or codes.group_size != profile.group_size or codes.rotation_seed != profile.rotation_seed:
+        raise BatchError("codes", f"coded at d = {codes.dim}, g = {codes.group_size}, rotation {codes.rotation_seed}; "
+                         f"the profile is {profile.to_dict()}")
+    ids = _check_rows(experiences)
+    order = np.argsort(ids, kind="stable")
+    codes = codes[order]
     ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
     unsigned = CompressedBatch(
         profile, identity.node_id, identity.public_key, ts, tuple(experiences[i] for i in order), codes, "", b""
@@ -246,6 +257,16 @@ def make_batch(
         profile, identity.node_id, identity.public_key, ts, unsigned.experiences, codes, digest,
         identity.sign(digest.encode()),
     )
+
+
+def _check_rows(experiences: list[Experience]) -> list[str]:
+    """The experiences' ids, once they are known to fit one batch."""
+    if not 0 < len(experiences) <= MAX_EXPERIENCES:
+        raise BatchError("experiences", f"{len(experiences)} experiences; a batch holds 1 to {MAX_EXPERIENCES}")
+    ids = [e.id for e in experiences]
+    if len(set(ids)) != len(ids):
+        raise BatchError("experiences", "two experiences share an id (same text and domain); deduplicate first")
+    return ids
 
 
 # ---------------------------------------------------------------- strict decoding

@@ -7,18 +7,11 @@ question, not on the answer-format instruction every prompt of a task set shares
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dsonet.library.policy import K, MIN_SIMILARITY
+from dsonet.library.policy import MAX_TOKENS as CONTEXT_TOKENS
+from dsonet.library.policy import RetrievalPolicy as Retrieval  # one policy object, defined by the library
 
-K = 5
-MIN_SIMILARITY = 0.6
-CONTEXT_TOKENS = 2048
-
-
-@dataclass(frozen=True)
-class Retrieval:
-    k: int = K
-    min_similarity: float = MIN_SIMILARITY
-    max_tokens: int = CONTEXT_TOKENS
+__all__ = ["CONTEXT_TOKENS", "K", "MIN_SIMILARITY", "Retrieval", "with_experiences"]
 
 
 def with_experiences(store, query: str, problem: str, retrieval: Retrieval = Retrieval(),
@@ -32,4 +25,4 @@ def with_experiences(store, query: str, problem: str, retrieval: Retrieval = Ret
         return problem, []
     from dsonet.library import render
 
-    return render(hits, problem, tokenizer=tokenizer, max_tokens=retrieval.max_tokens), hits
+    return render(hits, problem), hits

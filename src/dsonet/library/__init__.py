@@ -1,7 +1,11 @@
 """The node's local experience library: storage, retrieval over compressed codes, merge, injection."""
 
 from dsonet.library.dedup import duplicate_clusters
+from dsonet.library.merge import MergeRule
+from dsonet.library.policy import RetrievalPolicy, estimate_tokens
 from dsonet.library.render import render
-from dsonet.library.store import Hit, IngestResult, Library, LibraryError
+from dsonet.library.rows import IngestResult, LibraryError
+from dsonet.library.store import Hit, Library
 
-__all__ = ["Hit", "IngestResult", "Library", "LibraryError", "duplicate_clusters", "render"]
+__all__ = ["Hit", "IngestResult", "Library", "LibraryError", "MergeRule", "RetrievalPolicy", "duplicate_clusters",
+           "estimate_tokens", "render"]

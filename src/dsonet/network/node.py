@@ -33,10 +33,12 @@ from typing import Any, Callable
 import numpy as np
 
 from dsonet.aggregate import AggregationError, DeltaSoup, DeltaSoupConfig
-from dsonet.codec.batch import Profile, default_profile, make_batch
+from dsonet.codec.batch import Profile, default_profile, sign_batch
 from dsonet.errors import BatchError, DsoError
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
+from dsonet.library import Hit, Library, MergeRule
+from dsonet.library.merge import THETA_DUP
 from dsonet.network.metrics import NodeMetrics
 from dsonet.network.tombstone import TombstoneError, decode_tombstone, make_tombstone
 from dsonet.network.transport import MSG_ID, SENDER, Message, Transport, subject_for
@@ -67,6 +69,7 @@ class NodeConfig:
     # BitDelta codes (MiniLM, g = d: each ê is ē + α·s, so per-coordinate MADs are tiny); "median"
     # (distance to the coordinate median, robust z-score) keeps ~95 % and still drops random rows.
     rule: str = "median"
+    theta_dup: float = THETA_DUP  # the merged view's duplicate threshold (`dsonet.library.merge`)
     model: str = ""  # recorded in provenance
     # Encode peers' texts too and keep the floats on disk: exact ranking of their experiences
     # (recall@10 1.0 instead of ~0.93 from codes alone) for the encoder's time and 30 KB a row.
@@ -123,13 +126,20 @@ class Node:
         return node
 
     def _open_state(self) -> None:
-        from dsonet.library import Library
 
-        self.library = Library(self.config.data_dir / "library.sqlite", encoder=self.encoder, profile=self.profile,
-                               capacity=self.config.capacity)
         soup_config = DeltaSoupConfig(**self.config.soup)
         self.soup = DeltaSoup(config=soup_config, profiles=[self.profile], rule=self.config.rule, encoder=self.encoder)
-        self._pending = len(self.library.unpublished()[0])
+        self.library = Library(self.config.data_dir / "library.sqlite", encoder=self.encoder, profile=self.profile,
+                               capacity=self.config.capacity, merge=MergeRule(self.config.theta_dup),
+                               trust=self._trust)
+        self._pending = self.library.count_unpublished()
+
+    def _trust(self, signer: str) -> float:
+        """A signer's weight in the merged view: 1 for this node's own rows, else its reputation, and
+        0 (its rows hidden from searches) once it has fallen under the reputation floor."""
+        if signer == self.node_id:
+            return 1.0
+        return 0.0 if self.soup.reputation.skipped(signer) else self.soup.reputation.get(signer)
 
     async def start(self) -> None:
         """Read the stream with this node's durable consumer and start the publishing schedule."""
@@ -199,6 +209,20 @@ class Node:
         self.metrics.search_seconds.observe(time.perf_counter() - t)
         return hits
 
+    async def record_outcome(self, hits: list[Hit], helped: bool) -> None:
+        """Whether the experiences of a search helped the task they were retrieved for: counted on
+        every merged row (eviction by usefulness) and fed to each peer signer's reputation
+        (DeltaSoup's feedback defence)."""
+        await self._call(self._record_outcome, hits, helped)
+
+    def _record_outcome(self, hits: list[Hit], helped: bool) -> None:
+        for hit in hits:
+            for exp_id in hit.members or (hit.experience.id,):
+                self.library.record_outcome(exp_id, helped)
+            for signer in hit.sources:
+                if signer != self.node_id:
+                    self.soup.record_outcome(signer, helped)
+
     async def get(self, exp_id: str):
         return await self._call(self.library.get, exp_id)
 
@@ -262,13 +286,13 @@ class Node:
         async with self._publish_lock:
             done = 0
             while True:
-                exps, vectors = await self._call(self.library.unpublished, self.config.max_batch_experiences)
+                exps, codes = await self._call(self.library.unpublished, self.config.max_batch_experiences)
                 if not exps:
                     self._pending = 0
                     return done
                 for domain in sorted({e.domain for e in exps}):
                     rows = [i for i, e in enumerate(exps) if e.domain == domain]
-                    batch = await self._call(make_batch, [exps[i] for i in rows], vectors[rows], self.profile,
+                    batch = await self._call(sign_batch, [exps[i] for i in rows], codes[rows], self.profile,
                                              self.identity)
                     payload = batch.to_msgpack()
                     await self.transport.publish(payload, subject_for(self.config.subject_prefix, BATCH, domain),
@@ -324,10 +348,8 @@ class Node:
         except TombstoneError as exc:
             self._reject(msg.headers.get(SENDER, "unknown"), exc)
             return
-        for exp_id in tomb.ids:
-            exp = self.library.get(exp_id)
-            if exp is not None and exp.provenance.node_id == tomb.node_id and self.library.delete(exp_id):
-                self.metrics.deleted.inc()
+        deleted = self.library.apply_tombstones(list(tomb.ids), signer=tomb.node_id)  # its signer's rows only
+        self.metrics.deleted.inc(len(deleted))
 
     def _reject(self, sender_hint: str, exc: DsoError) -> None:
         field_name = getattr(exc, "field", type(exc).__name__)

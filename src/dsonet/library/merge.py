@@ -1,0 +1,98 @@
+"""The merged view: DeltaSoup's phase 4 (dedup merge), the one merge rule a node runs.
+
+DeltaSoup's filter decides which rows are admitted; the library holds every admitted row (one
+per experience id and signer) and shows near-duplicates as one experience:
+
+- clusters: connected components of "same domain and cos(ê_a, ê_b) > θ_dup" over the rows'
+  reconstructions ê (what every node can compute alike from the same codes), θ_dup = 0.95
+  (federated-agents paper §5), via `duplicate_clusters_by_rows`;
+- each member weighs confidence × trust, where trust is the signer's reputation (1 for this
+  node's own rows); the cluster's vector is the weighted mean of its members' vectors;
+- the representative, whose text, provenance and confidence the cluster shows, is this node's
+  own row when it has one, else the member of largest weight. The paper takes the cluster's
+  confidence as the members' maximum; we take the representative's, so a distrusted member
+  cannot raise it by claiming 1.0, and a peer's copy never displaces the author's own row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from dsonet.library.dedup import duplicate_clusters_by_rows
+
+THETA_DUP = 0.95  # federated-agents paper §5
+
+
+@dataclass(frozen=True)
+class Member:
+    row: int  # index row
+    key: tuple[str, str]  # (experience id, signer)
+    confidence: float
+    trust: float
+    own: bool  # this node's own row
+
+
+@dataclass(frozen=True)
+class MergeRule:
+    theta_dup: float = THETA_DUP
+
+    def weights(self, members: list[Member]) -> np.ndarray:
+        return np.array([max(m.confidence * m.trust, 1e-6) for m in members], np.float32)
+
+    def representative(self, members: list[Member]) -> Member:
+        return min(members, key=lambda m: (not m.own, -m.confidence * m.trust, m.key))
+
+    def vector(self, members: list[Member], vectors: np.ndarray) -> np.ndarray:
+        """(d,) the L2-normalised weighted mean of the members' vectors (rows of ``vectors``)."""
+        v = self.weights(members) @ np.asarray(vectors, np.float32)
+        return v / max(float(np.linalg.norm(v)), 1e-12)
+
+
+class MergedView:
+    """Clusters of index rows per domain, recomputed lazily for the domains whose rows changed.
+
+    ``reconstruct(rows)`` gives ê of index rows; ``key(row)`` its (id, signer); ``domain_rows(d)``
+    the live index rows of a domain."""
+
+    def __init__(self, rule: MergeRule, reconstruct: Callable[[np.ndarray], np.ndarray],
+                 key: Callable[[int], tuple[str, str]], domain_rows: Callable[[str], np.ndarray], dim: int):
+        self.rule, self._reconstruct, self._key, self._domain_rows, self.dim = rule, reconstruct, key, domain_rows, dim
+        self._clusters: dict[str, list[np.ndarray]] = {}  # domain -> clusters (index rows, sorted by key)
+        self._cluster_of: dict[int, tuple[str, int]] = {}  # index row -> (domain, cluster number)
+        self._dirty: set[str] = set()
+
+    def touch(self, domains) -> None:
+        self._dirty.update(domains)
+
+    def cluster(self, row: int) -> np.ndarray:
+        """The index rows merged with ``row`` (itself included)."""
+        self._update()
+        domain, c = self._cluster_of[row]
+        return self._clusters[domain][c]
+
+    def clusters(self, domain: str | None = None) -> list[np.ndarray]:
+        self._update()
+        domains = sorted(self._clusters) if domain is None else [domain]
+        return [c for d in domains for c in self._clusters.get(d, [])]
+
+    def _update(self) -> None:
+        for domain in sorted(self._dirty):
+            for c in self._clusters.pop(domain, []):
+                for r in c.tolist():
+                    self._cluster_of.pop(r, None)
+            rows = self._domain_rows(domain)
+            if len(rows) == 0:
+                continue
+            keys = [self._key(r) for r in rows.tolist()]
+            rows = rows[sorted(range(len(rows)), key=keys.__getitem__)]  # the set decides, not the arrival order
+            reps = duplicate_clusters_by_rows(lambda idx: self._reconstruct(rows[idx]), len(rows), self.dim,
+                                              [domain] * len(rows), self.rule.theta_dup)
+            _, labels = np.unique(reps, return_inverse=True)
+            order = np.argsort(labels, kind="stable")
+            members, bounds = rows[order], np.r_[0, np.cumsum(np.bincount(labels))]
+            self._clusters[domain] = [members[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+            self._cluster_of.update(zip(members.tolist(), ((domain, c) for c in labels[order].tolist())))
+        self._dirty.clear()

@@ -1,0 +1,134 @@
+"""Search over the library's rows: the in-memory code index kept in step with the file, and
+the last stage, exact rescoring from the floats the file holds.
+
+Stages 1–3 (coarse sketch, asymmetric estimate over the codes, optional support refinement)
+are `dsonet.library.index.CodeIndex`; this module adds stage 4: the best `RESCORE`
+candidates whose float vector this node holds (its own experiences, or peers' with
+``encode_texts``) are rescored exactly, reading those floats from the file (30 KB each at
+d = 7680, so they are not kept in memory).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dsonet.codec.batch import Profile
+from dsonet.library.index import CodeIndex, matvec
+from dsonet.library.rows import RowStore
+
+OVERSAMPLE = 2048  # coarse candidates per query rescored by the asymmetric estimate (about 2 ms)
+RESCORE = 64  # best candidates rescored exactly where this node holds the float vector
+
+
+class RowIndex:
+    """Index row r is file row ``seqs[r]``; a changed row is appended again and its old row masked."""
+
+    def __init__(self, store: RowStore, profile: Profile, support: np.ndarray | None = None):
+        self.store, self.profile = store, profile
+        self.index = CodeIndex(profile.dim, profile.group_size, profile.rotation_seed, support=support)
+        self._baseline_rows: dict[int, int] = {}  # file baseline id -> index baseline row
+        for bid, vector in store.baselines():
+            self._baseline_rows[bid] = self.index.add_baseline(vector)
+        self.seqs: list[int] = []
+        self.ids: list[str] = []
+        self.signers: list[str] = []
+        self.domains: list[str] = []
+        self.held = bytearray()  # per index row: 1 where the file holds this node's float vector
+        self.own = bytearray()  # per index row: 1 for this node's own experiences
+        self._row_of: dict[int, int] = {}  # seq -> live index row
+        self._rows_of_id: dict[str, set[int]] = {}  # experience id -> its live index rows (one per signer)
+        self._dom_cache_n = -1  # len(self.domains) when the domain-code array was last built
+        for chunk in store.index_rows():
+            self._append(chunk)
+
+    def __len__(self) -> int:
+        return len(self._rows_of_id)
+
+    def _append(self, rows: list[tuple]) -> None:
+        p = self.profile
+        n_words = -(-p.group_size // 32)
+        g = p.dim // p.group_size
+        signs = np.frombuffer(b"".join(r[4] for r in rows), "<u4").reshape(len(rows), g, n_words)
+        scales = np.frombuffer(b"".join(r[5] for r in rows), "<f4").reshape(len(rows), g)
+        for bid in {r[6] for r in rows} - self._baseline_rows.keys():
+            self._baseline_rows[bid] = self.index.add_baseline(self.store.baseline(bid))
+        idx = self.index.add(signs, scales, np.array([self._baseline_rows[r[6]] for r in rows], np.int32))
+        self.held.extend(bytes(r[7] for r in rows))
+        self.own.extend(bytes(r[8] for r in rows))
+        for (seq, eid, signer, domain, *_rest), i in zip(rows, idx.tolist()):
+            self.seqs.append(seq)
+            self.ids.append(eid)
+            self.signers.append(signer)
+            self.domains.append(domain)
+            self._row_of[seq] = i
+            self._rows_of_id.setdefault(eid, set()).add(i)
+
+    def refresh(self, changed: list[int], removed: list[int]) -> set[str]:
+        """Follow a committed write: changed seqs (re)indexed, removed ones masked. Returns the
+        domains whose rows changed."""
+        gone = [self._row_of.pop(s) for s in [*changed, *removed] if s in self._row_of]
+        self.index.remove(np.array(gone, np.int64))
+        for r in gone:
+            rows = self._rows_of_id[self.ids[r]]
+            rows.discard(r)
+            if not rows:
+                del self._rows_of_id[self.ids[r]]
+        domains = {self.domains[r] for r in gone}
+        for chunk in self.store.index_rows(sorted(changed)):
+            if chunk:
+                self._append(chunk)
+                domains.update(r[3] for r in chunk)
+        return domains
+
+    def row(self, seq: int) -> int | None:
+        return self._row_of.get(seq)
+
+    def rows_of(self, exp_id: str) -> list[int]:
+        """The live index rows of an experience, one per signer, in index order."""
+        return sorted(self._rows_of_id.get(exp_id, ()))
+
+    def live_rows(self) -> np.ndarray:
+        return np.fromiter(self._row_of.values(), np.int64, len(self._row_of))
+
+    def domain_rows(self, domain: str) -> np.ndarray:
+        return np.flatnonzero(self.index.live[: self.index.n] & self.domain_mask(domain))
+
+    def domain_mask(self, domain: str) -> np.ndarray:
+        """Boolean mask over index rows of one domain (domain codes cached as an int array)."""
+        if self._dom_cache_n != len(self.domains):
+            names, codes = np.unique(np.array(self.domains, dtype=object).astype(str), return_inverse=True)
+            self._dom_names, self._dom_codes, self._dom_cache_n = list(names), codes, len(self.domains)
+        if domain not in self._dom_names:
+            return np.zeros(len(self.domains), bool)
+        return self._dom_codes == self._dom_names.index(domain)
+
+    def vectors(self, rows: np.ndarray) -> np.ndarray:
+        """(len(rows), d): the float vector where the file holds it, else the reconstruction ê."""
+        rows = np.asarray(rows, np.int64)
+        out = self.index.reconstruct(rows) if len(rows) else np.zeros((0, self.profile.dim), np.float32)
+        held, floats = self._held_floats(rows)
+        out[held] = floats
+        return out
+
+    def _held_floats(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        held = np.array([self.held[r] for r in rows.tolist()], bool)
+        found = self.store.floats([self.seqs[r] for r in rows[held].tolist()])
+        floats = np.stack([found[self.seqs[r]] for r in rows[held].tolist()]) if held.any() else \
+            np.zeros((0, self.profile.dim), np.float32)
+        return held, floats
+
+    def rank(self, q: np.ndarray, k: int, domain: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Index rows and scores for a unit query, best first, before merging: the codes' estimate,
+        then the exact cosine for the best `RESCORE` candidates whose float vector the file holds."""
+        allowed = None if domain is None else self.domain_mask(domain)
+        rows, scores = self.index.search(q, k, max(OVERSAMPLE, 4 * k), allowed)
+        held, floats = self._held_floats(rows[:RESCORE])
+        if held.any():
+            scores = scores.copy()
+            scores[np.flatnonzero(held)] = matvec(floats, q)
+            order = np.argsort(-scores, kind="stable")
+            rows, scores = rows[order], scores[order]
+        return rows, scores
+
+    def memory_bytes(self) -> int:
+        return self.index.memory_bytes() + len(self.held) + len(self.own)
