@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from dsonet.aggregate import AggregationError, DeltaSoup, DeltaSoupConfig
+from dsonet.aggregate import AggregationError, DeltaSoup, DeltaSoupConfig, RoundResult
 from dsonet.codec.batch import Profile, default_profile, sign_batch
 from dsonet.errors import BatchError, DsoError
 from dsonet.experience import Experience, Provenance
@@ -101,6 +101,7 @@ class Node:
         self.config, self.identity, self.transport, self.profile = config, identity, transport, profile
         self.encoder = encoder
         self.node_id = identity.node_id
+        self.durable = f"node-{self.node_id[:16]}"  # this node's reader of the stream
         self.metrics = NodeMetrics()
         self.peers: dict[str, Peer] = {}
         self.started_ms = int(time.time() * 1000)
@@ -112,14 +113,18 @@ class Node:
         self.library = None
         self.soup = None
         self.closed = False
+        self.on_round: Callable[[RoundResult], None] | None = None  # sees every DeltaSoup round (benchmarks)
 
     # ------------------------------------------------------------------ lifecycle
 
     @classmethod
-    async def open(cls, config: NodeConfig, transport: Transport, identity: NodeIdentity | None = None) -> "Node":
+    async def open(cls, config: NodeConfig, transport: Transport, identity: NodeIdentity | None = None,
+                   encoder=None) -> "Node":
+        """``encoder``: an encoder object to use instead of loading ``config.encoder`` (one model
+        shared by the nodes of a process)."""
         config.data_dir.mkdir(parents=True, exist_ok=True)
         identity = identity or NodeIdentity.load_or_create(config.data_dir / "node.key")
-        encoder = _load_encoder(config.encoder)
+        encoder = encoder or _load_encoder(config.encoder)
         profile = default_profile(encoder.dim, encoder.id) if encoder else default_profile(config.dim, config.encoder_id)
         node = cls(config, identity, transport, profile, encoder)
         await node._call(node._open_state)
@@ -143,7 +148,7 @@ class Node:
 
     async def start(self) -> None:
         """Read the stream with this node's durable consumer and start the publishing schedule."""
-        await self.transport.subscribe(f"node-{self.node_id[:16]}", self._on_messages)
+        await self.transport.subscribe(self.durable, self._on_messages)
         self._publisher = asyncio.create_task(self._publish_loop(), name=f"publish-{self.node_id[:8]}")
         if self._pending:
             self._wake.set()
@@ -341,6 +346,8 @@ class Node:
         for node_id, _, reason in result.rejected:
             self.metrics.rejected_experiences.labels(reason=reason.split(":")[0]).inc()
         self.metrics.accepted_batches.inc(len(result.batches))
+        if self.on_round is not None:
+            self.on_round(result)
 
     def _apply_tombstone(self, msg: Message) -> None:
         try:

@@ -72,7 +72,9 @@ class InProcessHub:
     same name resumes, and a new name replays the whole history, as with JetStream.
     """
 
-    def __init__(self, duplicate_window_s: float = 120.0):
+    def __init__(self, duplicate_window_s: float = 120.0, clock: Callable[[], float] = time.time):
+        """``clock``: seconds since the epoch when a message is stored (a simulation runs its own)."""
+        self.clock = clock
         self.log: list[Message] = []
         self.positions: dict[str, int] = {}
         self.duplicate_window_s = duplicate_window_s
@@ -88,7 +90,7 @@ class InProcessHub:
         return self._changed
 
     def append(self, payload: bytes, subject: str, headers: dict[str, str]) -> int:
-        now = time.time()
+        now = self.clock()
         msg_id = headers.get(MSG_ID)
         if msg_id is not None:
             self._seen_ids = {k: t for k, t in self._seen_ids.items() if now - t < self.duplicate_window_s}
@@ -101,6 +103,16 @@ class InProcessHub:
         event.set()  # wake every reader, then re-arm
         self._changed = asyncio.Event()
         return msg.seq
+
+
+    async def drained(self, durables: list[str], timeout_s: float = 120.0) -> None:
+        """Wait until every named durable reader has read (and handled) the whole log."""
+        deadline = time.monotonic() + timeout_s
+        while not all(self.positions.get(d, 0) >= len(self.log) for d in durables):
+            if time.monotonic() > deadline:
+                raise TransportError(f"readers {durables} did not read the log of {len(self.log)} messages "
+                                     f"within {timeout_s} s")
+            await asyncio.sleep(0.01)
 
 
 class InProcessTransport:

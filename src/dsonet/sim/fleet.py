@@ -3,12 +3,15 @@ real MiniLM embeddings of GSM8K text.
 
 Honest experiences are the solution sentences of ``n_items`` GSM8K items, dealt to the honest
 nodes and published over ``rounds`` rounds; the same set at every Byzantine fraction, so accuracy
-moves only with the attack. Byzantine nodes (the first ⌊f·N⌋) run the attack instead. One
-receiving node aggregates every round with each contender (rule + config) on the same bytes.
+moves only with the attack. Byzantine nodes (the first ⌊f·N⌋) run the attack instead. For each
+contender (rule + config) one real observing `Node` reads the same bytes from an in-process log:
+its DeltaSoup admits, its library stores one row per signer and merges near-duplicates, its
+search answers. What `dso bench robustness` measures is the node's own path.
 
-Between rounds the receiver asks ``n_feedback`` questions and reports, for every experience it
-retrieved, whether the task succeeded (our stand-in for the verifier's reward); its library
-drops experiences whose source fell under the reputation floor. At the end it asks ``n_eval``
+Between rounds the observer asks ``n_feedback`` questions and reports, for every experience it
+retrieved, whether the task succeeded (our stand-in for the verifier's reward), through
+`Node.record_outcome`: sources fall in reputation, and a source under the floor is hidden from
+searches. At the end it asks ``n_eval``
 held-out questions. A question counts as answered when its top-k holds a sentence of its own
 solution and no attacker's experience.
 
@@ -18,15 +21,21 @@ is flat by construction: it is here to show a round never waits on a quorum.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
+import msgpack
 import numpy as np
 
-from dsonet.aggregate import DeltaSoup, DeltaSoupConfig
+from dsonet.aggregate import DeltaSoupConfig
 from dsonet.codec.batch import default_profile, make_batch
-from dsonet.errors import DsoError
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
+from dsonet.library import Hit
+from dsonet.network.node import Node, NodeConfig
+from dsonet.network.transport import InProcessHub, subject_for
 from dsonet.sim.attacks import Attack, SimNode, View
 from dsonet.sim.corpus import DOMAIN, Corpus
 
@@ -150,54 +159,82 @@ class Fleet:
         return Traffic(rounds, attack)
 
     def run(self, traffic: Traffic, contender: Contender, encoder=None) -> Outcome:
-        spec = self.spec
-        soup = DeltaSoup(contender.config, [self.profile], contender.rule, encoder=encoder)
-        lib_vecs = np.zeros((0, self.profile.dim), np.float32)
-        lib_doc, lib_src = np.zeros(0, np.int64), np.zeros(0, dtype=object)  # doc index (−1: attacker), source
-        sent_bad = admitted_bad = 0
-        special = 0  # forged, tampered or replayed payloads that got in
-        admitted: set[bytes] = set()
-        for r, payloads in enumerate(traffic.rounds):
-            now = T0_MS + r * ROUND_MS
-            for payload, is_bad in payloads:
-                try:
-                    soup.submit(payload, now_ms=now)
-                except DsoError:
-                    continue
-                if traffic.attack.replayed:
-                    special += payload in admitted  # a second admission of the same bytes
-                elif is_bad:
-                    special += traffic.attack.forged or traffic.attack.tampered
-                admitted.add(payload)
-            result = soup.round(now_ms=now)
-            bad_batch = np.array([self.doc_of_id.get(b.experiences[0].id) is None for b in result.batches], bool)
-            sent_bad += sum(len(b) for b, x in zip(result.batches, bad_batch) if x)
-            admitted_bad += sum(int(m.sum()) for m, x in zip(result.keep, bad_batch) if x)
-            if result.merged:
-                lib_vecs = np.concatenate([lib_vecs, np.stack([c.vector for c in result.merged])])
-                lib_doc = np.concatenate([lib_doc, [self.doc_of_id.get(c.experience.id, -1) for c in result.merged]])
-                lib_src = np.concatenate([lib_src, np.array([c.experience.provenance.node_id for c in result.merged],
-                                                            dtype=object)])
-            if r < len(traffic.rounds) - 1 and contender.config.feedback:
-                hits, ok = self._ask(self.feedback_items, lib_vecs, lib_doc)
-                for row, success in zip(hits, ok):
-                    for j in row:
-                        soup.record_outcome(lib_src[j], bool(success))
-                alive = np.array([not soup.reputation.skipped(s) for s in lib_src], dtype=bool)
-                lib_vecs, lib_doc, lib_src = lib_vecs[alive], lib_doc[alive], lib_src[alive]
-        _, ok = self._ask(self.eval_items, lib_vecs, lib_doc)
+        """Deliver every round's payloads to one real observing `Node` (DeltaSoup with the contender's
+        rule and config, its SQLite library, the library's merge) through an in-process log on the
+        simulation's clock, ask the questions through the node's search, and feed outcomes back
+        through the node."""
+        return asyncio.run(self._run(traffic, contender, encoder))
+
+    async def _run(self, traffic: Traffic, contender: Contender, encoder) -> Outcome:
+        spec, clock = self.spec, _Clock(T0_MS)
+        hub = InProcessHub(clock=clock.seconds)
+        honest_hashes = {_claimed_hash(p) for r in traffic.rounds for p, bad in r if not bad}
+        bad_hashes = {_claimed_hash(p) for r in traffic.rounds for p, bad in r if bad} - honest_hashes
+        admitted: list[tuple[str, int]] = []  # (batch hash, admitted rows) per admitted batch, every round
+        with tempfile.TemporaryDirectory(prefix="dso-sim-") as tmp:
+            config = NodeConfig(Path(tmp), encoder=None, dim=self.profile.dim, encoder_id=self.profile.encoder_id,
+                                rule=contender.rule, soup=asdict(contender.config), batch_interval_s=3600)
+            node = await Node.open(config, hub.transport(), NodeIdentity.from_seed(b"sim-observer"), encoder=encoder)
+            node.on_round = lambda result: admitted.extend(
+                (b.hash, int(k.sum())) for b, k in zip(result.batches, result.keep))
+            await node.start()
+            publisher = hub.transport()
+            for r, payloads in enumerate(traffic.rounds):
+                clock.now_ms = T0_MS + r * ROUND_MS
+                for payload, _ in payloads:
+                    await publisher.publish(payload, subject_for("dso", "batch", DOMAIN))
+                await hub.drained([node.durable])
+                if r < len(traffic.rounds) - 1 and contender.config.feedback:
+                    hits, ok = await self._ask(node, self.feedback_items)
+                    for row, success in zip(hits, ok):
+                        await node.record_outcome(row, bool(success))
+            _, ok = await self._ask(node, self.eval_items)
+            await publisher.close()
+            await node.close()
+        sent_bad = sum(_count(p) for r in traffic.rounds for p, bad in r if bad and _claimed_hash(p) is not None)
+        admitted_bad = sum(n for h, n in admitted if h in bad_hashes)
+        seen = [h for h, _ in admitted]
+        # a replayed or tampered payload claims an honest batch's hash: admitted, it would be that hash twice
+        special = len(seen) - len(set(seen)) if traffic.attack.replayed or traffic.attack.tampered else \
+            sum(h in bad_hashes for h in seen) if traffic.attack.forged else 0
         forged = special if traffic.attack.forged else 0
         tampered = special if traffic.attack.tampered else 0
         replayed = special if traffic.attack.replayed else 0
         return Outcome(float(ok.mean()), admitted_bad / sent_bad if sent_bad else 0.0, forged, tampered, replayed)
 
-    def _ask(self, items: np.ndarray, lib_vecs: np.ndarray, lib_doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k library rows per question, and whether each question was answered."""
-        if len(lib_vecs) == 0:
-            return np.zeros((len(items), 0), np.int64), np.zeros(len(items), bool)
-        k = min(self.spec.k, len(lib_vecs))
-        sims = self.corpus.q_vectors[items] @ lib_vecs.T  # (q, L)
-        top = np.argpartition(-sims, k - 1, axis=1)[:, :k]  # (q, k)
-        doc = lib_doc[top]
-        relevant = (doc >= 0) & (self.corpus.doc_item[self.docs[np.maximum(doc, 0)]] == items[:, None])
-        return top, relevant.any(axis=1) & (doc >= 0).all(axis=1)
+    async def _ask(self, node: Node, items: np.ndarray) -> tuple[list[list[Hit]], np.ndarray]:
+        """The node's top-k hits per question, and whether each question was answered: its top-k
+        holds a sentence of its own solution and no attacker's experience."""
+        hits, ok = [], np.zeros(len(items), bool)
+        for i, item in enumerate(items.tolist()):
+            found = await node.search(vector=self.corpus.q_vectors[item], k=self.spec.k, min_similarity=-1.0)
+            docs = [self.doc_of_id.get(h.experience.id, -1) for h in found]
+            ok[i] = bool(found) and all(d >= 0 for d in docs) and any(
+                self.corpus.doc_item[self.docs[d]] == item for d in docs)
+            hits.append(found)
+        return hits, ok
+
+
+class _Clock:
+    """The simulation's clock: the log stores messages at the round's time, so freshness holds."""
+
+    def __init__(self, now_ms: int):
+        self.now_ms = now_ms
+
+    def seconds(self) -> float:
+        return self.now_ms / 1000
+
+
+def _claimed_hash(payload: bytes) -> str | None:
+    """The hash a payload claims (unverified), or None when it does not parse."""
+    try:
+        return str(msgpack.unpackb(payload, raw=False)["hash"])
+    except Exception:  # an attacker's payload need not be well-formed
+        return None
+
+
+def _count(payload: bytes) -> int:
+    try:
+        return len(msgpack.unpackb(payload, raw=False)["experiences"])
+    except Exception:
+        return 0
