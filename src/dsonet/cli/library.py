@@ -1,117 +1,167 @@
-"""`dso add | search | show | delete | export | import | stats`: the local experience library.
+"""`dso add | search | show | delete | export | import | stats`: the experience library.
 
-Every command opens the library at --db (default $DSONET_DB, else ~/.dsonet/library.sqlite),
-makes one call of the Python API (`dsonet.library`) and prints the result.
+Every command opens the library at --db (env DSONET_DB, default ~/.dsonet/library.sqlite), or
+with --node URL talks to a running node's API instead (add, search, show, delete, stats); it
+makes one call of the Python API (`dsonet.library`, `dsonet.network.client`) and prints the
+result, as text or, with --json, as JSON.
 """
 
 from __future__ import annotations
 
 import json
-import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
-from dsonet.errors import DsoError
+from dsonet.cli.options import DEFAULT_KEY, db_option, db_path, json_option, k_option, node_option, node_token_option
 
 
-def _default_db() -> Path:
-    return Path(os.environ.get("DSONET_DB", "~/.dsonet/library.sqlite")).expanduser()
+@contextmanager
+def _store(db: Path | None, node: str | None = None, node_token: str | None = None):
+    """The library file, or a node's API (`NodeClient` has the library's add/get/delete/search/stats)."""
+    if node:
+        from dsonet.network.client import NodeClient
 
+        store = NodeClient(node, token=node_token)
+    else:
+        from dsonet.library import Library
 
-db_option = click.option("--db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                         help="Library file (default: $DSONET_DB or ~/.dsonet/library.sqlite).")
-
-
-def _open(db: Path | None):
-    from dsonet.library import Library
-
+        store = Library(db_path(db))
     try:
-        return Library(db or _default_db())
-    except DsoError as exc:
-        raise click.ClickException(str(exc)) from None
+        yield store
+    finally:
+        store.close()
+
+
+def _echo_json(data) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
 
 
 @click.command()
 @click.argument("text")
 @click.option("--domain", default="general", show_default=True, help="Dotted tag, e.g. math.geometry.")
-@click.option("--confidence", type=float, default=0.5, show_default=True)
+@click.option("--confidence", type=click.FloatRange(0, 1), default=0.5, show_default=True)
 @db_option
-def add(text: str, domain: str, confidence: float, db: Path | None) -> None:
-    """Add one experience (encoded with the default encoder).
+@node_option
+@node_token_option
+@json_option
+def add(text: str, domain: str, confidence: float, db: Path | None, node: str | None, node_token: str | None,
+        as_json: bool) -> None:
+    """Add one experience (encoded with the library's encoder) and print its id.
 
     \b
-    Example:
+    Examples:
       dso add "When a ratio is given, write both parts as multiples of one unknown" --domain math.ratio
+      dso add "When a graph is sparse, store it as adjacency lists" --node http://127.0.0.1:8080
     """
-    with _open(db) as lib:
-        try:
-            exp = lib.add(text, domain=domain, confidence=confidence)
-        except DsoError as exc:
-            raise click.ClickException(str(exc)) from None
-        click.echo(exp.id)
+    with _store(db, node, node_token) as store:
+        exp = store.add(text, domain=domain, confidence=confidence)
+    _echo_json(exp.to_dict()) if as_json else click.echo(exp.id)
 
 
 @click.command()
 @click.argument("query")
-@click.option("-k", default=5, show_default=True, help="How many experiences.")
-@click.option("--min-similarity", type=float, default=0.6, show_default=True)
-@click.option("--max-tokens", type=int, default=2048, show_default=True)
+@k_option()
+@click.option("--min-similarity", type=click.FloatRange(-1, 1), default=0.6, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(1), default=2048, show_default=True,
+              help="Token budget of the returned experiences' text.")
 @click.option("--domain", default=None, help="Only this domain.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per hit.")
 @db_option
-def search(query: str, k: int, min_similarity: float, max_tokens: int, domain: str | None, as_json: bool,
-           db: Path | None) -> None:
+@node_option
+@node_token_option
+@json_option
+def search(query: str, k: int, min_similarity: float, max_tokens: int, domain: str | None, db: Path | None,
+           node: str | None, node_token: str | None, as_json: bool) -> None:
     """Find the experiences nearest to QUERY (scored over compressed codes, rescored exactly where possible).
 
     \b
-    Example:
+    Examples:
       dso search "A train travels 120 km in 2 hours; how fast?" -k 3 --min-similarity 0.3
+      dso search "sparse graphs" --node http://127.0.0.1:8080 --json
     """
-    with _open(db) as lib:
-        hits = lib.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain)
-        for h in hits:
-            if as_json:
-                click.echo(json.dumps({"score": round(h.score, 4), "members": list(h.members), **h.experience.to_dict()}))
-            else:
-                click.echo(f"{h.score:.3f}  {h.experience.id[:12]}  [{h.experience.domain}]  {h.experience.text}")
+    with _store(db, node, node_token) as store:
+        hits = store.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain)
+    for h in hits:  # --json: JSON Lines, one object per hit
+        if as_json:
+            click.echo(json.dumps({"score": round(h.score, 4), "members": list(h.members), **h.experience.to_dict()}))
+        else:
+            click.echo(f"{h.score:.3f}  {h.experience.id[:12]}  [{h.experience.domain}]  {h.experience.text}")
 
 
 @click.command()
 @click.argument("exp_id")
 @db_option
-def show(exp_id: str, db: Path | None) -> None:
-    """Print one experience as JSON (an id prefix of 8+ characters will do).
+@node_option
+@node_token_option
+@json_option
+def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None, as_json: bool) -> None:
+    """Show one experience: text, provenance and, from a local library, each stored copy's code
+    (bytes of signs and scales, digest, baseline) and usage counters. An id prefix of 8+
+    characters will do locally; a node needs the full id.
 
     \b
-    Example:
+    Examples:
       dso show 3f2a9c0b
+      dso show 3f2a9c0b --json
     """
-    with _open(db) as lib:
-        exp = lib.get(_resolve(lib, exp_id))
-        click.echo(json.dumps(exp.to_dict(), indent=2))
+    with _store(db, node, node_token) as store:
+        if node:
+            exp = store.get(exp_id)
+            if exp is None:
+                raise click.ClickException(f"id {exp_id[:80]!r}: no such experience on {node} (give the full id)")
+            data = exp.to_dict()
+        else:
+            full = _resolve(store, exp_id)
+            data = {**store.get(full).to_dict(), "copies": _copies(store, full)}
+    if as_json:
+        _echo_json(data)
+        return
+    click.echo(f"{data['id']}  [{data['domain']}]  confidence {data['confidence']}\n  {data['text']}")
+    prov = data.get("provenance") or {}
+    click.echo("  provenance " + "  ".join(f"{k}={v}" for k, v in prov.items()))
+    for c in data.get("copies", []):
+        click.echo(f"  code: {c['sign_bytes']} B signs + {c['scale_bytes']} B scales, baseline {c['baseline_id']}, "
+                   f"digest {c['code_digest'][:16]}; float held: {c['float_held']}; received: {c['received']}; "
+                   f"published: {c['published']}; used {c['uses']} times, helped {c['helped']}")
+
+
+_COPY_COLUMNS = ("code_digest", "sign_bytes", "scale_bytes", "baseline_id", "float_held", "received", "published",
+                 "uses", "helped")
+
+
+def _copies(lib, exp_id: str) -> list[dict]:
+    rows = lib.db.execute("SELECT code_digest, length(signs), length(scales), baseline_id, vector IS NOT NULL, "
+                          "received, published, uses, helped FROM experiences WHERE id = ?", (exp_id,))
+    return [{k: (bool(v) if k in ("float_held", "received", "published") else v) for k, v in zip(_COPY_COLUMNS, r)}
+            for r in rows]
 
 
 @click.command()
 @click.argument("exp_id")
 @db_option
-def delete(exp_id: str, db: Path | None) -> None:
+@node_option
+@node_token_option
+@json_option
+def delete(exp_id: str, db: Path | None, node: str | None, node_token: str | None, as_json: bool) -> None:
     """Delete an experience: a tombstone that replicates to other nodes.
 
     \b
-    Example:
+    Examples:
       dso delete 3f2a9c0b
+      dso delete <full id> --node http://127.0.0.1:8080
     """
-    with _open(db) as lib:
-        full = _resolve(lib, exp_id)
-        lib.delete(full)
-        click.echo(f"deleted {full}")
+    with _store(db, node, node_token) as store:
+        full = exp_id if node else _resolve(store, exp_id)
+        if not store.delete(full):
+            raise click.ClickException(f"id {exp_id[:80]!r}: no such experience")
+    _echo_json({"deleted": full}) if as_json else click.echo(f"deleted {full}")
 
 
 def _resolve(lib, prefix: str) -> str:
     if len(prefix) < 8:
         raise click.ClickException(f"id {prefix!r}: give at least 8 characters of the id")
-    found = [r[0] for r in lib.db.execute("SELECT id FROM experiences WHERE id LIKE ? LIMIT 2", (prefix + "%",))]
+    found = [r[0] for r in lib.db.execute("SELECT DISTINCT id FROM experiences WHERE id LIKE ? LIMIT 2", (prefix + "%",))]
     if len(found) != 1:
         raise click.ClickException(f"id {prefix!r}: " + ("no such experience" if not found else "ambiguous; give more characters"))
     return found[0]
@@ -120,10 +170,11 @@ def _resolve(lib, prefix: str) -> str:
 @click.command("export")
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "msgpack", "json"]), default="jsonl", show_default=True)
-@click.option("--key", type=click.Path(dir_okay=False, path_type=Path), default=Path("~/.dsonet/node.key"),
-              show_default=True, help="Node key that signs batch files (msgpack/json).")
+@click.option("--key", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_KEY, show_default=True,
+              help="Node key that signs batch files (msgpack/json); `dso keygen` writes it.")
 @db_option
-def export_cmd(path: Path, fmt: str, key: Path, db: Path | None) -> None:
+@json_option
+def export_cmd(path: Path, fmt: str, key: Path, db: Path | None, as_json: bool) -> None:
     """Write the library to PATH: JSONL, or signed CompressedBatch files (msgpack or JSON).
 
     \b
@@ -138,9 +189,9 @@ def export_cmd(path: Path, fmt: str, key: Path, db: Path | None) -> None:
         from dsonet.identity import NodeIdentity
 
         identity = NodeIdentity.load(key.expanduser())
-    with _open(db) as lib:
-        for p in export(lib, path, fmt, identity):
-            click.echo(f"wrote {p}")
+    with _store(db) as lib:
+        written = [str(p) for p in export(lib, path, fmt, identity)]
+    _echo_json({"written": written}) if as_json else click.echo("\n".join(f"wrote {p}" for p in written))
 
 
 @click.command("import")
@@ -149,7 +200,8 @@ def export_cmd(path: Path, fmt: str, key: Path, db: Path | None) -> None:
 @click.option("--encode-texts", is_flag=True,
               help="Encode the texts of CompressedBatch files too and keep the floats: exact search over them, "
                    "for the encoder's time and 30 KB a row on disk. (JSONL files carry their floats already.)")
-def import_cmd(paths: tuple[Path, ...], db: Path | None, encode_texts: bool) -> None:
+@json_option
+def import_cmd(paths: tuple[Path, ...], db: Path | None, encode_texts: bool, as_json: bool) -> None:
     """Read JSONL or CompressedBatch files (hash and signature verified) into the library.
 
     \b
@@ -157,24 +209,39 @@ def import_cmd(paths: tuple[Path, ...], db: Path | None, encode_texts: bool) -> 
       dso import peer.msgpack lib.jsonl
       dso import --encode-texts peer.msgpack
     """
+    from dsonet.errors import DsoError
     from dsonet.library.transfer import import_file
 
-    with _open(db) as lib:
+    added = {}
+    with _store(db) as lib:
         for p in paths:
             try:
-                click.echo(f"{p}: {import_file(lib, p, encode_texts)} added")
+                added[str(p)] = import_file(lib, p, encode_texts)
             except DsoError as exc:
                 raise click.ClickException(f"{p}: {exc}") from None
+            if not as_json:
+                click.echo(f"{p}: {added[str(p)]} added")
+    if as_json:
+        _echo_json({"added": added})
 
 
 @click.command()
 @db_option
-def stats(db: Path | None) -> None:
-    """Counts, domains, sizes and the profile of the library, as JSON.
+@node_option
+@node_token_option
+@json_option
+def stats(db: Path | None, node: str | None, node_token: str | None, as_json: bool) -> None:
+    """Counts, domains, sizes and the profile of the library (or of a node's, with --node).
 
     \b
-    Example:
+    Examples:
       dso stats --db ./lib.sqlite
+      dso stats --node http://127.0.0.1:8080 --json
     """
-    with _open(db) as lib:
-        click.echo(json.dumps(lib.stats(), indent=2))
+    with _store(db, node, node_token) as store:
+        data = store.stats()
+    if as_json:
+        _echo_json(data)
+        return
+    for key, value in data.items():
+        click.echo(f"{key}: {json.dumps(value, default=str) if isinstance(value, (dict, list)) else value}")

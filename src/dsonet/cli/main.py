@@ -6,6 +6,7 @@ import click
 
 from dsonet import __version__
 from dsonet.cli.lazy import LazyGroup
+from dsonet.errors import DsoError
 
 COMMANDS = {
     "demo": ("dsonet.cli.demo:demo", "Run a whole DSO fleet on the embedded defaults (what `make demo` runs)."),
@@ -30,7 +31,20 @@ COMMANDS = {
 }
 
 
-@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+class Dso(LazyGroup):
+    """Exit codes: 0 ok, 1 a user error (one line that says how to fix it, no traceback), 2 usage.
+    Every command's expected errors (the project's DsoError, a missing or unreadable file) end here."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except DsoError as exc:
+            raise click.ClickException(str(exc)) from None
+        except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as exc:
+            raise click.ClickException(f"{exc.filename}: {exc.strerror}") from None
+
+
+@click.group(cls=Dso, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="dso")
 def cli() -> None:
     """dsonet: agents learn short experiences from their own attempts and share them

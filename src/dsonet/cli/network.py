@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from dsonet.cli.options import HOME, json_option, token_option
 from dsonet.errors import DsoError
 
 
@@ -37,8 +38,9 @@ def node() -> None:
 @node.command()
 @click.option("--config", type=click.Path(dir_okay=False, exists=True, path_type=Path), callback=_load_config,
               is_eager=True, expose_value=False, help="TOML file with any of these options (names with _).")
-@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("~/.dsonet/node"),
-              show_default=True, help="Holds node.key (created on first start) and library.sqlite.")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=HOME, show_default=True,
+              help="Holds node.key (created on first start; what `dso keygen` writes) and "
+                   "library.sqlite (what --db opens by default).")
 @click.option("--nats", "nats_urls", default="", help="Comma-separated NATS urls; empty: a standalone node "
               "on an in-process log.")
 @click.option("--stream", default="DSO", show_default=True, help="JetStream stream name.")
@@ -46,7 +48,7 @@ def node() -> None:
 @click.option("--retention-days", default=30.0, show_default=True, help="How much history new nodes can replay.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="API address; beyond loopback needs --token.")
 @click.option("--port", default=8080, show_default=True)
-@click.option("--token", envvar="DSO_TOKEN", default=None, help="Bearer token for the API (or env DSO_TOKEN).")
+@token_option
 @click.option("--batch-interval", default=60.0, show_default=True, help="Seconds between batches (the paper: 60).")
 @click.option("--batch-size", default=10, show_default=True, help="Publish early once this many are new (paper: 10).")
 @click.option("--encoder", default="default", show_default=True,
@@ -60,7 +62,8 @@ def node() -> None:
 @click.option("--rule", default="median", show_default=True,
               help="DeltaSoup admission rule: deltasoup (the paper's), median, trimmed_mean, geomedian, krum, mean.")
 @click.option("--soup", multiple=True, metavar="KEY=VALUE", help="DeltaSoupConfig override, e.g. rate_limit=1000.")
-@click.option("--max-body", default=1024 * 1024, show_default=True, help="Largest request body in bytes.")
+@click.option("--max-body", type=click.IntRange(1024), default=1024 * 1024, show_default=True,
+              help="Largest request body in bytes (larger: 413).")
 @click.option("--log-level", default="INFO", show_default=True)
 def start(data_dir: Path, nats_urls: str, stream: str, replicas: int, retention_days: float, host: str, port: int,
           token: str | None, batch_interval: float, batch_size: int, encoder: str, dim: int | None, encoder_id: str,
@@ -131,30 +134,42 @@ _state = click.option("--state-dir", type=click.Path(file_okay=False, path_type=
 
 @cluster.command()
 @_state
-@click.option("--servers", "n", default=3, show_default=True)
-@click.option("--client-port", default=4222, show_default=True, help="Server i listens on client-port + i.")
-@click.option("--cluster-port", default=6222, show_default=True)
-@click.option("--http-port", default=8222, show_default=True, help="Monitoring (/healthz).")
-def up(state_dir: Path, n: int, client_port: int, cluster_port: int, http_port: int) -> None:
-    """Start the servers in the background and wait until JetStream is ready.
+@click.option("--servers", "n", type=click.IntRange(1, 5), default=3, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address every server listens on (client, cluster routes, monitoring).")
+@click.option("--client-port", type=click.IntRange(1, 65535), default=4222, show_default=True,
+              help="Server i listens on client-port + i.")
+@click.option("--cluster-port", type=click.IntRange(1, 65535), default=6222, show_default=True,
+              help="Server i takes routes on cluster-port + i.")
+@click.option("--http-port", type=click.IntRange(1, 65535), default=8222, show_default=True,
+              help="Monitoring (/healthz) on http-port + i.")
+@json_option
+def up(state_dir: Path, n: int, host: str, client_port: int, cluster_port: int, http_port: int, as_json: bool) -> None:
+    """Write one nats-server config per server (STATE_DIR/n1.conf ...: listen addresses, JetStream
+    store, cluster routes to the others), start the servers in the background and wait until
+    JetStream is ready. For real sites, copy one config to each site and put the other sites'
+    addresses in its `routes`.
 
     \b
-    Example:
+    Examples:
       dso cluster up --client-port 14222
+      dso cluster up --host 0.0.0.0 && cat .nats/n1.conf
     """
     from dsonet.network import cluster as c
 
-    try:
-        spec = c.up(c.make_spec(state_dir, n, client_port, cluster_port, http_port))
-    except DsoError as exc:
-        raise click.ClickException(str(exc)) from None
-    click.echo(f"{n} nats-servers up; nodes connect with --nats {','.join(spec.urls)}")
+    spec = c.up(c.make_spec(state_dir, n, client_port, cluster_port, http_port, host=host))
+    configs = [str(spec.conf_path(s)) for s in spec.servers]
+    if as_json:
+        click.echo(json.dumps({"urls": spec.urls, "configs": configs}))
+        return
+    click.echo(f"{n} nats-servers up; nodes connect with --nats {','.join(spec.urls)}\nconfigs: {' '.join(configs)}")
 
 
 @cluster.command()
 @_state
 @click.option("--remove", is_flag=True, help="Also delete the state dir (all stream data).")
-def down(state_dir: Path, remove: bool) -> None:
+@json_option
+def down(state_dir: Path, remove: bool, as_json: bool) -> None:
     """Stop the servers started by `dso cluster up`.
 
     \b
@@ -163,27 +178,28 @@ def down(state_dir: Path, remove: bool) -> None:
     """
     from dsonet.network import cluster as c
 
-    try:
-        stopped = c.down(state_dir, remove)
-    except DsoError as exc:
-        raise click.ClickException(str(exc)) from None
+    stopped = c.down(state_dir, remove)
+    if as_json:
+        click.echo(json.dumps({"stopped": stopped}))
+        return
     click.echo(f"stopped {', '.join(stopped) or 'nothing (no server was running)'}")
 
 
 @cluster.command()
 @_state
-def status(state_dir: Path) -> None:
+@json_option
+def status(state_dir: Path, as_json: bool) -> None:
     """Show each server's pid, url and readiness.
 
     \b
     Example:
-      dso cluster status
+      dso cluster status --json
     """
     from dsonet.network import cluster as c
 
-    try:
-        rows = c.status(c.ClusterSpec.load(state_dir))
-    except DsoError as exc:
-        raise click.ClickException(str(exc)) from None
+    rows = c.status(c.ClusterSpec.load(state_dir))
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
     for row in rows:
         click.echo(f"{row['name']}  pid={row['pid']}  running={row['running']}  ready={row['ready']}  {row['url']}")

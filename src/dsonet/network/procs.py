@@ -45,7 +45,7 @@ class NodeProcess:
                *self.args]
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
         if self.token:
-            env["DSO_TOKEN"] = self.token
+            env["DSONET_TOKEN"] = self.token
         log = open(self.data_dir / "node.log", "ab")
         try:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)

@@ -33,7 +33,7 @@ def is_loopback(host: str) -> bool:
 
 def check_binding(host: str, token: str | None) -> None:
     if token is None and not is_loopback(host):
-        raise NodeError(f"token: the API would listen on {host} without one; pass --token (or set DSO_TOKEN), "
+        raise NodeError(f"token: the API would listen on {host} without one; pass --token (or set DSONET_TOKEN), "
                         "or bind to 127.0.0.1")
 
 

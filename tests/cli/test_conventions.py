@@ -1,0 +1,97 @@
+"""One CLI, one set of conventions: a walk over every command's --help and its parameters.
+
+One flag per concept (--db with DSONET_DB, -k, --json, --node URL), one environment prefix
+(DSONET_), exit codes 0 ok / 1 user error in one line / 2 usage, and no traceback for an
+expected error. Runs without torch: importing a command must not load an extra.
+"""
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from dsonet.cli.main import cli
+
+
+def _walk(group: click.Group, ctx: click.Context, prefix: str = ""):
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        yield f"{prefix}{name}", cmd
+        if isinstance(cmd, click.Group):
+            yield from _walk(cmd, click.Context(cmd, parent=ctx), f"{prefix}{name} ")
+
+
+COMMANDS = dict(_walk(cli, click.Context(cli)))
+LEAVES = {name: cmd for name, cmd in COMMANDS.items() if not isinstance(cmd, click.Group)}
+# Commands that print data (not servers, not benchmarks that write their own JSON files, not the demo).
+PRINTS_DATA = {"add", "search", "show", "delete", "export", "import", "stats", "keygen", "learn", "ask", "eval",
+               "cluster up", "cluster down", "cluster status"}
+TALKS_TO_A_NODE = {"add", "search", "show", "delete", "stats", "mcp", "proxy"}
+# Names a library path must not go by: the concept is --db everywhere.
+LIBRARY_ALIASES = {"--library", "--lib", "--database", "--library-path", "--db-path"}
+
+
+def _options(cmd: click.Command) -> list[click.Option]:
+    return [p for p in cmd.params if isinstance(p, click.Option)]
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_command_has_help_with_an_example(name):
+    result = CliRunner().invoke(cli, [*name.split(), "--help"])
+    assert result.exit_code == 0, result.output
+    if name in LEAVES:
+        assert "Example" in result.output, f"`dso {name} --help` needs an example"
+
+
+@pytest.mark.parametrize("name", sorted(LEAVES))
+def test_one_flag_per_concept(name):
+    opts = {o: p for p in _options(LEAVES[name]) for o in p.opts}
+    assert not LIBRARY_ALIASES & set(opts), f"`dso {name}`: the library path is --db"
+    if "--db" in opts:
+        assert opts["--db"].envvar == "DSONET_DB", f"`dso {name} --db` must read DSONET_DB"
+    assert "--k" not in opts, f"`dso {name}`: the count of results is -k"
+    if "-k" in opts:
+        assert opts["-k"].name == "k"
+    if name in PRINTS_DATA:
+        assert "--json" in opts and opts["--json"].is_flag, f"`dso {name}` prints data: it needs --json"
+    if name in TALKS_TO_A_NODE:
+        assert "--node" in opts and opts["--node"].envvar == "DSONET_NODE", f"`dso {name}` needs --node URL"
+
+
+@pytest.mark.parametrize("name", sorted(LEAVES))
+def test_one_environment_prefix(name):
+    for p in _options(LEAVES[name]):
+        for env in [p.envvar] if isinstance(p.envvar, str) else (p.envvar or []):
+            assert env.startswith("DSONET_"), f"`dso {name} {p.opts[0]}` reads {env}; use the DSONET_ prefix"
+    assert cli.context_settings.get("auto_envvar_prefix") is None
+
+
+def test_keygen_node_start_and_db_share_one_home():
+    from dsonet.cli.options import DEFAULT_DB, DEFAULT_KEY, HOME
+
+    keygen = {p.name: p for p in LEAVES["keygen"].params}
+    start = {p.name: p for p in LEAVES["node start"].params}
+    assert keygen["path"].default == DEFAULT_KEY and DEFAULT_KEY.parent == HOME
+    assert start["data_dir"].default == HOME and DEFAULT_DB.parent == HOME  # node.key + library.sqlite in it
+
+
+def test_a_user_error_exits_1_with_one_line_and_no_traceback(tmp_path):
+    result = CliRunner().invoke(cli, ["search", "anything", "--node", "http://127.0.0.1:9"])
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:") and "Traceback" not in result.output
+    result = CliRunner().invoke(cli, ["show", "abc", "--db", str(tmp_path / "lib.sqlite")])
+    assert result.exit_code == 1 and "at least 8 characters" in result.output
+
+
+def test_usage_errors_exit_2():
+    assert CliRunner().invoke(cli, ["search"]).exit_code == 2  # missing QUERY
+    assert CliRunner().invoke(cli, ["search", "q", "-k", "0"]).exit_code == 2
+    assert CliRunner().invoke(cli, ["no-such-command"]).exit_code == 2
+
+
+def test_the_db_option_reads_dsonet_db(tmp_path, monkeypatch):
+    db = tmp_path / "env.sqlite"
+    monkeypatch.setenv("DSONET_DB", str(db))
+    result = CliRunner().invoke(cli, ["show", "0123456789ab"])
+    assert result.exit_code == 1 and "no such experience" in result.output
+    assert db.exists()  # the command opened the file DSONET_DB names
