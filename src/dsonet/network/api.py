@@ -140,8 +140,8 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
 class BodyLimit:
     """ASGI middleware: refuse bodies over the limit (declared or streamed) with 413."""
 
-    def __init__(self, app: FastAPI, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app: FastAPI, max_bytes: int, hint: str = "send one experience per request"):
+        self.app, self.max_bytes, self.hint = app, max_bytes, hint
 
     def __getattr__(self, name: str) -> Any:  # let callers reach the FastAPI app (routes, openapi...)
         return getattr(self.app, name)
@@ -178,7 +178,7 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _too_large(self, send) -> None:
-        body = (b'{"detail":"request body over %d bytes; send one experience per request"}' % self.max_bytes)
+        body = b'{"detail":"request body over %d bytes; %s"}' % (self.max_bytes, self.hint.encode())
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})

@@ -158,7 +158,7 @@ def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None
     async def health() -> dict:
         return {"status": "ok", "upstream": base}
 
-    return BearerToken(BodyLimit(app, max_body), token)
+    return BearerToken(BodyLimit(app, max_body, hint="raise the proxy's --max-body"), token)
 
 
 async def _relay(reply: httpx.Response):
