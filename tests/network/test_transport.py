@@ -2,11 +2,25 @@ import asyncio
 
 import pytest
 
-from dsonet.network.transport import MSG_ID, InProcessHub, TransportError, subject_for
+from dsonet.network.transport import MSG_ID, InProcessHub, Subject, TransportError, parse_subject, subject_for
 
 
 def test_subject_per_domain_keeps_dotted_domains():
     assert subject_for("dso", "batch", "math.geometry") == "dso.batch.math.geometry"
+
+
+def test_parse_subject_inverts_subject_for_and_refuses_anything_else():
+    assert parse_subject(subject_for("dso", "tombstone", "math.geometry")) == Subject("dso", "tombstone", "math.geometry")
+    assert parse_subject("dso.batch") is None and parse_subject("junk") is None
+
+
+def test_a_hub_on_a_simulated_clock_stamps_messages_with_it():
+    async def main():
+        hub = InProcessHub(clock=lambda: 1_750_000_000.0)
+        await hub.transport().publish(b"x", subject_for("dso", "batch", "math"))
+        return hub.log[0].timestamp_ms
+
+    assert asyncio.run(main()) == 1_750_000_000_000
 
 
 def test_inprocess_readers_see_every_message_in_order_and_resume_where_they_stopped():

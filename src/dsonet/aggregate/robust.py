@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from dsonet.aggregate.errors import AggregationError
-from dsonet.codec import _kernels
+from dsonet.codec import kernels
 from dsonet.codec.threads import run_chunks
 
 _CHUNK = 512  # rows per task when scoring every row
@@ -68,7 +68,7 @@ def mad_scores(x: np.ndarray, center: np.ndarray, mad: np.ndarray, eps: float) -
     out = np.empty(n, dtype=np.float32)
 
     def rows(start: int, stop: int) -> None:
-        _kernels.weighted_l1(x[start:stop], center, w, stop - start, d, out[start:stop])
+        kernels.weighted_l1(x[start:stop], center, w, stop - start, d, out[start:stop])
 
     run_chunks(rows, n, _CHUNK)
     return out

@@ -12,7 +12,7 @@ Bit k of word w of a group holds coordinate 32·w + k of that group; a set bit m
 With ``rotation_seed`` set, each group of Δ is rotated by a seeded orthogonal map before quantisation and
 rotated back on decompression (see `dsonet.codec.rotation`). The code has the same size.
 
-The per-vector work runs in C (`dsonet.codec._kernels`): one fused pass per vector computes
+The per-vector work runs in C (`dsonet.codec.kernels`; numpy where the extension is not built): one fused pass per vector computes
 Δ, its signs and its group scales in registers, so the floats are read from memory once.
 Batches are split into chunks of rows that run on all cores.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dsonet.codec import _kernels
+from dsonet.codec import kernels
 from dsonet.codec.rotation import Rotation, get_rotation
 from dsonet.codec.threads import run_chunks
 from dsonet.errors import CodecError
@@ -180,7 +180,7 @@ def compress(
         x, b = e[start:stop], base
         if rotation is not None:
             x, b = rotation.apply(x, base, out=_scratch.buffer((stop - start, d))), None
-        _kernels.quantize(x, b, stop - start, d, group_size, signs[start:stop], scales[start:stop])
+        kernels.quantize(x, b, stop - start, d, group_size, signs[start:stop], scales[start:stop])
 
     run_chunks(rows, m, _CHUNK_ROWS)
     # NaN and Inf propagate into the scales, so validating them costs nothing on the hot path
@@ -210,10 +210,10 @@ def _dequantize(codes: BitDeltaCodes, rotation: Rotation | None, add_baseline: b
 
     def rows(start: int, stop: int) -> None:
         if rotation is None:
-            _kernels.dequantize(signs[start:stop], scales[start:stop], base, stop - start, d, g, out[start:stop])
+            kernels.dequantize(signs[start:stop], scales[start:stop], base, stop - start, d, g, out[start:stop])
             return
         delta = _scratch.buffer((stop - start, d))
-        _kernels.dequantize(signs[start:stop], scales[start:stop], None, stop - start, d, g, delta)
+        kernels.dequantize(signs[start:stop], scales[start:stop], None, stop - start, d, g, delta)
         rotation.invert(delta, codes.baseline, out=out[start:stop])
 
     run_chunks(rows, m, _CHUNK_ROWS)

@@ -22,7 +22,7 @@ where D is a diagonal of random signs, H is the normalised Walsh–Hadamard matr
 a fast transform) and Q_m is a seeded dense random orthogonal matrix of the odd part m (15
 for g = 7680, 3 for 384, 1 for powers of two). Every output coordinate of a block depends on
 every input coordinate of it, so one round mixes the whole group: about 2(m + k) flops per
-coordinate (38 for g = 7680). The transform runs in `dsonet.codec._kernels` (C, AVX2).
+coordinate (38 for g = 7680). The transform runs in `dsonet.codec.kernels` (C, AVX2).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from dsonet.codec import _kernels
+from dsonet.codec import kernels
 from dsonet.errors import CodecError
 
 
@@ -68,11 +68,11 @@ class Rotation:
 
     def apply(self, x: np.ndarray, base: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """R (x − base) for rows of x: (n, dim) -> (n, dim)."""
-        return self._run(_kernels.rotate, x, base, out)
+        return self._run(kernels.rotate, x, base, out)
 
     def invert(self, y: np.ndarray, base: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """Rᵀ y + base for rows of y: undoes `apply`."""
-        return self._run(_kernels.unrotate, y, base, out)
+        return self._run(kernels.unrotate, y, base, out)
 
     def _run(self, kernel, x: np.ndarray, base: np.ndarray | None, out: np.ndarray | None) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32)

@@ -6,7 +6,7 @@ Two stages, both over what the index holds (≈ 1 KB an experience at d = 7680):
    top `SKETCH_DIM` principal directions of the library's reconstructions, stored as int8
    (64 bytes a row). Embeddings have far fewer informative directions than coordinates, so
    this short sketch finds the neighbourhood; its inner product with the query's sketch
-   ranks ``candidates`` rows (C, `_kernels.int8_dot`). Smaller libraries are scanned in full.
+   ranks ``candidates`` rows (C, `kernels.int8_dot`). Smaller libraries are scanned in full.
 2. asymmetric, on those rows: an estimate of q·e from the code and the float query,
 
        q·e ≈ q·ē_b + κ · Σ_j α_j ⟨(Rq)_j, s_j⟩
@@ -32,7 +32,7 @@ import os
 
 import numpy as np
 
-from dsonet.codec import _kernels
+from dsonet.codec import kernels
 from dsonet.codec.bitdelta import words_per_group
 from dsonet.codec.rotation import get_rotation
 from dsonet.codec.threads import run_chunks
@@ -151,7 +151,7 @@ class CodeIndex:
         out = np.empty((len(rows), self.dim), np.float32)
         words = np.ascontiguousarray(self._codes[rows]).view("<u4")
         scales = np.ascontiguousarray(self.scales[rows])
-        _kernels.dequantize(words, scales, None, len(rows), self.dim, self.group_size, out)
+        kernels.dequantize(words, scales, None, len(rows), self.dim, self.group_size, out)
         return out
 
     def reconstruct(self, rows: np.ndarray) -> np.ndarray:
@@ -183,7 +183,7 @@ class CodeIndex:
         codes = self.codes
 
         def part(start: int, stop: int) -> None:
-            _kernels.lut_sums(table, codes, self.n, self.code_bytes, rows[start:stop], self.n_groups, set_sum[start:stop])
+            kernels.lut_sums(table, codes, self.n, self.code_bytes, rows[start:stop], self.n_groups, set_sum[start:stop])
 
         run_chunks(part, len(rows), max(_LUT_CHUNK_ROWS, -(-len(rows) // (os.cpu_count() or 1))))
         return (self.scales[rows] * (2.0 * set_sum - grouped.sum(1))).sum(1)
@@ -364,7 +364,7 @@ class _Sketch:
         """The n rows whose sketch has the largest inner product with the query's."""
         weights = matvec(self.rotated, rotated_q) * self.step
         scores = np.empty(self.n, np.float32)
-        _kernels.int8_dot(self.codes[: self.n], weights, self.n, len(weights), scores)
+        kernels.int8_dot(self.codes[: self.n], weights, self.n, len(weights), scores)
         if n >= self.n:
             return np.arange(self.n)
         return np.argpartition(-scores, n)[:n]

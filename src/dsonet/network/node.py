@@ -41,7 +41,7 @@ from dsonet.library import Hit, Library, MergeRule
 from dsonet.library.merge import THETA_DUP
 from dsonet.network.metrics import NodeMetrics
 from dsonet.network.tombstone import TombstoneError, decode_tombstone, make_tombstone
-from dsonet.network.transport import MSG_ID, SENDER, Message, Transport, subject_for
+from dsonet.network.transport import MSG_ID, SENDER, Message, Transport, parse_subject, subject_for
 
 log = logging.getLogger(__name__)
 
@@ -322,8 +322,8 @@ class Node:
             if msg.headers.get(SENDER) == self.node_id:
                 continue  # our own message: its experiences are in the library already
             self.metrics.received.inc()
-            kind = msg.subject.split(".")[1] if msg.subject.count(".") >= 2 else ""
-            if kind == TOMBSTONE:
+            subject = parse_subject(msg.subject)
+            if subject is not None and subject.kind == TOMBSTONE:
                 self._round(msg.timestamp_ms)
                 self._apply_tombstone(msg)
                 continue

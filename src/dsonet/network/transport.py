@@ -65,6 +65,20 @@ def subject_for(prefix: str, kind: str, domain: str) -> str:
     return f"{prefix}.{kind}.{domain}"
 
 
+@dataclass(frozen=True)
+class Subject:
+    prefix: str
+    kind: str  # "batch" or "tombstone"
+    domain: str
+
+
+def parse_subject(subject: str) -> Subject | None:
+    """The parts of a subject made by `subject_for`; None for anything else (a reader skips it)."""
+    prefix, _, rest = subject.partition(".")
+    kind, _, domain = rest.partition(".")
+    return Subject(prefix, kind, domain) if prefix and kind and domain else None
+
+
 class InProcessHub:
     """One shared log for many nodes in one process (one asyncio loop); no server.
 
