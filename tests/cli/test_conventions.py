@@ -5,6 +5,11 @@ One flag per concept (--db with DSONET_DB, -k, --json, --node URL), one environm
 expected error. Runs without torch: importing a command must not load an extra.
 """
 
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
 import click
 import pytest
 from click.testing import CliRunner
@@ -74,13 +79,37 @@ def test_keygen_node_start_and_db_share_one_home():
     assert start["data_dir"].default == HOME and DEFAULT_DB.parent == HOME  # node.key + library.sqlite in it
 
 
-def test_a_user_error_exits_1_with_one_line_and_no_traceback(tmp_path):
-    result = CliRunner().invoke(cli, ["search", "anything", "--node", "http://127.0.0.1:9"])
+@pytest.fixture
+def db(tmp_path):
+    """A library file with its profile bound (a test encoder), so opening it loads no model."""
+    from dsonet.library import Library
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "library"))
+    from lib_helpers import HashEncoder
+
+    path = tmp_path / "lib.sqlite"
+    with Library(path, encoder=HashEncoder()) as lib:
+        lib.add("When a graph is sparse, store it as adjacency lists", "code")
+    return path
+
+
+def _one_line_error(result, says: str) -> None:
     assert result.exit_code == 1, result.output
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error:") and "Traceback" not in result.output
-    result = CliRunner().invoke(cli, ["show", "abc", "--db", str(tmp_path / "lib.sqlite")])
-    assert result.exit_code == 1 and "at least 8 characters" in result.output
+    assert len(lines) == 1 and lines[0].startswith("Error:") and says in lines[0], result.output
+
+
+def test_a_user_error_exits_1_with_one_line_and_no_traceback(db):
+    _one_line_error(CliRunner().invoke(cli, ["search", "anything", "--node", "http://127.0.0.1:9"]), "127.0.0.1:9")
+    _one_line_error(CliRunner().invoke(cli, ["show", "abc", "--db", str(db)]), "at least 8 characters")
+    _one_line_error(CliRunner().invoke(cli, ["delete", "0123456789ab", "--db", str(db)]), "no such experience")
+    _one_line_error(CliRunner().invoke(cli, ["import", str(db), "--db", str(db)]), str(db))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="only where torch is not installed")
+def test_without_torch_the_default_encoder_is_a_one_line_fix(tmp_path):
+    result = CliRunner().invoke(cli, ["add", "When X, do Y", "--db", str(tmp_path / "new.sqlite")])
+    _one_line_error(result, "pip install 'dsonet[encoder]'")
 
 
 def test_usage_errors_exit_2():
@@ -89,9 +118,7 @@ def test_usage_errors_exit_2():
     assert CliRunner().invoke(cli, ["no-such-command"]).exit_code == 2
 
 
-def test_the_db_option_reads_dsonet_db(tmp_path, monkeypatch):
-    db = tmp_path / "env.sqlite"
+def test_the_db_option_reads_dsonet_db(db, monkeypatch):
     monkeypatch.setenv("DSONET_DB", str(db))
-    result = CliRunner().invoke(cli, ["show", "0123456789ab"])
-    assert result.exit_code == 1 and "no such experience" in result.output
-    assert db.exists()  # the command opened the file DSONET_DB names
+    result = CliRunner().invoke(cli, ["stats", "--json"])
+    assert result.exit_code == 0 and json.loads(result.output)["experiences"] == 1

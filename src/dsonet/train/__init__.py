@@ -4,6 +4,15 @@ Sits beside `dsonet.encoders` (it trains an encoder's head and imports nothing a
 """
 
 from dsonet.train.config import TrainConfig, cpu_recipe
-from dsonet.train.run import TrainError, train
 
 __all__ = ["TrainConfig", "TrainError", "cpu_recipe", "train"]
+
+
+def __getattr__(name: str):
+    """`train` and `TrainError` load torch, so only when asked for: `dso train --help` and the
+    core (which has no torch) import the config alone."""
+    if name in ("TrainError", "train"):
+        from dsonet.train import run
+
+        return getattr(run, name)
+    raise AttributeError(f"module 'dsonet.train' has no attribute {name!r}")
