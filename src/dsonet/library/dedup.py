@@ -31,6 +31,7 @@ _SCREEN_SLACK = 3.0  # see _lsh_edges
 _SCREEN_DIMS = 192
 _COS_BYTES = 4 << 20  # rows gathered per exact-cosine block: stays in cache (measured 2x faster than one gather)
 
+THETA_DUP = 0.95  # federated-agents paper §5: two experiences of a domain above this cosine are one
 Method = Literal["auto", "exact", "lsh"]
 
 
@@ -39,7 +40,7 @@ class DedupError(DsoError, ValueError):
 
 
 def duplicate_clusters(
-    vectors: np.ndarray, domains: Sequence[str], threshold: float = 0.95, method: Method = "auto"
+    vectors: np.ndarray, domains: Sequence[str], threshold: float = THETA_DUP, method: Method = "auto"
 ) -> np.ndarray:
     """For each row, the index of its cluster's representative (the smallest row index in it).
 
@@ -71,7 +72,7 @@ def duplicate_clusters(
 
 
 def duplicate_clusters_by_rows(
-    rows: Callable[[np.ndarray], np.ndarray], n: int, dim: int, domains: Sequence[str], threshold: float = 0.95,
+    rows: Callable[[np.ndarray], np.ndarray], n: int, dim: int, domains: Sequence[str], threshold: float = THETA_DUP,
     chunk: int = 4096,
 ) -> np.ndarray:
     """`duplicate_clusters` for vectors fetched on demand: ``rows(idx)`` returns vectors[idx].

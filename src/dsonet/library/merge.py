@@ -21,9 +21,9 @@ from typing import Callable
 
 import numpy as np
 
-from dsonet.library.dedup import duplicate_clusters_by_rows
+from dsonet.library.dedup import THETA_DUP, duplicate_clusters_by_rows
 
-THETA_DUP = 0.95  # federated-agents paper §5
+__all__ = ["THETA_DUP", "Member", "MergeRule", "MergedView"]
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dsonet import __version__
 from dsonet.errors import DsoError
+from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
 from dsonet.network.node import Node
 from dsonet.network.transport import TransportError
 
@@ -47,9 +48,9 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     query: str | None = Field(None, min_length=1, max_length=4096)
     vector: list[float] | None = None
-    k: int = Field(5, ge=1, le=100)
-    min_similarity: float = Field(0.6, ge=-1.0, le=1.0)
-    max_tokens: int = Field(2048, ge=1, le=1_000_000)
+    k: int = Field(K, ge=1, le=100)
+    min_similarity: float = Field(MIN_SIMILARITY, ge=-1.0, le=1.0)
+    max_tokens: int = Field(MAX_TOKENS, ge=1, le=1_000_000)
     domain: str | None = Field(None, max_length=64)
 
 

@@ -10,6 +10,7 @@ import httpx
 
 from dsonet.errors import DsoError
 from dsonet.experience import Experience
+from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
 
 
 class NodeClientError(DsoError):
@@ -52,7 +53,7 @@ class NodeClient:
         self.delete(exp_id)
         return self.add(text, old.domain, old.confidence)
 
-    def search(self, query: str, k: int = 5, min_similarity: float = 0.6, max_tokens: int = 2048,
+    def search(self, query: str, k: int = K, min_similarity: float = MIN_SIMILARITY, max_tokens: int = MAX_TOKENS,
                domain: str | None = None) -> list:
         from dsonet.library import Hit
 

@@ -39,6 +39,7 @@ from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
 from dsonet.library import Hit, Library, MergeRule
 from dsonet.library.merge import THETA_DUP
+from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
 from dsonet.network.metrics import NodeMetrics
 from dsonet.network.tombstone import TombstoneError, decode_tombstone, make_tombstone
 from dsonet.network.transport import MSG_ID, SENDER, Message, Transport, parse_subject, subject_for
@@ -198,14 +199,15 @@ class Node:
             self._wake.set()
         return exp
 
-    async def search(self, query: str | None = None, vector: np.ndarray | list | None = None, k: int = 5,
-                     min_similarity: float = 0.6, max_tokens: int = 2048, domain: str | None = None) -> list:
+    async def search(self, query: str | None = None, vector: np.ndarray | list | None = None, k: int = K,
+                     min_similarity: float = MIN_SIMILARITY, max_tokens: int = MAX_TOKENS,
+                     domain: str | None = None) -> list:
         if (query is None) == (vector is None):
             raise NodeError("query/vector: give exactly one of them")
         t = time.perf_counter()
         if vector is not None:
             q = self.check_vector(vector, "vector")
-            hits = await self._call(self.library.search_vector, q, k, min_similarity, domain)
+            hits = await self._call(self.library.search_vector, q, k, min_similarity, domain, max_tokens)
         else:
             if self.encoder is None:
                 raise NodeError("query: this node has no encoder; search with a vector instead")
