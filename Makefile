@@ -50,7 +50,7 @@ test: install system warm test-core
 # torch-free tests. 3.13 builds without the C kernels (DSONET_NO_KERNELS=1): the fallback build and
 # the codec's portable numpy paths are tested there. A version missing from PATH is skipped, saying so.
 CORE_PYTHONS ?= 3.12 3.13
-NO_KERNELS_ON ?=
+NO_KERNELS_ON ?= 3.13
 CORE_TESTS := tests/codec tests/test_identity.py tests/test_experience.py tests/network/test_transport.py \
 	tests/network/test_tombstone.py tests/network/test_node.py tests/cli tests/test_packaging.py
 
@@ -72,7 +72,7 @@ test-core:
 		nok=0; case " $(NO_KERNELS_ON) " in *" $$v "*) nok=1;; esac; \
 		DSONET_NO_KERNELS=$$nok .venv-$$v/bin/python -m pip install -q --no-deps --force-reinstall . || exit 1; \
 		echo "== python$$v, core only (kernels built: $$([ $$nok = 1 ] && echo no || echo yes))"; \
-		.venv-$$v/bin/python -m pytest -q -p no:cacheprovider -m "not slow" $(CORE_TESTS) || exit 1; \
+		DSONET_NO_KERNELS=$$nok .venv-$$v/bin/python -m pytest -q -p no:cacheprovider -m "not slow" $(CORE_TESTS) || exit 1; \
 	done
 
 test-fast: install warm
