@@ -6,6 +6,7 @@ import httpx
 import numpy as np
 import pytest
 
+from dsonet.identity import NodeIdentity
 from dsonet.network.api import create_app
 from dsonet.network.node import Node, NodeConfig, NodeError
 from dsonet.network.transport import InProcessHub
@@ -198,6 +199,31 @@ def test_api_submit_get_search_delete_round_trip(api):
     assert got["text"] == TEXTS[0] and hits[0]["experience"]["id"] == exp_id
     assert (deleted, missing) == (200, 404)
     assert "dso_submitted_experiences_total 1.0" in metrics
+
+
+def test_api_outcomes_count_only_for_retrievals_the_node_issued_and_only_once(api):
+    loop, client, node = api
+    peer = NodeIdentity.from_seed(b"outcome-peer")
+
+    async def main():
+        from dsonet.codec import make_batch
+        from dsonet.experience import Experience
+
+        batch = make_batch([Experience(TEXTS[1], "math", 0.7)], np.array([_vec(2)], np.float32), node.profile, peer)
+        await node._call(node.library.ingest, batch)
+        before = node.soup.reputation.get(peer.node_id)
+        found = (await client.post("/search", json={"vector": _vec(2), "min_similarity": 0.5})).json()
+        first = await client.post("/outcomes", json={"retrieval_id": found["retrieval_id"], "helped": False})
+        again = await client.post("/outcomes", json={"retrieval_id": found["retrieval_id"], "helped": False})
+        forged = await client.post("/outcomes", json={"retrieval_id": "0" * 24, "helped": False})
+        return found, first, again, forged, before, node.soup.reputation.get(peer.node_id)
+
+    found, first, again, forged, before, after = loop.run_until_complete(main())
+    assert found["hits"][0]["sources"] == [peer.node_id]
+    assert first.status_code == 200 and first.json() == {"recorded": 1}
+    assert after < before  # the source's reputation moved (DeltaSoup's feedback defence)
+    assert node.library.outcomes(found["hits"][0]["experience"]["id"]) == (1, 0)
+    assert (again.status_code, forged.status_code) == (404, 404) and "already recorded" in again.json()["detail"]
 
 
 @pytest.mark.parametrize("body, headers, status, says", [

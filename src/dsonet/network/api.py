@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dsonet import __version__
 from dsonet.errors import DsoError
 from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
+from dsonet.library.retrievals import UnknownRetrieval
 from dsonet.network.node import Node
 from dsonet.network.transport import TransportError
 
@@ -52,6 +53,12 @@ class SearchRequest(BaseModel):
     min_similarity: float = Field(MIN_SIMILARITY, ge=-1.0, le=1.0)
     max_tokens: int = Field(MAX_TOKENS, ge=1, le=1_000_000)
     domain: str | None = Field(None, max_length=64)
+
+
+class OutcomeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    retrieval_id: str = Field(min_length=1, max_length=64, description="The id a search returned with its hits")
+    helped: bool = Field(description="Whether the task the lessons were retrieved for succeeded")
 
 
 def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY,
@@ -116,8 +123,17 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
 
     @app.post("/search", dependencies=auth)
     async def search(req: SearchRequest) -> dict:
-        hits = await node.search(req.query, req.vector, req.k, req.min_similarity, req.max_tokens, req.domain)
-        return {"hits": [_jsonable(h) for h in hits]}
+        rid, hits = await node.recall(req.query, req.vector, req.k, req.min_similarity, req.max_tokens, req.domain)
+        return {"retrieval_id": rid, "hits": [_jsonable(h) for h in hits]}
+
+    @app.post("/outcomes", dependencies=auth)
+    async def outcome(req: OutcomeRequest) -> dict:
+        """Report whether the lessons of one search helped: counted on each lesson (eviction by
+        usefulness) and on each source peer's reputation. Only ids this node issued count, once."""
+        try:
+            return {"recorded": await node.outcome(req.retrieval_id, req.helped)}
+        except UnknownRetrieval as exc:
+            raise HTTPException(404, str(exc)) from None
 
     @app.get("/stats", dependencies=auth)
     async def stats() -> dict:

@@ -55,11 +55,26 @@ class NodeClient:
 
     def search(self, query: str, k: int = K, min_similarity: float = MIN_SIMILARITY, max_tokens: int = MAX_TOKENS,
                domain: str | None = None) -> list:
+        return self.recall(query, k, min_similarity, max_tokens, domain)[1]
+
+    def recall(self, query: str, k: int = K, min_similarity: float = MIN_SIMILARITY, max_tokens: int = MAX_TOKENS,
+               domain: str | None = None) -> tuple[str, list]:
+        """(retrieval id, hits): the id names this search when its outcome is reported (`outcome`)."""
         from dsonet.library import Hit
 
         body = {"query": query, "k": k, "min_similarity": min_similarity, "max_tokens": max_tokens, "domain": domain}
-        hits = self._call("POST", "/search", json=body).get("hits", [])
-        return [Hit(Experience.from_dict(h["experience"]), float(h["score"]), tuple(h.get("members", ()))) for h in hits]
+        reply = self._call("POST", "/search", json=body)
+        hits = [Hit(Experience.from_dict(h["experience"]), float(h["score"]), tuple(h.get("members", ())),
+                    tuple(h.get("sources", ()))) for h in reply.get("hits", [])]
+        return reply.get("retrieval_id", ""), hits
+
+    def outcome(self, retrieval_id: str, helped: bool) -> int:
+        """Report whether the lessons of a search helped; returns how many lessons were judged."""
+        reply = self._call("POST", "/outcomes", json={"retrieval_id": retrieval_id, "helped": bool(helped)})
+        if not reply:
+            raise NodeClientError(f"outcome: the node did not issue retrieval {retrieval_id[:40]!r}, or its outcome "
+                                  "is in already; report the id its search returned, once")
+        return int(reply["recorded"])
 
     def stats(self) -> dict:
         return self._call("GET", "/stats")

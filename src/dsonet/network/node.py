@@ -40,6 +40,7 @@ from dsonet.identity import NodeIdentity
 from dsonet.library import Hit, Library, MergeRule
 from dsonet.library.merge import THETA_DUP
 from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
+from dsonet.library.retrievals import Retrievals
 from dsonet.network.metrics import NodeMetrics
 from dsonet.network.tombstone import TombstoneError, decode_tombstone, make_tombstone
 from dsonet.network.transport import MSG_ID, SENDER, Message, Transport, parse_subject, subject_for
@@ -115,6 +116,7 @@ class Node:
         self.soup = None
         self.closed = False
         self.on_round: Callable[[RoundResult], None] | None = None  # sees every DeltaSoup round (benchmarks)
+        self.retrievals = Retrievals()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -215,6 +217,21 @@ class Node:
                                     max_tokens=max_tokens, domain=domain)
         self.metrics.search_seconds.observe(time.perf_counter() - t)
         return hits
+
+    async def recall(self, query: str | None = None, vector: np.ndarray | list | None = None, k: int = K,
+                     min_similarity: float = MIN_SIMILARITY, max_tokens: int = MAX_TOKENS,
+                     domain: str | None = None) -> tuple[str, list[Hit]]:
+        """`search`, with a retrieval id to report the outcome under (`outcome`)."""
+        hits = await self.search(query, vector, k, min_similarity, max_tokens, domain)
+        return self.retrievals.issue(hits), hits
+
+    async def outcome(self, retrieval_id: str, helped: bool) -> int:
+        """Whether the lessons of a retrieval this node issued helped; returns how many were judged.
+        Raises `UnknownRetrieval` for an id it did not issue or whose outcome is in already."""
+        hits = self.retrievals.take(retrieval_id)
+        await self.record_outcome(hits, helped)
+        self.metrics.outcomes.labels(helped=str(bool(helped)).lower()).inc()
+        return len(hits)
 
     async def record_outcome(self, hits: list[Hit], helped: bool) -> None:
         """Whether the experiences of a search helped the task they were retrieved for: counted on

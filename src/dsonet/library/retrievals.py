@@ -1,0 +1,50 @@
+"""Retrieval ids: what a searcher handed out, so an outcome can only be about lessons it gave.
+
+An agent reports whether the lessons of a search helped by naming the search's retrieval id,
+not experience ids: no client can sink a peer's reputation (or a lesson's help rate) with
+outcomes for lessons it never received, and each retrieval's outcome counts once.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections import OrderedDict
+
+from dsonet.errors import DsoError
+
+PENDING = 10_000  # retrievals awaiting an outcome; the oldest are forgotten first
+
+
+class UnknownRetrieval(DsoError, KeyError):
+    """An outcome for a retrieval id that was not issued here, was forgotten, or was used already."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown retrieval id"
+
+
+class Retrievals:
+    def __init__(self, capacity: int = PENDING):
+        self.capacity = capacity
+        self._pending: OrderedDict[str, list] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def issue(self, hits: list) -> str:
+        """A new retrieval id for these hits (remembered only when there is something to judge)."""
+        rid = secrets.token_hex(12)
+        if hits:
+            with self._lock:
+                self._pending[rid] = list(hits)
+                while len(self._pending) > self.capacity:
+                    self._pending.popitem(last=False)
+        return rid
+
+    def take(self, retrieval_id: str) -> list:
+        """The hits of a retrieval, once; raises `UnknownRetrieval` after that."""
+        with self._lock:
+            hits = self._pending.pop(retrieval_id, None)
+        if hits is None:
+            raise UnknownRetrieval(f"retrieval_id {retrieval_id[:40]!r}: unknown, forgotten or already recorded; send "
+                                   f"the id a search returned (the last {self.capacity} searches with lessons are "
+                                   "kept), once")
+        return hits
