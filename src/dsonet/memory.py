@@ -2,32 +2,29 @@
 
 The MCP server (`dsonet.mcp`) and the OpenAI-compatible proxy (`dsonet.proxy`) both talk to
 one `Memory`: a local library file (`LocalMemory`) or a running node (`NodeMemory`, over the
-node's HTTP API). A search returns a `Recall`: the hits and a retrieval id. An outcome names
-that id rather than experience ids, so a caller can only vote on lessons it was actually given,
-and a retrieval's outcome is recorded once.
+node's HTTP API, where the node issues the ids and feeds outcomes to its peers' reputation). A
+search returns a `Recall`: the hits and a retrieval id. An outcome names that id rather than
+experience ids, so a caller can only vote on lessons it was actually given, once
+(`dsonet.library.retrievals`).
 """
 
 from __future__ import annotations
 
-import secrets
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from dsonet.errors import DsoError
 from dsonet.experience import Experience
+from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
+from dsonet.library.retrievals import Retrievals, UnknownRetrieval
 
-MAX_PENDING = 10_000  # retrievals awaiting an outcome; the oldest are forgotten first
+__all__ = ["LocalMemory", "Memory", "NodeMemory", "Recall", "RecallError", "UnknownRetrieval", "open_memory"]
 
 
 class RecallError(DsoError, ValueError):
-    """A memory request that cannot be done as asked (unknown retrieval id, bad argument)."""
-
-
-class UnknownRetrieval(RecallError):
-    """An outcome for a retrieval id this memory did not issue, or whose outcome is already in."""
+    """A memory that cannot be opened as asked."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +47,7 @@ class Recall:
 
 
 class Memory(Protocol):
-    def search(self, query: str, k: int = 5, min_similarity: float = 0.6, max_tokens: int = 2048,
+    def search(self, query: str, k: int = K, min_similarity: float = MIN_SIMILARITY, max_tokens: int = MAX_TOKENS,
                domain: str | None = None) -> Recall: ...
 
     def add(self, text: str, domain: str = "general", confidence: float = 0.5) -> Experience: ...
@@ -68,41 +65,35 @@ def _lessons(hits: list) -> list[Lesson]:
 
 
 class LocalMemory:
-    """A library file in this process. Retrieval ids live in memory for the process's life
-    (the last `MAX_PENDING` searches); one lock serialises library calls from server threads."""
+    """A library file in this process. Retrieval ids live in memory for the process's life (the
+    library's `Retrievals`: the last 10,000 searches with lessons); one lock serialises library
+    calls from server threads."""
 
     def __init__(self, library):
         self.library = library
-        self._pending: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        self.retrievals = Retrievals()
         self._lock = threading.Lock()
 
-    def search(self, query: str, k: int = 5, min_similarity: float = 0.6, max_tokens: int = 2048,
+    def search(self, query: str, k: int = K, min_similarity: float = MIN_SIMILARITY, max_tokens: int = MAX_TOKENS,
                domain: str | None = None) -> Recall:
         with self._lock:
             hits = self.library.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens,
                                        domain=domain)
-            lessons = _lessons(hits)
-            rid = secrets.token_hex(12)
-            if lessons:  # an empty retrieval has nothing to vote on
-                self._pending[rid] = tuple(m for lesson in lessons for m in lesson.members)
-                while len(self._pending) > MAX_PENDING:
-                    self._pending.popitem(last=False)
-        return Recall(rid, lessons, hits)
+        return Recall(self.retrievals.issue(hits), _lessons(hits), hits)
 
     def add(self, text: str, domain: str = "general", confidence: float = 0.5) -> Experience:
         with self._lock:
             return self.library.add(text, domain=domain, confidence=confidence)
 
     def outcome(self, retrieval_id: str, helped: bool) -> int:
+        """Counted on every experience merged into each lesson; returns how many lessons were judged.
+        Raises `UnknownRetrieval` for an id this memory did not issue or whose outcome is in already."""
+        hits = self.retrievals.take(retrieval_id)
         with self._lock:
-            ids = self._pending.pop(retrieval_id, None)
-            if ids is None:
-                raise UnknownRetrieval(
-                    f"retrieval_id {retrieval_id[:40]!r}: unknown or already recorded; send the id a search returned "
-                    f"in this process (the last {MAX_PENDING} searches with lessons are kept), once")
-            for exp_id in ids:
-                self.library.record_outcome(exp_id, helped)
-        return len(ids)
+            for lesson in _lessons(hits):
+                for exp_id in lesson.members:
+                    self.library.record_outcome(exp_id, helped)
+        return len(hits)
 
     def stats(self) -> dict:
         with self._lock:
@@ -119,7 +110,7 @@ class NodeMemory:
     def __init__(self, client):
         self.client = client
 
-    def search(self, query: str, k: int = 5, min_similarity: float = 0.6, max_tokens: int = 2048,
+    def search(self, query: str, k: int = K, min_similarity: float = MIN_SIMILARITY, max_tokens: int = MAX_TOKENS,
                domain: str | None = None) -> Recall:
         rid, hits = self.client.recall(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens,
                                        domain=domain)

@@ -139,6 +139,7 @@ def run(n: int = 200, lessons: int = 1000, encoder: str = "default", out: Path |
 
     import openai
 
+    from dsonet.experience import Experience
     from dsonet.library import Library
     from dsonet.memory import LocalMemory
     from dsonet.proxy.app import create_app
@@ -155,10 +156,9 @@ def run(n: int = 200, lessons: int = 1000, encoder: str = "default", out: Path |
         for size in (0, lessons):
             lib = Library(Path(tmp) / f"lib{size}.sqlite", encoder=enc)
             if size:  # one lesson that applies to the question, so the second row injects something
-                lib.add("When a ratio and a total are given, divide the total by the sum of the ratio's parts",
-                        domain="bench")
-            for i in range(size - 1 if size else 0):
-                lib.add(LESSON_TEMPLATES[i % len(LESSON_TEMPLATES)].format(f"case {i}"), domain="bench")
+                texts = ["When a ratio and a total are given, divide the total by the sum of the ratio's parts"]
+                texts += [LESSON_TEMPLATES[i % len(LESSON_TEMPLATES)].format(f"case {i}") for i in range(size - 1)]
+                lib.add_vectors([Experience(t, "bench") for t in texts], lib.encoder.encode(texts))
             memory = LocalMemory(lib)
             with Served(create_app(memory, f"{upstream.url}/v1", min_similarity=0.3)) as proxy:
                 via = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0)

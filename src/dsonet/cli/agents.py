@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from dsonet.cli.options import db_option, db_path, node_option, node_token_option, token_option
+from dsonet.cli.options import (db_option, db_path, k_option, min_similarity_option, node_option, node_token_option,
+                                token_option)
 from dsonet.errors import DsoError
 
 encoder_option = click.option("--encoder", default="default", show_default=True,
@@ -86,9 +87,8 @@ def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, t
 @max_body_option
 @click.option("--timeout", type=click.FloatRange(0.1), default=300.0, show_default=True,
               help="Seconds to wait for the upstream (and the node, with --node).")
-@click.option("-k", "k", type=click.IntRange(1, 50), default=5, show_default=True, help="Lessons injected at most.")
-@click.option("--min-similarity", type=click.FloatRange(-1, 1), default=0.6, show_default=True,
-              help="Inject only lessons at least this similar to the last user message.")
+@k_option()
+@min_similarity_option
 def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, token, max_body, timeout, k,
           min_similarity) -> None:
     """Serve an OpenAI-compatible API (/v1/chat/completions, /v1/responses; streaming or not) that

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import click
 
-from dsonet.cli.options import DEFAULT_KEY, db_option, db_path, json_option, k_option, node_option, node_token_option
+from dsonet.cli.options import (DEFAULT_KEY, db_option, db_path, json_option, k_option, max_tokens_option,
+                                min_similarity_option, node_option, node_token_option)
 
 
 @contextmanager
@@ -63,9 +64,8 @@ def add(text: str, domain: str, confidence: float, db: Path | None, node: str | 
 @click.command()
 @click.argument("query")
 @k_option()
-@click.option("--min-similarity", type=click.FloatRange(-1, 1), default=0.6, show_default=True)
-@click.option("--max-tokens", type=click.IntRange(1), default=2048, show_default=True,
-              help="Token budget of the returned experiences' text.")
+@min_similarity_option
+@max_tokens_option
 @click.option("--domain", default=None, help="Only this domain.")
 @db_option
 @node_option
@@ -169,7 +169,8 @@ def _resolve(lib, prefix: str) -> str:
 
 @click.command("export")
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["jsonl", "msgpack", "json"]), default="jsonl", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "msgpack"]), default="jsonl", show_default=True,
+              help="jsonl: one experience and its vector a line; msgpack: signed batch files (the wire format).")
 @click.option("--key", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_KEY, show_default=True,
               help="Node key that signs batch files (msgpack/json); `dso keygen` writes it.")
 @db_option

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import click
 
+from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
+
 HOME = Path("~/.dsonet")  # one home: keygen's key, node start's data dir and the library all live here
 DEFAULT_DB = HOME / "library.sqlite"
 DEFAULT_KEY = HOME / "node.key"
@@ -36,8 +38,12 @@ node_token_option = click.option("--node-token", envvar="DSONET_NODE_TOKEN", def
 token_option = click.option("--token", envvar="DSONET_TOKEN", default=None,
                             help="Bearer token clients must send (env DSONET_TOKEN); required beyond loopback.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+min_similarity_option = click.option("--min-similarity", type=click.FloatRange(-1, 1), default=MIN_SIMILARITY,
+                                     show_default=True, help="Only experiences at least this similar (cosine).")
+max_tokens_option = click.option("--max-tokens", type=click.IntRange(1), default=MAX_TOKENS, show_default=True,
+                                 help="Token budget of the returned experiences' text.")
 
 
-def k_option(default: int = 5):
+def k_option(default: int = K):
     return click.option("-k", "k", type=click.IntRange(1, 1000), default=default, show_default=True,
                         help="How many results at most.")

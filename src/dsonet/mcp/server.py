@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from dsonet import __version__
 from dsonet.errors import DsoError
+from dsonet.library.policy import MIN_SIMILARITY, K
 from dsonet.memory import Memory, Recall
 
 INSTRUCTIONS = (
@@ -78,8 +79,8 @@ def build_server(memory: Memory) -> MCPServer:
     @server.tool()
     def search(
         task: Annotated[str, Field(min_length=1, max_length=4096, description="The task or question at hand")],
-        k: Annotated[int, Field(ge=1, le=50, description="Lessons at most")] = 5,
-        min_similarity: Annotated[float, Field(ge=-1.0, le=1.0, description="Cosine threshold")] = 0.6,
+        k: Annotated[int, Field(ge=1, le=50, description="Lessons at most")] = K,
+        min_similarity: Annotated[float, Field(ge=-1.0, le=1.0, description="Cosine threshold")] = MIN_SIMILARITY,
         domain: Annotated[str | None, Field(max_length=64, description="Only this dotted domain")] = None,
     ) -> SearchOut:
         """Lessons other agents learned that apply to this task, best first, with a retrieval id."""

@@ -31,7 +31,9 @@ from starlette.background import BackgroundTask
 
 from dsonet import __version__
 from dsonet.errors import DsoError
-from dsonet.memory import Memory, Recall, UnknownRetrieval
+from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
+from dsonet.library.retrievals import UnknownRetrieval
+from dsonet.memory import Memory, Recall
 from dsonet.proxy.inject import chat_query, inject_chat, inject_responses, responses_query
 
 LESSONS_HEADER = "x-dso-lessons"
@@ -45,8 +47,9 @@ def _error(status: int, message: str, kind: str = "invalid_request_error") -> JS
 
 
 def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None, token: str | None = None,
-               max_body: int = 4 * 1024 * 1024, timeout_s: float = 300.0, k: int = 5, min_similarity: float = 0.6,
-               max_tokens: int = 2048, transport: httpx.AsyncBaseTransport | None = None):
+               max_body: int = 4 * 1024 * 1024, timeout_s: float = 300.0, k: int = K,
+               min_similarity: float = MIN_SIMILARITY, max_tokens: int = MAX_TOKENS,
+               transport: httpx.AsyncBaseTransport | None = None):
     """The proxy as an ASGI app. ``transport`` replaces the network in tests of the app alone."""
     from dsonet.asgi import BearerToken
     from dsonet.network.api import BodyLimit
