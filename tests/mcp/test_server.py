@@ -1,10 +1,7 @@
 """`dso mcp` end to end through the official SDK's own client: in process, over streamable HTTP
 with a token, and over stdio as a desktop host launches it."""
 
-import socket
 import sys
-import threading
-import time
 from pathlib import Path
 
 import anyio
@@ -16,6 +13,7 @@ from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: E402
 
+from dsonet.bench.proxy import Served  # noqa: E402
 from dsonet.library import Library  # noqa: E402
 from dsonet.mcp.server import build_server, http_app  # noqa: E402
 from dsonet.memory import LocalMemory  # noqa: E402
@@ -91,27 +89,10 @@ def test_bad_arguments_are_a_clear_tool_error_and_store_nothing(memory, tool, ar
     assert len(memory.library) == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def http_server(memory):
-    import uvicorn
-
-    port = _free_port()
-    app = http_app(build_server(memory), token="s3cret", max_body=64 * 1024)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/mcp"
-    server.should_exit = True
-    thread.join(10)
+    with Served(http_app(build_server(memory), token="s3cret", max_body=64 * 1024)) as served:
+        yield f"{served.url}/mcp"
 
 
 def test_streamable_http_needs_the_token_and_limits_the_body(http_server, memory):

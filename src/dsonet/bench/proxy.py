@@ -2,8 +2,8 @@
 
 The upstream is an instrument: an OpenAI-compatible app that answers at once (it echoes the
 system message it received), so every millisecond measured is the proxy's. Requests go from
-the `openai` client to the upstream directly and through the proxy, interleaved, over real
-sockets. Rows: the proxy with an empty library (forwarding and one query encoding), and with a
+the `openai` client to the upstream directly and through `dso proxy`, interleaved, over real
+sockets; the upstream and the proxy run in their own processes, as deployed. Rows: the proxy with an empty library (forwarding and one query encoding), and with a
 library of lessons (encoding, search over the codes, injection). The encoder is the network's
 default (MiniLM + Zen head) unless ``--encoder`` names another.
 """
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -134,51 +136,84 @@ def _timed(client, n: int, question: str) -> list[float]:
     return out
 
 
+class Process:
+    """A server in its own process (as deployed), ready once ``probe`` answers 200; stopped on exit."""
+
+    def __init__(self, args: list[str], port: int, probe: str):
+        self.args, self.url, self.probe = args, f"http://127.0.0.1:{port}", probe
+
+    def __enter__(self) -> "Process":
+        import httpx
+
+        self.proc = subprocess.Popen([sys.executable, *self.args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 300  # the proxy loads its encoder first
+        while True:
+            try:
+                if httpx.get(self.url + self.probe, timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.__exit__()
+                raise RuntimeError(f"{' '.join(self.args[:4])} did not start: {self.proc.stderr.read().decode()[-500:]}")
+            time.sleep(0.2)
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def _build_library(path: Path, size: int, encoder: str) -> str:
+    """A library of ``size`` lessons, one of them about the bench's question; returns its encoder id."""
+    from dsonet.encoders.registry import load_encoder
+    from dsonet.experience import Experience
+    from dsonet.library import Library
+
+    with Library(path, encoder=load_encoder(encoder)) as lib:
+        if size:
+            texts = ["When a ratio and a total are given, divide the total by the sum of the ratio's parts"]
+            texts += [LESSON_TEMPLATES[i % len(LESSON_TEMPLATES)].format(f"case {i}") for i in range(size - 1)]
+            lib.add_vectors([Experience(t, "bench") for t in texts], lib.encoder.encode(texts))
+        return lib.profile.encoder_id
+
+
 def run(n: int = 200, lessons: int = 1000, encoder: str = "default", out: Path | None = None) -> dict:
     import tempfile
 
     import openai
 
-    from dsonet.experience import Experience
-    from dsonet.library import Library
-    from dsonet.memory import LocalMemory
-    from dsonet.proxy.app import create_app
-
-    enc = None
-    if encoder != "default":
-        from dsonet.encoders.registry import load_encoder
-
-        enc = load_encoder(encoder)
     question = "The ratio of boys to girls in a class is 3:5 and there are 40 pupils. How many girls are there?"
     rows = []
-    with tempfile.TemporaryDirectory() as tmp, Served(scripted_upstream()) as upstream:
+    up_port = free_port()
+    upstream_cmd = ["-c", "import uvicorn; from dsonet.bench.proxy import scripted_upstream; "
+                          f"uvicorn.run(scripted_upstream(), host='127.0.0.1', port={up_port}, log_level='warning')"]
+    with tempfile.TemporaryDirectory() as tmp, Process(upstream_cmd, up_port, "/v1/models") as upstream:
         direct = openai.OpenAI(base_url=f"{upstream.url}/v1", api_key="x", max_retries=0)
         for size in (0, lessons):
-            lib = Library(Path(tmp) / f"lib{size}.sqlite", encoder=enc)
-            if size:  # one lesson that applies to the question, so the second row injects something
-                texts = ["When a ratio and a total are given, divide the total by the sum of the ratio's parts"]
-                texts += [LESSON_TEMPLATES[i % len(LESSON_TEMPLATES)].format(f"case {i}") for i in range(size - 1)]
-                lib.add_vectors([Experience(t, "bench") for t in texts], lib.encoder.encode(texts))
-            memory = LocalMemory(lib)
-            with Served(create_app(memory, f"{upstream.url}/v1", min_similarity=0.3)) as proxy:
+            db = Path(tmp) / f"lib{size}.sqlite"
+            encoder_id = _build_library(db, size, encoder)
+            port = free_port()
+            proxy_cmd = ["-m", "dsonet.cli.main", "proxy", "--upstream", f"{upstream.url}/v1", "--db", str(db),
+                         "--encoder", encoder, "--port", str(port), "--min-similarity", "0.3"]
+            with Process(proxy_cmd, port, "/health") as proxy:
                 via = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0)
                 _timed(via, 5, question), _timed(direct, 5, question)  # warm both paths (encoder, connections)
                 base, through = [], []
-                for _ in range(n // 10):  # interleaved blocks: both paths see the same machine load
+                for _ in range(max(1, n // 10)):  # interleaved blocks: both paths see the same machine load
                     base += _timed(direct, 10, question)
                     through += _timed(via, 10, question)
                 injected = via.chat.completions.with_raw_response.create(
                     model="scripted", messages=[{"role": "user", "content": question}]).headers.get("x-dso-lessons")
-            memory.close()
             b, t = np.array(base), np.array(through)
-            rows.append({"library": size, "n": len(t), "encoder": lib.profile.encoder_id if lib.profile else encoder,
+            rows.append({"library": size, "n": len(t), "encoder": encoder_id,
                          "direct_p50_ms": round(float(np.median(b)), 2), "direct_p99_ms": round(float(np.percentile(b, 99)), 2),
                          "proxy_p50_ms": round(float(np.median(t)), 2), "proxy_p99_ms": round(float(np.percentile(t, 99)), 2),
                          "added_p50_ms": round(float(np.median(t) - np.median(b)), 2),
                          "added_p99_ms": round(float(np.percentile(t, 99) - np.percentile(b, 99)), 2),
                          "lessons_injected": len(injected.split(",")) if injected else 0})
     result = {"benchmark": "proxy", "rows": rows,
-              "note": "upstream answers at once; added = proxy minus direct, same client, interleaved; 2 CPU cores"}
+              "note": "the upstream, `dso proxy` and the client are three processes on this machine; the upstream "
+                      "answers at once; added = proxy minus direct, same client, interleaved blocks of 10"}
     out = out or RESULTS / "proxy.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

@@ -1,0 +1,92 @@
+"""`dso mcp --node URL` and `dso proxy --node URL`: the tools and the proxy over a running node's
+HTTP API, where the node issues the retrieval ids and records the outcomes itself."""
+
+import asyncio
+import sys
+import threading
+import time
+from pathlib import Path
+
+import anyio
+import httpx
+import openai
+import pytest
+
+from dsonet.bench.proxy import Served, free_port, scripted_upstream
+from dsonet.memory import open_memory
+from dsonet.network.api import create_app
+from dsonet.network.node import Node, NodeConfig
+from dsonet.network.transport import InProcessHub
+from dsonet.proxy.app import create_app as create_proxy
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "library"))
+from lib_helpers import HashEncoder  # noqa: E402
+
+LESSON = "When a ratio is given, write both parts as multiples of one unknown"
+
+
+@pytest.fixture
+def node(tmp_path):
+    """A node (test encoder, in-process log) serving its API with a token on a uvicorn thread."""
+    import uvicorn
+
+    port, held = free_port(), {}
+
+    async def serve():
+        held["node"] = await Node.open(NodeConfig(tmp_path / "node", rule="mean"), InProcessHub().transport(),
+                                       encoder=HashEncoder())
+        held["server"] = uvicorn.Server(uvicorn.Config(create_app(held["node"], token="node-token"), host="127.0.0.1",
+                                                       port=port, log_level="warning"))
+        await held["server"].serve()
+
+    thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not (held.get("server") and held["server"].started):
+        assert time.monotonic() < deadline and thread.is_alive(), "the node did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}", held["node"]
+    held["server"].should_exit = True
+    thread.join(10)
+
+
+def _counters(node):
+    return node.library.db.execute("SELECT SUM(uses), SUM(helped) FROM experiences").fetchone()
+
+
+def test_mcp_tools_over_a_node(node):
+    from mcp import Client
+
+    from dsonet.mcp.server import build_server
+
+    url, n = node
+    memory = open_memory(node=url, token="node-token")
+
+    async def session():
+        async with Client(build_server(memory)) as c:
+            await c.call_tool("add", {"text": LESSON, "domain": "math.ratio"})
+            found = (await c.call_tool("search", {"task": LESSON})).structured_content
+            done = await c.call_tool("record_outcome", {"retrieval_id": found["retrieval_id"], "helped": True})
+            forged = await c.call_tool("record_outcome", {"retrieval_id": "f" * 24, "helped": False})
+            return found, done.structured_content, forged
+
+    found, done, forged = anyio.run(session)
+    memory.close()
+    assert [h["text"] for h in found["hits"]] == [LESSON] and done["recorded"] == 1
+    assert forged.is_error and "did not issue" in forged.content[0].text  # no vote on lessons never received
+    assert _counters(n) == (1, 1)
+
+
+def test_proxy_over_a_node_reports_the_nodes_retrieval_id(node):
+    url, n = node
+    httpx.post(f"{url}/experiences", json={"text": LESSON, "domain": "math.ratio"},
+               headers={"Authorization": "Bearer node-token"}).raise_for_status()
+    memory = open_memory(node=url, token="node-token")
+    with Served(scripted_upstream()) as up, Served(create_proxy(memory, f"{up.url}/v1")) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="k", max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(model="m", messages=[{"role": "user", "content": LESSON}])
+        assert LESSON in raw.parse().choices[0].message.content
+        rid = raw.headers["x-dso-retrieval-id"]
+        assert httpx.post(f"{proxy.url}/v1/outcomes", json={"retrieval_id": rid, "helped": False}).json()["recorded"] == 1
+    memory.close()
+    assert _counters(n) == (1, 0)
