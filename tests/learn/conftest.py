@@ -16,6 +16,7 @@ class DictStore:
 
     def __init__(self):
         self.items: dict[str, Experience] = {}
+        self.outcomes: dict[str, list[int]] = {}
 
     def add(self, text, domain="general", confidence=0.5, provenance=None):
         exp = Experience(text, domain, confidence)
@@ -32,8 +33,18 @@ class DictStore:
     def get(self, exp_id):
         return self.items.get(exp_id)
 
+    def all(self):
+        return list(self.items.values())
+
+    def record_outcome(self, exp_id, helped):
+        uses = self.outcomes.setdefault(exp_id, [0, 0])
+        uses[0] += 1
+        uses[1] += int(helped)
+
     def search(self, query, k=5, min_similarity=0.6, max_tokens=2048, domain=None):
-        same = [e for e in self.items.values() if e.text.lower() == query.lower() and domain in (None, e.domain)]
+        """Exact text matches; with ``min_similarity`` below 0, every experience of the domain."""
+        same = [e for e in self.items.values() if (min_similarity < 0 or e.text.lower() == query.lower())
+                and domain in (None, e.domain)]
         return [_Hit(e, 1.0) for e in same][:k]
 
 

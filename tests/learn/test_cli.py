@@ -15,7 +15,7 @@ LESSON = "When the calculator tool returns an error, retry once with the express
 
 
 def _reply(prompt: str) -> str:
-    if prompt.startswith("Two attempts"):
+    if prompt.startswith("Several attempts"):
         return f"Lessons:\n1. {LESSON}"
     if "What is 6 * 7" in prompt:
         return "Answer: 42"
@@ -41,7 +41,13 @@ def test_learn_from_telemetry_then_ask_and_eval(tmp_path):
         asked = CliRunner().invoke(cli, ["ask", "The calculator tool returned an error, what now?", "--db",
                                          str(lib_path), "--show-prompt", *llm])
         assert asked.exit_code == 0, asked.output
-        assert "Learned Experiences" in asked.output and LESSON in asked.output
+        assert f"- {LESSON}" in asked.output and "[system]" in asked.output
+
+        fed = CliRunner().invoke(cli, ["ask", "The calculator tool returned an error, what now?", "--db",
+                                       str(lib_path), "--feedback", "ask", *llm], input="y\n")
+        assert fed.exit_code == 0 and "recorded helped on 1 lesson" in fed.output
+        with Library(lib_path) as lib:
+            assert lib.outcomes(lib.all()[0].id) == (1, 1)
 
         tasks = tmp_path / "tasks.jsonl"
         tasks.write_text("\n".join(json.dumps({"question": q, "answer": a})
@@ -50,7 +56,7 @@ def test_learn_from_telemetry_then_ask_and_eval(tmp_path):
                                       "--json", *llm])
         assert ev.exit_code == 0, ev.output
         row = json.loads(ev.output.strip().splitlines()[-1])
-        assert row["n_eval"] == 5 and row["accuracy_with"] == row["accuracy_without"]
+        assert row["n_eval"] == 5 and row["accuracy_with"] == row["accuracy_without"] and row["coverage"] == 0
         assert 0 < row["accuracy_without"] < 1
     finally:
         server.close()

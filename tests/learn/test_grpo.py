@@ -11,9 +11,15 @@ from dsonet.learn.grpo import LearnConfig, LearnError, Learner
 from dsonet.learn.llm import Completion
 from dsonet.learn.tasks import Group, Task, TaskSet, numeric_verifier
 
+from dsonet.learn.context import Retrieval
+
 from .conftest import DictStore
 
+ANY = Retrieval(min_similarity=-1.0)
+
 LESSON = "When a sum has negative terms, add them one at a time and keep each sign."
+NONE_REPLY = '[{"candidate": "C1", "op": "NONE"}, {"candidate": "C2", "op": "NONE"}]'
+HARMFUL = "When a number must be doubled, write HARM before the result."
 
 
 class ScriptedLLM:
@@ -21,7 +27,7 @@ class ScriptedLLM:
 
     name = "scripted"
 
-    def __init__(self, lesson_reply=LESSON, op_reply='{"op": "NONE"}'):
+    def __init__(self, lesson_reply=LESSON, op_reply=NONE_REPLY):
         self.lesson_reply, self.op_reply, self.calls = lesson_reply, op_reply, []
 
     def generate(self, chats, n=1, temperature=0.7, max_tokens=128, seed=None):
@@ -29,13 +35,15 @@ class ScriptedLLM:
         for chat in chats:
             text = chat[-1]["content"]
             self.calls.append(text)
-            if text.startswith("Two attempts"):
-                texts = (self.lesson_reply,) * n
-            elif text.startswith("You maintain"):
+            if text.startswith("Several attempts"):  # "{n}" in a scripted lesson: the problem's number
+                texts = (self.lesson_reply.replace("{n}", (text.split("#") + ["?"])[1].split()[0]),) * n
+            elif text.startswith("You keep a short list"):
                 texts = (self.op_reply,) * n
             else:
                 number = int(text.split("#")[1].split()[0])
                 right = f"Answer: {number * 2}"
+                if "HARM" in chat[0]["content"]:  # a harmful lesson in the system message: every answer wrong
+                    right = "Answer: 0"
                 texts = tuple(right if number % 2 == 0 and i % 4 != 3 else "Answer: 0" for i in range(n))
             out.append(Completion(texts, 10, 5 * n))
         return out
@@ -56,7 +64,11 @@ def test_mixed_groups_teach_one_lesson_and_uniform_groups_teach_nothing(tmp_path
     assert exp.domain == "math.doubling" and exp.confidence == 0.95
     # three mixed groups proposed the same lesson: one ADD, the other two merged or found duplicate
     assert stats.proposals == 3 and stats.operations["ADD"] == 1
-    assert sum(c.startswith("Two attempts") for c in llm.calls) == 3
+    assert sum(c.startswith("Several attempts") for c in llm.calls) == 3
+    # the advantage prompt saw all four attempts of the group and the reference answer
+    advantage = next(c for c in llm.calls if c.startswith("Several attempts"))
+    number = int(advantage.split("#")[1].split()[0])
+    assert f"Correct answer: {number * 2}" in advantage and advantage.count("Attempt ") == 4
 
 
 def test_malformed_lessons_are_counted_and_leave_the_library_untouched(tmp_path):
@@ -71,10 +83,11 @@ def test_malformed_lessons_are_counted_and_leave_the_library_untouched(tmp_path)
 def test_operations_with_unknown_ids_are_skipped(tmp_path):
     store = DictStore()
     store.add(LESSON, "math.doubling")  # the dict store finds it as "similar", so the LLM is asked
-    llm = ScriptedLLM(op_reply='{"op": "DELETE", "id": "E9"}')
+    llm = ScriptedLLM(op_reply='[{"candidate": "C1", "op": "DELETE", "id": "E9"}]')
     stats = Learner(llm, store, LearnConfig(group_size=4, epochs=1, batch_size=6), tmp_path).run(_tasks(), False)
+    # one batch of three mixed groups: C1 names an id never shown, C2 and C3 get no operation
     assert len(store.items) == 1 and stats.skipped == 3 and stats.operations["DELETE"] == 0
-    assert any(c.startswith("You maintain") and "E1: " + LESSON in c for c in llm.calls)
+    assert any(c.startswith("You keep a short list") and "E1: " + LESSON in c and "C3: " in c for c in llm.calls)
 
 
 def test_every_rollout_and_operation_is_logged(tmp_path):
@@ -126,7 +139,48 @@ def test_telemetry_groups_teach_without_rollouts():
 
 
 def test_prompts_are_versioned():
-    assert prompts.PROMPTS_VERSION and "{problem}" in prompts.COMPARE and "E1" in prompts.OPERATION
+    assert prompts.PROMPTS_VERSION and "{reference}" in prompts.SUMMARISE and "{reference}" in prompts.ADVANTAGE
+    assert "{summaries}" in prompts.ADVANTAGE and "C1" in prompts.UPDATE and "E1" in prompts.UPDATE
+
+
+def test_problem_specific_and_truncated_lessons_are_rejected_with_reasons(tmp_path):
+    reply = "When doubling {n}, add {n} to itself.\nWhen doubling any number, add it to itself"
+    llm = ScriptedLLM(lesson_reply=reply)
+    llm.generate_real = llm.generate
+
+    def truncating(chats, n=1, temperature=0.7, max_tokens=128, seed=None):
+        out = llm.generate_real(chats, n, temperature, max_tokens, seed)
+        return [Completion(c.texts, c.prompt_tokens, max_tokens) if "any number" in c.texts[0] else c for c in out]
+
+    llm.generate = truncating
+    store = DictStore()
+    Learner(llm, store, LearnConfig(group_size=4, epochs=1, batch_size=6), tmp_path).run(_tasks(), False)
+    reasons = [json.loads(l)["reason"] for l in (tmp_path / "log.jsonl").read_text().splitlines()
+               if json.loads(l)["type"] == "skipped"]
+    # groups #2, #4, #6 were mixed: "When doubling 2" is kept (0, 1 and 2 are common in general advice)
+    assert [e.text for e in store.items.values()] == ["When doubling 2, add 2 to itself."]
+    assert any(r.startswith("truncated at the token limit") for r in reasons)
+    assert any("problem-specific" in r for r in reasons)
+
+
+def test_the_validation_gate_refuses_a_lesson_that_lowers_accuracy(tmp_path):
+    store = DictStore()
+    learner = Learner(ScriptedLLM(lesson_reply=HARMFUL), store, LearnConfig(group_size=4, epochs=1, batch_size=6),
+                      tmp_path)
+    stats = learner.run(_tasks(), False, validation=_tasks(4))
+    assert store.items == {} and stats.gated_out == 1
+    gate = [json.loads(l) for l in (tmp_path / "log.jsonl").read_text().splitlines() if '"gate"' in l]
+    assert gate[0]["accuracy_without"] == 0.5 and gate[0]["accuracy_with"] == 0.0 and not gate[0]["kept"]
+    assert stats.validation == [0.5, 0.5]
+
+
+def test_a_kept_lesson_records_its_validation_uses_and_later_rollouts_as_outcomes(tmp_path):
+    store = DictStore()
+    stats = Learner(ScriptedLLM(), store, LearnConfig(group_size=4, epochs=2, batch_size=6, retrieval=ANY),
+                    tmp_path).run(_tasks(), False, validation=_tasks(4))
+    (exp_id,) = store.items
+    uses, helped = store.outcomes[exp_id]
+    assert stats.gated_out == 0 and uses == 4 + 6 * 4 and helped == 2 + 9  # 4 validation answers, 24 rollouts
 
 
 def test_settings_are_checked():

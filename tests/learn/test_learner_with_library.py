@@ -2,7 +2,7 @@
 
 import pytest
 
-from dsonet.learn.context import Retrieval, with_experiences
+from dsonet.learn.context import OWN_NOTES, Retrieval, inject
 from dsonet.learn.grpo import LearnConfig, Learner
 from dsonet.library import Library
 
@@ -28,7 +28,7 @@ def test_learned_lessons_land_in_the_sqlite_library_once_with_provenance(library
 
 def test_similar_lessons_go_to_the_llm_with_short_ids_and_updates_replace_them(library, tmp_path):
     old = library.add("When a sum has negative terms, add them one at a time.", "math.doubling", 0.7)
-    update = '{"op": "UPDATE", "id": "E1", "text": "When a sum has negative terms, add them one at a time, keeping signs."}'
+    update = '[{"candidate": "C1", "op": "UPDATE", "id": "E1", "text": "When a sum has negative terms, add them one at a time, keeping signs."}]'
     llm = ScriptedLLM(op_reply=update)
     Learner(llm, library, LearnConfig(group_size=4, epochs=1, batch_size=6), tmp_path / "run").run(_tasks(), False)
     texts = [e.text for e in library.all()]
@@ -37,9 +37,19 @@ def test_similar_lessons_go_to_the_llm_with_short_ids_and_updates_replace_them(l
     assert any("E1: When a sum has negative terms, add them one at a time." in c for c in llm.calls)
 
 
-def test_injection_puts_retrieved_experiences_above_the_problem(library):
+def test_injection_puts_retrieved_lessons_in_the_system_message_and_nothing_below_the_threshold(library):
     library.add(LESSON, "math.arithmetic", 0.9)
-    prompt, hits = with_experiences(library, "When a sum has negative terms, how do I add?", "PROBLEM")
-    assert len(hits) == 1 and prompt.index("Learned Experiences") < prompt.index(LESSON) < prompt.index("PROBLEM")
-    prompt, hits = with_experiences(library, "Name the capital of France.", "PROBLEM", Retrieval(min_similarity=0.6))
-    assert hits == [] and prompt == "PROBLEM"
+    injection = inject(library, "When a sum has negative terms, how do I add?", "PROBLEM", Retrieval(min_similarity=0.3))
+    assert len(injection.hits) == 1 and injection.chat[1]["content"] == "PROBLEM"
+    assert injection.chat[0]["content"].endswith(f"{OWN_NOTES}\n- {LESSON}")
+    injection = inject(library, "Name the capital of France.", "PROBLEM", Retrieval(min_similarity=0.6))
+    assert injection.hits == [] and OWN_NOTES not in injection.chat[0]["content"]
+
+
+def test_outcomes_recorded_on_the_library_feed_its_counters(library):
+    from dsonet.learn.evaluate import record_outcome
+
+    exp = library.add(LESSON, "math.arithmetic", 0.9)
+    hits = library.search(LESSON, min_similarity=0.5)
+    assert record_outcome(library, hits, True) == 1 and record_outcome(library, hits, False) == 1
+    assert library.outcomes(exp.id) == (2, 1)

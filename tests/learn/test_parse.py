@@ -68,3 +68,31 @@ def test_several_when_sentences_on_one_line_are_separate_lessons_and_cut_ones_dr
     assert out.items == ("When a sum has two terms, add the second to the first.",
                          "When a term is negative, subtract its size instead.")
     assert len(out.skipped) == 1
+
+
+def test_lessons_that_restate_the_problem_are_rejected_with_the_reason():
+    problem = 'How many times does the letter "t" appear in the text: "the cat sat"? Items: 81, 117'
+    assert "81" in parse.specific_to("When the numbers are 81 and 117, divide by 9.", problem)
+    assert "'t'" in parse.specific_to('When counting "t" in a text, look at every word.', problem)
+    assert "answer" in parse.specific_to("When counting letters here, the answer is 3.", problem, reference="3")
+    assert parse.specific_to("When counting a letter, check every word, including the first.", problem, "3") == ""
+    assert parse.specific_to("When two numbers share no factor, the GCD is 1.", "GCD of 8 and 9", "1") == ""
+    out = parse.experiences("When the numbers are 81 and 117, divide by 9.", problem=problem)
+    assert out.items == () and out.skipped[0].startswith("problem-specific (restates the problem's number 81)")
+
+
+def test_a_reply_cut_at_the_token_limit_loses_its_last_lesson():
+    text = "When signs differ, subtract the smaller magnitude.\nWhen a term is negative, keep its sign and"
+    out = parse.experiences(text, truncated=True)
+    assert out.items == ("When signs differ, subtract the smaller magnitude.",)
+    assert out.skipped[0].startswith("truncated at the token limit")
+
+
+def test_batch_operations_read_a_json_list_or_candidate_lines():
+    ops, skipped = parse.batch_operations(
+        '[{"candidate": "C1", "op": "add"}, {"candidate": "C2", "op": "UPDATE", "id": "e1", "text": "When x, y z."},'
+        ' {"candidate": "C9", "op": "NONE"}]', 2)
+    assert ops == {0: {"op": "ADD"}, 1: {"op": "UPDATE", "id": "E1", "text": "When x, y z."}}
+    assert skipped == ["entry 2 names candidate 'C9'; only C1..C2 were shown"]
+    assert parse.batch_operations("C1: NONE\nC2 -> DELETE E3", 2)[0] == {0: {"op": "NONE"}, 1: {"op": "DELETE", "id": "E3"}}
+    assert parse.batch_operations("no idea", 1)[0] == {}

@@ -18,9 +18,11 @@ def llm_options(fn):
     fn = click.option("--concurrency", default=16, show_default=True,
                       help="Requests in flight at once to a server (keep a vLLM cluster busy).")(fn)
     fn = click.option("--model", default=None,
-                      help="Served model name (with --llm URL), or a local HF folder/.gguf (with --llm local).")(fn)
+                      help="Served model name (with --llm URL); locally an embedded model (qwen2.5-coder-1.5b, "
+                           "qwen2.5-coder-0.5b, smollm2), a .gguf file or a HF folder.")(fn)
     fn = click.option("--llm", "url", default=None, metavar="URL",
-                      help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1 (default: embedded SmolLM2).")(fn)
+                      help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1 (env OPENAI_BASE_URL; "
+                           "default: the embedded Qwen2.5-Coder-1.5B on llama.cpp).")(fn)
     return fn
 
 
@@ -149,11 +151,14 @@ def learn(task, db, url, model, concurrency, timeout, size, config, verifier, he
 @click.option("--context-tokens", default=2048, show_default=True, help="Token budget of injected experiences.")
 @click.option("--max-tokens", default=256, show_default=True, help="Tokens in the answer.")
 @click.option("--show-prompt", is_flag=True, help="Print the prompt with the injected experiences.")
+@click.option("--feedback", type=click.Choice(["ask", "helped", "harmed"]), default=None,
+              help="Record an outcome on the lessons used: ask after the answer, or give it.")
 @json_option
 def ask(question, db, url, model, concurrency, timeout, k, min_similarity, context_tokens, max_tokens,
-        show_prompt, as_json):
-    """Answer QUESTION with the library's most relevant experiences injected into the prompt
-    (k = 5 at similarity > 0.6, at most 2048 tokens, under "Learned Experiences").
+        show_prompt, feedback, as_json):
+    """Answer QUESTION with the library's most relevant experiences in the system message
+    (k = 5 at similarity > 0.6, at most 2048 tokens, as plain bullets). With --feedback, the
+    lessons used get an outcome (helped or not), which feeds eviction by usefulness.
 
     \b
     Example:
@@ -161,6 +166,7 @@ def ask(question, db, url, model, concurrency, timeout, k, min_similarity, conte
     """
     from dsonet.learn.context import Retrieval
     from dsonet.learn.evaluate import ask as _ask
+    from dsonet.learn.evaluate import record_outcome
 
     try:
         llm = open_llm(url, model, concurrency, timeout)
@@ -168,16 +174,21 @@ def ask(question, db, url, model, concurrency, timeout, k, min_similarity, conte
         answer = _ask(llm, lib, question, Retrieval(k, min_similarity, context_tokens), max_tokens=max_tokens)
     except DsoError as exc:
         raise click.ClickException(str(exc)) from exc
+    prompt = "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in answer.chat)
     if as_json:
-        click.echo(json.dumps({"answer": answer.text, "prompt": answer.prompt,
+        click.echo(json.dumps({"answer": answer.text, "prompt": prompt, "messages": answer.chat,
                                "lessons": [{"id": h.experience.id, "text": h.experience.text,
                                             "score": round(h.score, 4)} for h in answer.hits]}))
-        return
-    for hit in answer.hits:
-        click.echo(f"[{hit.score:.2f}] {hit.experience.text}", err=True)
-    if show_prompt:
-        click.echo(answer.prompt + "\n---", err=True)
-    click.echo(answer.text)
+    else:
+        for hit in answer.hits:
+            click.echo(f"[{hit.score:.2f}] {hit.experience.text}", err=True)
+        if show_prompt:
+            click.echo(prompt + "\n---", err=True)
+        click.echo(answer.text)
+    if feedback and lib is not None and answer.hits:
+        helped = feedback == "helped" or (feedback == "ask" and click.confirm("Did the answer help?", err=True))
+        n = record_outcome(lib, answer.hits, helped)
+        click.echo(f"recorded {'helped' if helped else 'harmed'} on {n} lesson(s)", err=True)
 
 
 @click.command(name="eval")
@@ -186,15 +197,14 @@ def ask(question, db, url, model, concurrency, timeout, k, min_similarity, conte
               help="The library learned by `dso learn` (env DSONET_DB).")
 @llm_options
 @task_options
-@click.option("--samples", default=1, show_default=True, help="Samples per task (same seeds with and without).")
-@click.option("--temperature", default=0.0, show_default=True, help="0 = greedy.")
 @click.option("--max-tokens", default=128, show_default=True)
 @click.option("--min-similarity", default=0.6, show_default=True, help="Retrieval threshold (paper: 0.6).")
 @json_option
-def evaluate(task, db, url, model, concurrency, timeout, size, config, verifier, held_out, seed, samples,
-             temperature, max_tokens, min_similarity, as_json):
-    """Accuracy on the held-out split with and without experiences: same tasks, same seeds,
-    same samples; 95% interval of the difference by paired bootstrap, Wilson for each.
+def evaluate(task, db, url, model, concurrency, timeout, size, config, verifier, held_out, seed, max_tokens,
+             min_similarity, as_json):
+    """Accuracy on the held-out split with and without experiences: same tasks, greedy answers;
+    95% interval of the difference by paired bootstrap, McNemar's p, Wilson for each, coverage
+    and parse failures. Each lesson used gets its outcome recorded in the library.
 
     \b
     Example:
@@ -206,8 +216,7 @@ def evaluate(task, db, url, model, concurrency, timeout, size, config, verifier,
     try:
         llm = open_llm(url, model, concurrency, timeout)
         _, test = load_split(task, size, config, verifier, held_out, seed)
-        result = _evaluate(llm, test, open_library(db), samples=samples, temperature=temperature,
-                           max_tokens=max_tokens, seed=seed,
+        result = _evaluate(llm, test, open_library(db), max_tokens=max_tokens,
                            retrieval=Retrieval(min_similarity=min_similarity))
     except DsoError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -215,7 +224,8 @@ def evaluate(task, db, url, model, concurrency, timeout, size, config, verifier,
     if as_json:
         click.echo(json.dumps({"llm": llm.name, "task": task, **d}))
         return
-    click.echo(f"{llm.name} on {task}: n = {d['n_eval']} x {samples} sample(s)\n"
+    click.echo(f"{llm.name} on {task}: n = {d['n_eval']}, greedy\n"
                f"  without experiences {d['accuracy_without']:.3f}  Wilson 95% {d['wilson_without']}\n"
                f"  with experiences    {d['accuracy_with']:.3f}  Wilson 95% {d['wilson_with']}\n"
-               f"  difference 95% CI (paired bootstrap) {d['ci95']}   tokens {d['tokens']}")
+               f"  difference 95% CI (paired bootstrap) {d['ci95']}  McNemar p {d['p_mcnemar']}\n"
+               f"  coverage {d['coverage']}  parse failures {d['parse_failures']}  tokens {d['tokens']}")

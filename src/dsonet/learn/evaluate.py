@@ -1,39 +1,53 @@
-"""Using experiences: `ask` one question, and `evaluate` accuracy with and without them.
+"""Using lessons: `ask` one question, `answer` a task set under a condition, and the statistics.
 
-The evaluation is paired: the same held-out tasks, the same seeds and the same number of
-samples, once with the retrieved experiences injected and once without; only the prompt
-differs. The confidence interval is on the paired difference in accuracy (bootstrap over
-tasks), and each accuracy also gets a Wilson interval. A sample counts as correct when the
-verifier gives it full reward.
+An evaluation is paired: the same held-out tasks and greedy decoding under each condition, only
+the system message differs. Reported per condition: accuracy with a Wilson interval, parse
+failures (replies that state no answer of the task's kind), and coverage (the share of prompts
+that received lessons). Between conditions: the 95% interval of the paired difference (bootstrap
+over tasks) and McNemar's exact p on the discordant pairs. Every lesson used in an answer gets an
+outcome recorded in the library (helped = the answer was correct), which feeds eviction.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from dsonet.learn.context import Retrieval, with_experiences
-from dsonet.learn.llm import ChatLLM, user
+from dsonet.learn.context import Retrieval, inject, messages, split_own
+from dsonet.learn.llm import ChatLLM
 from dsonet.learn.tasks import TaskSet
 
 
 @dataclass(frozen=True)
 class Answer:
     text: str
-    prompt: str
+    chat: list
     hits: list
     tokens: int
 
 
 def ask(llm: ChatLLM, store, question: str, retrieval: Retrieval = Retrieval(), max_tokens: int = 256,
-        temperature: float = 0.0, seed: int | None = 0) -> Answer:
-    """Retrieve experiences for ``question``, inject them, and generate one answer."""
-    prompt, hits = with_experiences(store, question, question, retrieval, getattr(llm, "tokenizer", None))
-    out = llm.generate([user(prompt)], n=1, temperature=temperature, max_tokens=max_tokens, seed=seed)[0]
-    return Answer(out.texts[0], prompt, hits, out.tokens)
+        temperature: float = 0.0, seed: int | None = 0, node_id: str | None = None) -> Answer:
+    """Retrieve lessons for ``question``, put them in the system message, and generate one answer."""
+    injection = inject(store, question, question, retrieval, node_id)
+    out = llm.generate([injection.chat], n=1, temperature=temperature, max_tokens=max_tokens, seed=seed)[0]
+    return Answer(out.texts[0], injection.chat, injection.hits, out.tokens)
 
+
+def record_outcome(store, hits: list, helped: bool) -> int:
+    """Record one use of each lesson (every merged member) in ``hits``; returns how many were recorded."""
+    n = 0
+    for hit in hits:
+        for member in getattr(hit, "members", ()) or (hit.experience.id,):
+            store.record_outcome(member, helped)
+            n += 1
+    return n
+
+
+# -- statistics ------------------------------------------------------------------------------
 
 def wilson(successes: float, n: int, z: float = 1.959964) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion (sound at 0% and 100%, unlike p ± z·se)."""
@@ -57,61 +71,120 @@ def paired_bootstrap(with_: np.ndarray, without: np.ndarray, resamples: int = 10
     return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
+def mcnemar(with_: np.ndarray, without: np.ndarray) -> float:
+    """Exact two-sided McNemar p: of the b + c discordant pairs, how unlikely a split this uneven is
+    under 'each condition wins a discordant pair half the time' (binomial(b + c, 1/2))."""
+    a, b = np.asarray(with_) >= 0.5, np.asarray(without) >= 0.5
+    wins, losses = int((a & ~b).sum()), int((~a & b).sum())
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2 ** n
+    return float(min(1.0, 2 * tail))
+
+
+# -- answering a task set under one condition ---------------------------------------------------
+
 @dataclass(frozen=True)
-class EvalResult:
-    n: int
-    samples: int
-    correct_without: np.ndarray  # (n,) fraction of each task's samples that were correct
-    correct_with: np.ndarray
+class Run:
+    """One condition on one task set: per-task correctness, parse failures and who got lessons."""
+
+    correct: np.ndarray  # (n,) 1.0 when the greedy answer was right
+    parsed: np.ndarray  # (n,) False when the reply stated no answer of the task's kind
+    injected: np.ndarray  # (n,) True when the prompt carried notes
+    texts: list
+    hits: list  # per task, the library hits injected (empty for fixed notes)
     tokens: int
     wall_s: float
 
     @property
-    def accuracy_without(self) -> float:
-        return float(self.correct_without.mean()) if self.n else 0.0
+    def accuracy(self) -> float:
+        return float(self.correct.mean()) if self.correct.size else 0.0
 
     @property
-    def accuracy_with(self) -> float:
-        return float(self.correct_with.mean()) if self.n else 0.0
+    def coverage(self) -> float:
+        return float(self.injected.mean()) if self.injected.size else 0.0
 
     @property
-    def ci95(self) -> tuple[float, float]:
-        """Interval of accuracy_with − accuracy_without."""
-        return paired_bootstrap(self.correct_with, self.correct_without)
+    def parse_failures(self) -> int:
+        return int((~np.asarray(self.parsed, bool)).sum())
 
-    def wilson_without(self) -> tuple[float, float]:
-        return wilson(self.correct_without.sum() * self.samples, self.n * self.samples)
+    def wilson(self) -> tuple[float, float]:
+        return wilson(float(self.correct.sum()), int(self.correct.size))
 
-    def wilson_with(self) -> tuple[float, float]:
-        return wilson(self.correct_with.sum() * self.samples, self.n * self.samples)
 
-    def to_dict(self) -> dict:
-        return {"n_eval": self.n, "samples": self.samples, "accuracy_without": round(self.accuracy_without, 4),
-                "accuracy_with": round(self.accuracy_with, 4), "ci95": [round(x, 4) for x in self.ci95],
-                "wilson_without": [round(x, 4) for x in self.wilson_without()],
-                "wilson_with": [round(x, 4) for x in self.wilson_with()], "tokens": self.tokens,
-                "wall_s": round(self.wall_s, 1)}
+def answer(llm: ChatLLM, tasks: TaskSet, store=None, retrieval: Retrieval = Retrieval(), notes=None,
+           max_tokens: int = 32, node_id: str | None = None, vectors=None, record: bool = False,
+           exclude=None) -> Run:
+    """Greedy answers to every task. Notes come from ``store`` (retrieved per question; with
+    ``vectors``, the questions' encodings, so nothing is encoded twice) or from ``notes``: a function
+    task -> (own, peers) lists of fixed texts (the neutral control, the poison). ``exclude``: a
+    predicate on hits (e.g. lessons from authors the node distrusts). ``record``: write each
+    lesson's outcome to the store."""
+    t0 = time.perf_counter()
+    chats, hits, injected = [], [], []
+    for i, t in enumerate(tasks.tasks):
+        if notes is not None:
+            own, peers = notes(t)
+            chats.append(messages(tasks.prompt(t), own, peers))
+            hits.append([])
+            injected.append(bool(own or peers))
+        else:
+            vec = None if vectors is None else vectors[i]
+            inj = inject(store, t.question, tasks.prompt(t), retrieval, node_id, t.domain, vec)
+            kept = [h for h in inj.hits if exclude is None or not exclude(h)]
+            if len(kept) != len(inj.hits):
+                own, peers = split_own(kept, node_id)
+                inj = type(inj)(messages(tasks.prompt(t), own, peers), kept)
+            chats.append(inj.chat)
+            hits.append(inj.hits)
+            injected.append(bool(inj.hits))
+    out = llm.generate(chats, n=1, temperature=0.0, max_tokens=max_tokens, seed=0)
+    texts = [c.texts[0] for c in out]
+    correct = np.array([tasks.verify(t, r) >= 1.0 for t, r in zip(tasks.tasks, texts)], float)
+    if record and store is not None:
+        for h, ok in zip(hits, correct):
+            record_outcome(store, h, bool(ok))
+    return Run(correct, np.array([tasks.parsed(r) for r in texts]), np.array(injected, bool), texts, hits,
+               sum(c.tokens for c in out), time.perf_counter() - t0)
 
 
 def accuracy(llm: ChatLLM, tasks: TaskSet, store=None, samples: int = 1, temperature: float = 0.0,
              max_tokens: int = 128, seed: int = 0, retrieval: Retrieval = Retrieval()) -> tuple[np.ndarray, int]:
-    """(per-task fraction correct, tokens spent), with experiences from ``store`` when given."""
-    tokenizer = getattr(llm, "tokenizer", None)
-    prompts = [with_experiences(store, t.question, tasks.prompt(t), retrieval, tokenizer)[0] for t in tasks.tasks]
-    out = llm.generate([user(p) for p in prompts], n=samples, temperature=temperature, max_tokens=max_tokens,
-                       seed=seed)
-    correct = np.array([np.mean([tasks.verify(t, r) >= 1.0 for r in c.texts]) for t, c in zip(tasks.tasks, out)])
-    return correct, sum(c.tokens for c in out)
+    """(per-task correctness, tokens spent) with greedy answers, lessons from ``store`` when given."""
+    run = answer(llm, tasks, store, retrieval, max_tokens=max_tokens)
+    return run.correct, run.tokens
 
 
-def evaluate(llm: ChatLLM, tasks: TaskSet, store, samples: int = 1, temperature: float = 0.0,
-             max_tokens: int = 128, seed: int = 0, retrieval: Retrieval = Retrieval(),
-             baseline: np.ndarray | None = None) -> EvalResult:
-    """Accuracy without and with experiences on the same tasks and seeds. Pass ``baseline`` (an
-    earlier `accuracy` without experiences on the same settings) to skip re-running it."""
-    t0 = time.perf_counter()
-    tokens = 0
-    if baseline is None:
-        baseline, tokens = accuracy(llm, tasks, None, samples, temperature, max_tokens, seed, retrieval)
-    with_, spent = accuracy(llm, tasks, store, samples, temperature, max_tokens, seed, retrieval)
-    return EvalResult(len(tasks.tasks), samples, baseline, with_, tokens + spent, time.perf_counter() - t0)
+@dataclass(frozen=True)
+class EvalResult:
+    without: Run
+    with_: Run
+
+    @property
+    def n(self) -> int:
+        return int(self.without.correct.size)
+
+    @property
+    def ci95(self) -> tuple[float, float]:
+        """Interval of accuracy_with − accuracy_without."""
+        return paired_bootstrap(self.with_.correct, self.without.correct)
+
+    def to_dict(self) -> dict:
+        r = lambda xs: [round(x, 4) for x in xs]  # noqa: E731
+        return {"n_eval": self.n, "accuracy_without": round(self.without.accuracy, 4),
+                "accuracy_with": round(self.with_.accuracy, 4), "ci95": r(self.ci95),
+                "p_mcnemar": round(mcnemar(self.with_.correct, self.without.correct), 4),
+                "wilson_without": r(self.without.wilson()), "wilson_with": r(self.with_.wilson()),
+                "coverage": round(self.with_.coverage, 4),
+                "parse_failures": {"without": self.without.parse_failures, "with": self.with_.parse_failures},
+                "tokens": self.without.tokens + self.with_.tokens,
+                "wall_s": round(self.without.wall_s + self.with_.wall_s, 1)}
+
+
+def evaluate(llm: ChatLLM, tasks: TaskSet, store, max_tokens: int = 128, retrieval: Retrieval = Retrieval(),
+             node_id: str | None = None, record: bool = True) -> EvalResult:
+    """Held-out accuracy without and with the library's lessons, same tasks, greedy; records outcomes."""
+    without = answer(llm, tasks, None, retrieval, max_tokens=max_tokens)
+    with_ = answer(llm, tasks, store, retrieval, max_tokens=max_tokens, node_id=node_id, record=record)
+    return EvalResult(without, with_)

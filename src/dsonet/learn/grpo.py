@@ -1,23 +1,30 @@
-"""Training-free GRPO (Tencent youtu-agent, arXiv 2510.08191): learn experiences, not weights.
+"""Training-free GRPO (Tencent youtu-agent `utu/practice/`, arXiv 2510.08191): learn lessons, not weights.
 
-Per batch of queries:
-  1. rollouts  — G samples per query at temperature 0.7, each prompt carrying the experiences
-                 the library currently retrieves for it; the verifier scores each sample;
-  2. advantage — for each group with mixed rewards, the best and the worst attempt (long
-                 ones summarised first) are compared and the LLM proposes lessons
-                 "When [condition], [strategy]" (≤ 32 words, tagged with the task's domain,
-                 confidence from the reward gap);
-  3. update    — each proposal becomes ADD / UPDATE / DELETE / NONE against the similar
-                 experiences already in the library (see operations.py), duplicates merged.
-Epochs reshuffle the training queries; the library carries over between batches, so later
-rollouts are steered by earlier lessons — the "policy update" of the method.
+Per step (a batch of training queries):
+  1. rollouts  — G samples per query at temperature 0.7, each prompt carrying the lessons the
+                 library currently retrieves for it (the "policy"); the verifier scores each;
+  2. advantage — for every group with mixed rewards, every rollout is summarised with the
+                 reference answer in view, then the LLM reads all G summaries and the reference
+                 and proposes at most ``max_lessons`` general lessons "When [condition], [strategy]"
+                 (≤ 32 words). Lessons that name the problem's numbers, quoted words or answer,
+                 and a last lesson cut off by the token limit, are rejected with the reason logged;
+  3. update    — one batch call per domain shows the domain's library (E1, E2 ...) and the step's
+                 candidates (C1, C2 ...) and chooses ADD / UPDATE / DELETE / NONE for each;
+                 with an empty domain library every candidate is an ADD and no call is spent;
+  4. gate      — with a validation slice of training items, an ADD or UPDATE is applied only if
+                 accuracy with that lesson alone in the prompt is not below accuracy without
+                 lessons (ACE and ReasoningBank keep only what validates); the validation answers
+                 are recorded as the lesson's first uses (helped = correct).
+After each epoch the library is scored on the validation slice as it will be used (retrieval);
+when an epoch ends below the best epoch so far, the lessons added since the best epoch are
+deleted, so the run ends with the best validation epoch's library. (Lessons that a later epoch
+deleted or updated cannot come back: the library's tombstones win for ever; the log says so.)
 
-Choices the paper leaves open: only rollouts longer than ``summary_words`` are summarised
-(short answers are their own summary, and summarising them costs a weak model more than it
-gives); the comparison is best-vs-worst, one call per group. The run directory holds
-state.json (the next batch to run; written after each batch, so an interrupted run resumes
-there — a batch cut short is redone, which is safe because ADDs are idempotent) and
-log.jsonl (every rollout, reward, proposal, operation and skipped output).
+Choices the reference leaves open: a rollout of at most ``summary_words`` words is its own
+summary (an "Answer: 3/4" reply says all a summary would, and a small model spends seconds
+per summary); the summary and advantage budgets are ``note_tokens``. The run directory holds
+state.json (the next step; written after each step, so an interrupted run resumes there) and
+log.jsonl (every rollout, reward, summary, proposal, rejection, operation and gate decision).
 """
 
 from __future__ import annotations
@@ -33,10 +40,10 @@ import numpy as np
 from dsonet.errors import DsoError
 from dsonet.experience import Provenance
 from dsonet.learn import parse, prompts
-from dsonet.learn.context import Retrieval, with_experiences
+from dsonet.learn.context import Retrieval, inject, messages
 from dsonet.learn.llm import ChatLLM, user
-from dsonet.learn.operations import (ExperienceStore, Operation, Proposal, apply,
-                                     confidence_from_gap, decide, listing)
+from dsonet.learn.operations import (ExperienceStore, Operation, Proposal, apply, confidence_from_gap, decide_batch,
+                                     listing, merge_duplicate_adds)
 from dsonet.learn.tasks import Group, TaskSet
 
 
@@ -52,13 +59,14 @@ class LearnConfig:
     epochs: int = 3  # passes over the training queries (paper: 3)
     batch_size: int = 8  # queries per library update
     max_lessons: int = 2  # proposals per mixed group
-    summary_words: int = 60  # rollouts longer than this are summarised before comparison
-    note_tokens: int = 64  # budget of each summary, comparison and operation reply
+    summary_words: int = 30  # rollouts longer than this are summarised by the LLM; shorter ones are their own
+    note_tokens: int = 96  # budget of each summary and advantage reply
+    update_tokens: int = 256  # budget of the batch-update reply
     retrieval: Retrieval = field(default_factory=Retrieval)
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("group_size", "epochs", "batch_size", "max_lessons", "max_tokens", "note_tokens"):
+        for name in ("group_size", "epochs", "batch_size", "max_lessons", "max_tokens", "note_tokens", "update_tokens"):
             if getattr(self, name) < 1:
                 raise LearnError(f"{name}: {getattr(self, name)}; must be at least 1")
         if self.group_size < 2:
@@ -73,8 +81,10 @@ class Stats:
     groups: int = 0
     mixed_groups: int = 0
     proposals: int = 0
-    skipped: int = 0  # malformed LLM outputs: no lesson, bad operation, unknown id, too long
+    skipped: int = 0  # malformed or rejected LLM outputs (each logged with its reason)
+    gated_out: int = 0  # candidates the validation gate refused
     operations: dict = field(default_factory=lambda: {"ADD": 0, "UPDATE": 0, "DELETE": 0, "NONE": 0})
+    validation: list = field(default_factory=list)  # validation accuracy after each epoch (index 0: no lessons)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     wall_s: float = 0.0
@@ -95,10 +105,13 @@ class Learner:
         self.run_dir = Path(run_dir) if run_dir else None
         self.stats = Stats()
         self._where = {"epoch": 0, "batch": 0}
+        self.validation: TaskSet | None = None
+        self._baseline: np.ndarray | None = None  # validation correctness without lessons
 
     # -- bookkeeping ------------------------------------------------------------------
     def _log(self, kind: str, **record) -> None:
         if self.run_dir is not None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
             with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as f:
                 f.write(json.dumps({"type": kind, **self._where, **record}) + "\n")
 
@@ -106,98 +119,181 @@ class Learner:
         self.stats.skipped += 1
         self._log("skipped", stage=stage, reason=reason, raw=raw[:500])
 
-    def _generate(self, texts: Sequence[str], n: int = 1, temperature: float = 0.0, max_tokens: int | None = None,
-                  seed: int | None = None) -> list[tuple[str, ...]]:
-        if not texts:
+    def _generate(self, chats: Sequence, n: int = 1, temperature: float = 0.0, max_tokens: int | None = None,
+                  seed: int | None = None) -> list:
+        if not chats:
             return []
-        out = self.llm.generate([user(t) for t in texts], n=n, temperature=temperature,
+        out = self.llm.generate([c if isinstance(c, list) else user(c) for c in chats], n=n, temperature=temperature,
                                 max_tokens=max_tokens or self.config.note_tokens, seed=seed)
         self.stats.prompt_tokens += sum(c.prompt_tokens for c in out)
         self.stats.completion_tokens += sum(c.completion_tokens for c in out)
-        return [c.texts for c in out]
+        return out
 
     def _identity(self) -> dict:
         return {"prompts_version": prompts.PROMPTS_VERSION, "config": asdict(self.config)}
 
-    # -- the three steps -------------------------------------------------------------
+    # -- the steps ---------------------------------------------------------------------
     def rollouts(self, tasks: TaskSet, batch: Sequence, seed: int) -> list[Group]:
-        tokenizer = getattr(self.llm, "tokenizer", None)
-        chats = [with_experiences(self.store, t.question, tasks.prompt(t), self.config.retrieval, tokenizer)
+        chats = [inject(self.store, t.question, tasks.prompt(t), self.config.retrieval, self.node_id, t.domain)
                  for t in batch]
-        samples = self._generate([c[0] for c in chats], n=self.config.group_size, temperature=self.config.temperature,
-                                 max_tokens=self.config.max_tokens, seed=seed)
+        samples = self._generate([c.chat for c in chats], n=self.config.group_size,
+                                 temperature=self.config.temperature, max_tokens=self.config.max_tokens, seed=seed)
         groups = []
-        for task, (_, hits), texts in zip(batch, chats, samples):
-            rewards = tuple(float(tasks.verify(task, r)) for r in texts)
-            groups.append(Group(task.question, task.domain, texts, rewards))
-            for i, (r, w) in enumerate(zip(texts, rewards)):
+        for task, injection, completion in zip(batch, chats, samples):
+            rewards = tuple(float(tasks.verify(task, r)) for r in completion.texts)
+            groups.append(Group(task.question, task.domain, completion.texts, rewards, task.answer))
+            for hit in injection.hits:  # every use of a lesson is an outcome: did the rollout succeed?
+                for w in rewards:
+                    self._record(hit, w >= 1.0)
+            for i, (r, w) in enumerate(zip(completion.texts, rewards)):
                 self._log("rollout", task=task.id, sample=i, response=r, reward=w,
-                          experiences=[h.experience.id for h in hits])
+                          experiences=[h.experience.id for h in injection.hits])
         return groups
+
+    def _record(self, hit, helped: bool) -> None:
+        record = getattr(self.store, "record_outcome", None)
+        if record is not None:
+            for member in getattr(hit, "members", ()) or (hit.experience.id,):
+                record(member, helped)
 
     def propose(self, groups: Sequence[Group]) -> list[Proposal]:
         mixed = [g for g in groups if g.mixed]
         self.stats.groups += len(groups)
         self.stats.mixed_groups += len(mixed)
-        pairs = [(int(np.argmax(g.rewards)), int(np.argmin(g.rewards))) for g in mixed]
-        texts = {(gi, i): mixed[gi].responses[i] for gi, pair in enumerate(pairs) for i in pair}
-        long = [key for key, t in texts.items() if len(t.split()) > self.config.summary_words]
-        summaries = self._generate([prompts.SUMMARISE.format(problem=mixed[gi].query, attempt=texts[gi, i],
-                                                             reward=mixed[gi].rewards[i]) for gi, i in long])
-        texts.update({key: s[0] for key, s in zip(long, summaries)})
-        replies = self._generate([prompts.COMPARE.format(
-            problem=g.query, best=texts[gi, b], worst=texts[gi, w], best_reward=g.rewards[b],
-            worst_reward=g.rewards[w], max_lessons=self.config.max_lessons)
-            for gi, (g, (b, w)) in enumerate(zip(mixed, pairs))])
+        summaries = {(gi, i): r for gi, g in enumerate(mixed) for i, r in enumerate(g.responses)}
+        long = [key for key, text in summaries.items() if len(text.split()) > self.config.summary_words]
+        done = self._generate([prompts.SUMMARISE.format(problem=mixed[gi].query, reference=mixed[gi].reference or
+                                                        "unknown", attempt=summaries[gi, i], reward=mixed[gi].rewards[i])
+                               for gi, i in long])
+        for key, c in zip(long, done):
+            summaries[key] = " ".join(c.texts[0].split())
+            self._log("summary", group=key[0], sample=key[1], summary=summaries[key])
+        # A back end that can continue a started reply gets "When" as the reply's start and writes one
+        # lesson line: a 0.5B model asked for free text rambles past its budget and restates the problem.
+        prefill = [{"role": "assistant", "content": "When"}] if getattr(self.llm, "supports_prefill", False) else []
+        replies = self._generate([user(prompts.ADVANTAGE.format(
+            problem=g.query, reference=g.reference or "unknown", max_lessons=self.config.max_lessons,
+            summaries="\n".join(f"Attempt {i + 1} (score {g.rewards[i]:g}): {summaries[gi, i]}"
+                                for i in range(len(g.responses))))) + prefill
+            for gi, g in enumerate(mixed)], max_tokens=self.config.note_tokens if not prefill else 64)
         out = []
-        for g, (b, w), reply in zip(mixed, pairs, replies):
-            parsed = parse.experiences(reply[0], self.config.max_lessons)
+        for g, reply in zip(mixed, replies):
+            truncated = reply.completion_tokens >= self.config.note_tokens
+            parsed = parse.experiences(reply.texts[0], self.config.max_lessons, problem=g.query,
+                                       reference=g.reference, truncated=truncated)
             for reason in parsed.skipped:
-                self._skip("propose", reason, reply[0])
-            conf = confidence_from_gap(g.rewards[b], g.rewards[w])
+                self._skip("propose", reason, reply.texts[0])
+            conf = confidence_from_gap(max(g.rewards), min(g.rewards))
             for text in parsed.items:
                 out.append(Proposal(text, g.domain, conf, g.query[:80]))
                 self._log("proposal", text=text, domain=g.domain, confidence=conf)
         self.stats.proposals += len(out)
         return out
 
-    def update(self, proposals: Sequence[Proposal], iteration: int = 0) -> list:
+    def decide(self, proposals: Sequence[Proposal]) -> list[Operation]:
+        """One batch-update call per domain that already holds lessons; ADD for every candidate otherwise."""
         ops: list[Operation] = []
-        asks = []  # (proposal, short-id map) for proposals that have similar experiences
+        by_domain: dict[str, list[Proposal]] = {}
         for p in proposals:
-            similar = [h.experience for h in self.store.search(
-                p.text, k=self.config.retrieval.k, min_similarity=self.config.retrieval.min_similarity, domain=p.domain)]
-            if not similar:  # nothing to update or delete: ADD (near-duplicates become NONE in apply)
-                ops.append(Operation("ADD", p))
+            by_domain.setdefault(p.domain, []).append(p)
+        asks = []
+        for domain, props in by_domain.items():
+            existing = [e for e in self.store.all() if e.domain == domain]
+            if not existing:
+                ops += [Operation("ADD", p) for p in props]
             else:
-                asks.append((p, *listing(similar)))
-        replies = self._generate([prompts.OPERATION.format(existing=lines, proposal=p.text) for p, lines, _ in asks])
-        for (p, _, ids), reply in zip(asks, replies):
-            op, why = decide(p, reply[0], ids)
-            if op is None:
-                self._skip("operation", why, reply[0])
+                lines, ids = listing(existing)
+                asks.append((props, lines, ids))
+        replies = self._generate([prompts.UPDATE.format(
+            existing=lines, candidates="\n".join(f"C{i + 1}: {p.text}" for i, p in enumerate(props)))
+            for props, lines, _ in asks], max_tokens=self.config.update_tokens)
+        for (props, _, ids), reply in zip(asks, replies):
+            decided, skipped = decide_batch(props, reply.texts[0], ids)
+            for reason in skipped:
+                self._skip("operation", reason, reply.texts[0])
+            ops += decided
+        return ops
+
+    def gate(self, ops: Sequence[Operation]) -> list[Operation]:
+        """The operations whose new lesson does not lower validation accuracy (all of them without a slice)."""
+        if self.validation is None:
+            return list(ops)
+        kept = []
+        for op in ops:
+            text = op.text if op.op == "UPDATE" else op.proposal.text
+            if op.op not in ("ADD", "UPDATE"):
+                kept.append(op)
+                continue
+            with_, _ = self.validation_correct(own=[text])
+            ok = with_.mean() >= self._baseline.mean()
+            self._log("gate", text=text, op=op.op, accuracy_with=round(float(with_.mean()), 4),
+                      accuracy_without=round(float(self._baseline.mean()), 4), kept=bool(ok))
+            if ok:
+                kept.append(op)
+                self._gate_uses[text] = with_
             else:
-                ops.append(op)
+                self.stats.gated_out += 1
+        return kept
+
+    def validation_correct(self, own: Sequence[str] = (), retrieved: bool = False) -> tuple[np.ndarray, list]:
+        """Per-item correctness on the validation slice: with ``own`` lessons in every prompt, or with
+        what the library retrieves for each item (``retrieved``); and the hits used per item."""
+        val = self.validation
+        if retrieved:
+            injections = [inject(self.store, t.question, val.prompt(t), self.config.retrieval, self.node_id, t.domain)
+                          for t in val.tasks]
+            chats, hits = [i.chat for i in injections], [i.hits for i in injections]
+        else:
+            chats, hits = [messages(val.prompt(t), list(own)) for t in val.tasks], [[] for _ in val.tasks]
+        out = self._generate(chats, temperature=0.0, max_tokens=self.config.max_tokens, seed=0)
+        correct = np.array([val.verify(t, c.texts[0]) >= 1.0 for t, c in zip(val.tasks, out)], float)
+        return correct, hits
+
+    def update(self, proposals: Sequence[Proposal], iteration: int = 0) -> list:
+        self._gate_uses: dict[str, np.ndarray] = {}
+        ops = self.gate(merge_duplicate_adds(self.decide(proposals)))  # gate each distinct lesson once
         prov = Provenance(self.node_id, self.llm.name, int(time.time() * 1000), iteration)
         results = apply(self.store, ops, provenance=prov)
         for r in results:
             self.stats.operations[r.operation.op] += int(r.applied or r.operation.op == "NONE")
-            self._log("operation", op=r.operation.op, text=r.operation.text or r.operation.proposal.text,
-                      target=r.operation.target, applied=r.applied, detail=r.detail)
+            text = r.operation.text or r.operation.proposal.text
+            self._log("operation", op=r.operation.op, text=text, target=r.operation.target, applied=r.applied,
+                      detail=r.detail)
+            if r.applied and r.operation.op in ("ADD", "UPDATE") and text in self._gate_uses:
+                record = getattr(self.store, "record_outcome", None)
+                for helped in self._gate_uses[text] if record else ():
+                    record(r.detail, bool(helped))
         return results
 
     def learn_groups(self, groups: Sequence[Group], iteration: int = 0) -> list:
-        """Steps 2 and 3 on groups scored elsewhere (e.g. tool telemetry)."""
+        """Steps 2-4 on groups scored elsewhere (e.g. tool telemetry)."""
         return self.update(self.propose(groups), iteration)
 
+    # -- epochs and the best library -----------------------------------------------------
+    def end_epoch(self, epoch: int, added_since: dict[int, list[str]]) -> None:
+        """Score the library on the validation slice; roll back to the best epoch when this one is worse."""
+        if self.validation is None:
+            return
+        correct, _ = self.validation_correct(retrieved=True)
+        acc = float(correct.mean())
+        self.stats.validation.append(round(acc, 4))
+        scores = np.array(self.stats.validation)
+        best = int(np.flatnonzero(scores == scores.max())[-1])  # ties go to the later epoch, as the gate's "not below"
+        self._log("epoch", validation_accuracy=acc, best_epoch=best, lessons=len(self.store.all()))
+        if best < len(self.stats.validation) - 1:
+            dropped = [i for e in range(best, epoch + 1) for i in added_since.get(e, []) if self.store.get(i)]
+            for exp_id in dropped:
+                self.store.delete(exp_id)
+            self._log("rollback", to_epoch=best, deleted=dropped)
+
     # -- the run -----------------------------------------------------------------------
-    def _load_state(self, tasks: TaskSet) -> int:
+    def _load_state(self, tasks: TaskSet) -> dict:
         if self.run_dir is None:
-            return 0
+            return {"next": 0, "added": {}}
         self.run_dir.mkdir(parents=True, exist_ok=True)
         path = self.run_dir / "state.json"
         if not path.exists():
-            return 0
+            return {"next": 0, "added": {}}
         state = json.loads(path.read_text())
         mine = {**self._identity(), "task": tasks.name, "n_tasks": len(tasks.tasks)}
         theirs = {k: state.get(k) for k in mine}
@@ -206,13 +302,13 @@ class Learner:
                              "use a new --run-dir to start afresh, or repeat that run's settings to resume it")
         s = state["stats"]
         self.stats = Stats(**{**s, "operations": dict(s["operations"])})
-        return int(state["next"])
+        return {"next": int(state["next"]), "added": {int(k): v for k, v in state.get("added", {}).items()}}
 
-    def _save_state(self, tasks: TaskSet, next_batch: int) -> None:
+    def _save_state(self, tasks: TaskSet, next_batch: int, added: dict) -> None:
         if self.run_dir is None:
             return
         state = {**self._identity(), "task": tasks.name, "n_tasks": len(tasks.tasks), "next": next_batch,
-                 "stats": asdict(self.stats)}
+                 "stats": asdict(self.stats), "added": added}
         tmp = self.run_dir / "state.json.tmp"
         tmp.write_text(json.dumps(state, indent=1))
         tmp.replace(self.run_dir / "state.json")  # atomic: a crash leaves the old or the new state
@@ -226,14 +322,22 @@ class Learner:
                 out.append((epoch, [tasks.tasks[i] for i in order[start:start + self.config.batch_size]]))
         return out
 
-    def run(self, tasks: TaskSet, progress: bool = True) -> Stats:
+    def run(self, tasks: TaskSet, progress: bool = True, validation: TaskSet | None = None) -> Stats:
+        """Learn from ``tasks``; with ``validation`` (training items held apart), gate every new lesson
+        and keep the library of the best validation epoch."""
         from tqdm.auto import tqdm
 
         if not tasks.tasks:
             raise LearnError(f"tasks: {tasks.name} has no tasks to learn from")
-        start = self._load_state(tasks)
+        self.validation = validation if validation is not None and validation.tasks else None
+        state = self._load_state(tasks)
+        start, added = state["next"], state["added"]
+        if self.validation is not None:
+            self._baseline, _ = self.validation_correct()
+            if not self.stats.validation:
+                self.stats.validation.append(round(float(self._baseline.mean()), 4))
         plan = self.schedule(tasks)
-        bar = tqdm(total=len(plan), initial=start, desc=f"learn {tasks.name}", unit="batch", disable=not progress)
+        bar = tqdm(total=len(plan), initial=start, desc=f"learn {tasks.name}", unit="step", disable=not progress)
         for index in range(start, len(plan)):
             epoch, batch = plan[index]
             self._where = {"epoch": epoch, "batch": index}
@@ -242,12 +346,17 @@ class Learner:
             rewards = [r for g in groups for r in g.rewards]
             self.stats.rollouts += len(rewards)
             self.stats.reward_sum += sum(rewards)
-            self.learn_groups(groups, iteration=epoch)
+            results = self.learn_groups(groups, iteration=epoch)
+            added.setdefault(epoch, []).extend(r.detail for r in results if r.applied and r.operation.op in
+                                               ("ADD", "UPDATE"))
             self.stats.batches += 1
+            if index + 1 == len(plan) or plan[index + 1][0] != epoch:
+                self.end_epoch(epoch, added)
             self.stats.wall_s += time.perf_counter() - t0
-            self._save_state(tasks, index + 1)
+            self._save_state(tasks, index + 1, added)
             bar.update(1)
             bar.set_postfix(reward=f"{np.mean(rewards):.2f}", mean=f"{self.stats.mean_reward:.2f}",
-                            added=self.stats.operations["ADD"], skipped=self.stats.skipped)
+                            added=self.stats.operations["ADD"], skipped=self.stats.skipped,
+                            tok_s=f"{self.stats.completion_tokens / max(self.stats.wall_s, 1e-9):.1f}")
         bar.close()
         return self.stats

@@ -61,17 +61,32 @@ def check_args(chats: Sequence[Chat], n: int, temperature: float, max_tokens: in
 
 
 def open_llm(url: str | None = None, model: str | None = None, **options) -> ChatLLM:
-    """The embedded SmolLM2 when ``url`` is None; otherwise an OpenAI-compatible server.
+    """The embedded model when ``url`` is None or "local", else an OpenAI-compatible server.
 
-    ``model`` is a served model name for a server, or a local Hugging Face folder / GGUF file
-    when ``url`` is "local".
+    With ``url`` None, ``OPENAI_BASE_URL`` (when set) names the server. Locally, ``model`` is an
+    embedded model's key (``qwen2.5-coder-1.5b``, ``qwen2.5-coder-0.5b``, ``smollm2``; default
+    `DEFAULT_MODEL`), a .gguf file (run by llama.cpp) or a Hugging Face folder (transformers).
     """
-    if url is None or url == "local":
-        from dsonet.learn.local_llm import LocalLLM, smollm2
+    import os
 
-        return smollm2(**options) if model is None else LocalLLM.from_path(model, **options)
+    url = url or os.environ.get("OPENAI_BASE_URL") or None
+    if url is None or url == "local":
+        from dsonet.learn.llama_llm import DEFAULT_MODEL, MODELS, LlamaCppLLM, embedded
+
+        if model is None or model in MODELS:
+            return embedded(model or DEFAULT_MODEL, options.get("threads"))
+        if model == "smollm2":
+            from dsonet.learn.local_llm import smollm2
+
+            return smollm2()
+        if model.endswith(".gguf"):
+            return LlamaCppLLM(model, threads=options.get("threads"))
+        from dsonet.learn.local_llm import LocalLLM
+
+        return LocalLLM.from_path(model)
     from dsonet.learn.openai_llm import OpenAILLM
 
+    model = model or os.environ.get("OPENAI_MODEL")
     if not model:
-        raise LLMError(f"model: a server at {url} needs a served model name; pass --model NAME")
-    return OpenAILLM(url, model, **options)
+        raise LLMError(f"model: a server at {url} needs a served model name; pass --model NAME (or set OPENAI_MODEL)")
+    return OpenAILLM(url, model, **{k: v for k, v in options.items() if k != "threads"})

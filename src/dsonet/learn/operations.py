@@ -14,6 +14,7 @@ confidence), and an ADD whose nearest library entry is at cosine >= ``DUPLICATE_
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol, Sequence
 
@@ -38,6 +39,10 @@ class ExperienceStore(Protocol):
 
     def search(self, query: str, k: int = 5, min_similarity: float = 0.6, max_tokens: int = 2048,
                domain: str | None = None) -> list: ...
+
+    def all(self) -> list[Experience]: ...
+
+    def record_outcome(self, exp_id: str, helped: bool) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,24 @@ def decide(proposal: Proposal, reply: str, ids: dict[str, str]) -> tuple[Operati
     if len(text.split()) > MAX_WORDS:
         return None, f"UPDATE text has {len(text.split())} words > {MAX_WORDS}"
     return Operation(op, proposal, target=ids[short], text=text), ""
+
+
+def decide_batch(proposals: Sequence[Proposal], reply: str, ids: dict[str, str]) -> tuple[list[Operation], list[str]]:
+    """The operations a batch-update reply asks for, one per candidate, each checked like `decide`;
+    a candidate the reply leaves out or garbles gets no operation and a reason."""
+    raw, skipped = parse.batch_operations(reply, len(proposals))
+    ops = []
+    for i, p in enumerate(proposals):
+        if i not in raw:
+            skipped.append(f"C{i + 1}: no operation in the reply")
+            continue
+        entry = raw[i]
+        op, why = decide(p, json.dumps(entry), ids)
+        if op is None:
+            skipped.append(f"C{i + 1}: {why}")
+        else:
+            ops.append(op)
+    return ops, skipped
 
 
 def merge_duplicate_adds(operations: Sequence[Operation]) -> list[Operation]:

