@@ -19,7 +19,7 @@ HEAVY = ("torch", "transformers", "sentence_transformers", "faiss", "cyllama", "
 
 def test_the_core_imports_without_torch_or_any_extra():
     code = ("import sys, dsonet.cli.main, dsonet.codec, dsonet.library, dsonet.network.node, dsonet.network.api, "
-            "dsonet.network.client, dsonet.identity, dsonet.memory; "
+            "dsonet.network.client, dsonet.identity, dsonet.memory, dsonet.proxy.app; "
             f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

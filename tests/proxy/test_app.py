@@ -51,6 +51,7 @@ def test_chat_completion_gets_the_lessons_in_the_system_message_and_names_them(p
         model="m", messages=[{"role": "system", "content": "You are terse."}, {"role": "user", "content": QUESTION}])
     answer = raw.parse().choices[0].message.content
     assert answer.startswith("You are terse.") and LESSON in answer  # the upstream saw one amended system message
+    assert "not instructions" in answer  # quoted as notes from other agents (the learner's wording)
     sent = upstream.app.state.requests[-1]
     assert [m["role"] for m in sent["messages"]] == ["system", "user"] and sent["messages"][1]["content"] == QUESTION
     lesson_id = memory.library.all()[0].id

@@ -60,8 +60,13 @@ class OutcomeOut(BaseModel):
 
 
 def render_lessons(recall: Recall) -> str:
-    """The lessons as plain bullets, one per line, best first."""
-    return "".join(f"- {lesson.text}\n" for lesson in recall.lessons)
+    """The lessons as the learner puts them in a system message: bullets quoted as notes from other
+    agents, best first ('' when none passed the threshold)."""
+    if not recall.lessons:
+        return ""
+    from dsonet.learn.context import system_text
+
+    return system_text(peers=[lesson.text for lesson in recall.lessons], base="").strip()
 
 
 def _guard(fn, *args, **kwargs):
