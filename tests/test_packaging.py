@@ -17,20 +17,22 @@ ROOT = Path(__file__).parents[1]
 HEAVY = ("torch", "transformers", "sentence_transformers", "faiss", "cyllama", "openai", "matplotlib", "mcp")
 
 
+def _extras_loaded_by(code: str) -> str:
+    """Run ``code`` in a fresh interpreter; the extras' modules it left imported, comma-separated."""
+    probe = f"{code}\nimport sys; print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+
+
 def test_the_core_imports_without_torch_or_any_extra():
-    code = ("import sys, dsonet.cli.main, dsonet.codec, dsonet.library, dsonet.network.node, dsonet.network.api, "
-            "dsonet.network.client, dsonet.identity, dsonet.memory, dsonet.proxy.app; "
-            f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
+    assert _extras_loaded_by("import dsonet.cli.main, dsonet.codec, dsonet.library, dsonet.network.node, "
+                             "dsonet.network.api, dsonet.network.client, dsonet.identity, dsonet.memory, "
+                             "dsonet.proxy.app") == ""
 
 
 def test_dso_help_lists_every_command_without_importing_an_extra():
-    code = ("import sys; from click.testing import CliRunner; from dsonet.cli.main import cli; "
-            "r = CliRunner().invoke(cli, ['--help']); assert r.exit_code == 0 and 'proxy' in r.output, r.output; "
-            f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == ""
+    assert _extras_loaded_by("from click.testing import CliRunner; from dsonet.cli.main import cli; "
+                             "r = CliRunner().invoke(cli, ['--help']); "
+                             "assert r.exit_code == 0 and 'proxy' in r.output, r.output") == ""
 
 
 @pytest.mark.skipif(os.environ.get("DSONET_NO_KERNELS") != "1", reason="only where the package was built without them")

@@ -15,17 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from dsonet.cli.main import cli
+from test_docs import ALL
 
 
-def _walk(group: click.Group, ctx: click.Context, prefix: str = ""):
-    for name in group.list_commands(ctx):
-        cmd = group.get_command(ctx, name)
-        yield f"{prefix}{name}", cmd
-        if isinstance(cmd, click.Group):
-            yield from _walk(cmd, click.Context(cmd, parent=ctx), f"{prefix}{name} ")
-
-
-COMMANDS = dict(_walk(cli, click.Context(cli)))
+COMMANDS = dict(ALL)  # every command and subcommand, walked by tests/test_docs.py
 LEAVES = {name: cmd for name, cmd in COMMANDS.items() if not isinstance(cmd, click.Group)}
 # Commands that print data (not servers, not benchmarks that write their own JSON files, not the demo).
 PRINTS_DATA = {"add", "search", "show", "delete", "export", "import", "stats", "keygen", "learn", "ask", "eval",
