@@ -46,8 +46,11 @@ PAPER = {"task": "AIME24", "llm": "DeepSeek-V3.1", "accuracy_without": 0.800, "a
          "cost_usd": 18}
 
 # Pilot on 30 training items each (Qwen2.5-Coder-0.5B, greedy, answer only; `dso bench learn --pilot`).
-# Kept: the model is partly right and its mistakes are systematic; see PILOT in the results.
-KEPT = ("fraction_simplification", "letter_counting", "gcd")
+# Kept: accuracy between 15% and 60% (partly right; the rest wrong in repeated ways, e.g. "1/1" for
+# any fraction): letter_counting 0.57, lcm 0.23, fraction_simplification 0.17. Dropped: gcd 0.07,
+# basic_arithmetic 0.07, count_bits 0.10, number_sorting 0.00 (copies the format example; 20 s an item).
+# bench/results/learn-pilot.json has every family tried.
+KEPT = ("letter_counting", "fraction_simplification", "lcm")
 
 # Plausible but wrong lessons, per family: what a poisoning node publishes (vectors honest).
 POISON = {
@@ -93,7 +96,7 @@ NEUTRAL = ("The city library opens at nine in the morning and closes at six on m
 class Plan:
     honest: int = 5  # learning nodes; node 0's lessons are "own"
     poisoners: int = 2  # of honest + poisoners nodes (2 of 7 = 29%)
-    train_per_node: int = 10
+    train_per_node: int = 8
     validation: int = 40  # gate slice: one item moves accuracy by 2.5 points, so a lesson that breaks
     # more than one validation item it used to get right is refused; smaller slices let harm through
     held_out: int = 200  # CI half-width of a paired difference ≈ 1.96·sqrt(discordant share / n): ≤ 5 points
@@ -392,7 +395,9 @@ def plot(rows: list[dict], path: Path) -> None:
               help="Embedded model key, or the served model name with --llm.")
 @click.option("--pilot", "pilot_n", type=int, default=0, help="Only run the family pilot on N training items each.")
 @click.option("--out", "out_name", default=None, help="Results name under bench/results (default learn / learn-quick).")
-def cli(quick, families, seeds, held_out, url, model, pilot_n, out_name):
+@click.option("--combine", default=None, metavar="NAME,NAME",
+              help="Only merge the rows of earlier runs' results (e.g. one per family) into learn.json and its plot.")
+def cli(quick, families, seeds, held_out, url, model, pilot_n, out_name, combine):
     """Held-out accuracy per task family without lessons, with the node's own lessons, with neutral
     text of the same length, with the fleet's (through DeltaSoup), with a poisoned fleet, and with
     the poison alone; paired 95% CIs, McNemar p, Wilson intervals, coverage, parse failures.
@@ -410,6 +415,13 @@ def cli(quick, families, seeds, held_out, url, model, pilot_n, out_name):
     from dsonet.learn.llm import open_llm
     from dsonet.learn.tasks import FAMILIES
 
+    if combine:
+        parts = [json.loads((RESULTS_DIR / f"{name}.json").read_text()) for name in combine.split(",")]
+        rows = [r for part in parts for r in part["rows"]]
+        path = write_results(out_name or "learn", {**parts[0], "rows": rows, "combined_from": combine.split(",")})
+        plot(rows, path.with_suffix(".png"))
+        click.echo(f"wrote {path} and {path.with_suffix('.png')}")
+        return
     plan = QUICK if quick else FULL
     if seeds:
         plan = replace(plan, seeds=tuple(int(s) for s in seeds.split(",")))

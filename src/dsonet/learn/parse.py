@@ -89,7 +89,7 @@ def experiences(text: str, max_items: int = 3, reject: tuple[str, ...] = (), pro
     condition and a strategy of at least two words each; lessons in ``reject`` (e.g. the prompt's
     example) are dropped, and so are lessons specific to ``problem`` (its numbers, quoted words
     or ``reference`` answer) and, when the reply hit the token limit (``truncated``), its last
-    lesson: it may be cut mid-sentence even if it parses."""
+    lesson unless it ends its sentence: it may be cut mid-sentence even if it parses."""
     text = _PLACEHOLDER.sub("", text)
     rejected = {r.casefold().rstrip(".") for r in reject}
     candidates: list[str] = []
@@ -101,7 +101,7 @@ def experiences(text: str, max_items: int = 3, reject: tuple[str, ...] = (), pro
     if not candidates:
         candidates = [m.group(0) for m in _WHEN.finditer(text)]
     found, skipped, seen = [], [], set()
-    if truncated and candidates:
+    if truncated and candidates and not candidates[-1].rstrip().endswith((".", "!", "?")):
         skipped.append(f"truncated at the token limit: {clean_experience(candidates[-1])[:80]!r}")
         candidates = candidates[:-1]
     for raw in candidates:

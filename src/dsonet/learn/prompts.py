@@ -10,7 +10,7 @@ against the domain's library per step.
 
 from __future__ import annotations
 
-PROMPTS_VERSION = "4"
+PROMPTS_VERSION = "5"
 
 SUMMARISE = """Here is one attempt at a problem, the correct answer, and the attempt's score.
 
@@ -29,9 +29,9 @@ Correct answer: {reference}
 Attempts:
 {summaries}
 
-Compare the attempts that scored higher with those that scored lower. What general mistake or good habit do they show? Write at most {max_lessons} lessons for other problems of this kind, one per line, each at most 32 words, each of the form:
+Compare the attempts that scored higher with those that scored lower. What general mistake or good habit do they show? Write at most {max_lessons} lessons that would help on a different problem of the same kind, one per line, each at most 32 words, each of the form:
 When <kind of problem or situation>, <what to do>.
-Do not mention this problem's numbers, words or answer."""
+Name the kind of problem, never this problem's letters, words, numbers or answer."""
 
 UPDATE = """You keep a short list of lessons for solving problems of one kind.
 
