@@ -5,11 +5,16 @@ import pytest
 from dsonet.aggregate import AggregationError, DeltaSoup, DeltaSoupConfig
 from dsonet.errors import BatchError
 
-from conftest import NOW
+from conftest import NOW, PROFILE
+
+
+def soup_for(config=DeltaSoupConfig(), profiles=None, **kw):
+    """A DeltaSoup that reads the test profile (or ``profiles``)."""
+    return DeltaSoup(config, profiles or [PROFILE], **kw)
 
 
 def test_submit_then_round_admits_honest_batches_and_reports_shapes(batch_of, cloud):
-    soup = DeltaSoup(DeltaSoupConfig(seed=0))
+    soup = soup_for(DeltaSoupConfig(seed=0))
     for i in range(5):
         soup.submit(batch_of(f"n{i}", cloud(20, seed=i)).to_msgpack(), now_ms=NOW)
     result = soup.round(now_ms=NOW)
@@ -18,25 +23,23 @@ def test_submit_then_round_admits_honest_batches_and_reports_shapes(batch_of, cl
     assert soup.round(now_ms=NOW).stats["batches"] == 0  # the queue was consumed
 
 
-def test_tampered_payload_is_refused_by_hash(batch_of, cloud):
-    doc = msgpack.unpackb(batch_of("a", cloud(4, 0)).to_msgpack(), raw=False)
-    eid = sorted(doc["experiences"])[0]
-    doc["experiences"][eid]["confidence"] = 0.99
-    with pytest.raises(BatchError, match="hash"):
-        DeltaSoup().submit(msgpack.packb(doc, use_bin_type=True), now_ms=NOW)
+def test_tampered_payload_is_refused_by_its_signature(batch_of, cloud):
+    content, signature = msgpack.unpackb(batch_of("a", cloud(4, 0)).to_msgpack(), raw=False)
+    doc = msgpack.unpackb(content, raw=False)
+    doc["rows"][0][2] = 0.99  # a raised confidence
+    with pytest.raises(BatchError, match="signature"):
+        soup_for().submit(msgpack.packb([msgpack.packb(doc), signature]), now_ms=NOW)
 
 
 def test_forged_signature_is_refused(batch_of, cloud):
     victim, forger = batch_of("victim", cloud(4, 0)), batch_of("forger", cloud(4, 1))
-    doc = msgpack.unpackb(victim.to_msgpack(), raw=False)
-    doc["signature"] = forger.signature
     with pytest.raises(BatchError, match="signature"):
-        DeltaSoup().submit(msgpack.packb(doc, use_bin_type=True), now_ms=NOW)
+        soup_for().submit(msgpack.packb([victim.content, forger.signature]), now_ms=NOW)
 
 
 def test_replay_is_refused_and_not_queued(batch_of, cloud):
-    soup = DeltaSoup()
-    payload = batch_of("a", cloud(4, 0)).to_json()
+    soup = soup_for()
+    payload = batch_of("a", cloud(4, 0)).to_msgpack()
     soup.submit(payload, now_ms=NOW)
     with pytest.raises(AggregationError, match="already received"):
         soup.submit(payload, now_ms=NOW + 1000)
@@ -46,11 +49,11 @@ def test_replay_is_refused_and_not_queued(batch_of, cloud):
 @pytest.mark.parametrize("skew_s", [-301, 301])
 def test_stale_or_future_batches_are_refused(batch_of, cloud, skew_s):
     with pytest.raises(AggregationError, match="timestamp"):
-        DeltaSoup().submit(batch_of("a", cloud(4, 0), ts=NOW + skew_s * 1000).to_msgpack(), now_ms=NOW)
+        soup_for().submit(batch_of("a", cloud(4, 0), ts=NOW + skew_s * 1000).to_msgpack(), now_ms=NOW)
 
 
 def test_rate_limit_counts_per_node_within_the_window(batch_of, cloud):
-    soup = DeltaSoup(DeltaSoupConfig(rate_limit=2))
+    soup = soup_for(DeltaSoupConfig(rate_limit=2))
     for i in range(2):
         soup.submit(batch_of("a", cloud(3, i), ts=NOW + i).to_msgpack(), now_ms=NOW)
     with pytest.raises(AggregationError, match="limit is 2"):
@@ -62,41 +65,45 @@ def test_rate_limit_counts_per_node_within_the_window(batch_of, cloud):
 
 def test_batch_size_limit(batch_of, cloud):
     with pytest.raises(AggregationError, match="at most 3 per batch"):
-        DeltaSoup(DeltaSoupConfig(max_batch_experiences=3)).submit(batch_of("a", cloud(4, 0)).to_msgpack(), now_ms=NOW)
+        soup_for(DeltaSoupConfig(max_batch_experiences=3)).submit(batch_of("a", cloud(4, 0)).to_msgpack(), now_ms=NOW)
     with pytest.raises(BatchError, match="over the limit"):
-        DeltaSoup(DeltaSoupConfig(max_batch_bytes=100)).submit(batch_of("a", cloud(4, 0)).to_msgpack(), now_ms=NOW)
+        soup_for(DeltaSoupConfig(max_batch_bytes=100)).submit(batch_of("a", cloud(4, 0)).to_msgpack(), now_ms=NOW)
 
 
 def test_low_reputation_nodes_are_skipped_and_outcomes_move_reputation(batch_of, cloud):
-    soup = DeltaSoup()
+    soup = soup_for()
     node = batch_of("bad", cloud(2, 0)).node_id
     for _ in range(5):
         soup.record_outcome(node, helped=False)
     assert soup.reputation.get(node) == pytest.approx(0.5 * 0.9**5)
     with pytest.raises(AggregationError, match="under the floor 0.3"):
         soup.submit(batch_of("bad", cloud(2, 0)).to_msgpack(), now_ms=NOW)
-    off = DeltaSoup(DeltaSoupConfig(feedback=False))
+    off = soup_for(DeltaSoupConfig(feedback=False))
     off.record_outcome(node, helped=False)
     assert off.reputation.get(node) == 0.5
 
 
-def test_round_drops_random_sign_attackers_and_lowers_their_reputation(batch_of, cloud):
-    soup = DeltaSoup(DeltaSoupConfig(seed=0))
+def test_the_papers_random_attacker_is_refused_at_verification_and_unit_random_signs_are_filtered(batch_of, cloud):
+    rng = np.random.default_rng(5)
+    loud = batch_of("loud", 0.05 + 20 * rng.choice([-1.0, 1.0], size=(30, 64)).astype(np.float32))  # 100× scales
+    with pytest.raises(BatchError, match="scale"):
+        soup_for().submit(loud.to_msgpack(), now_ms=NOW)  # no unit vector has such a code against the profile
+
+    soup = soup_for(DeltaSoupConfig(seed=0), rule="median")
     for i in range(7):
         soup.submit(batch_of(f"h{i}", cloud(30, seed=i)).to_msgpack(), now_ms=NOW)
-    rng = np.random.default_rng(5)
     attackers = []
     for i in range(3):
-        b = batch_of(f"x{i}", 0.05 + 20 * rng.choice([-1.0, 1.0], size=(30, 64)).astype(np.float32))
+        b = batch_of(f"x{i}", rng.choice([-1.0, 1.0], size=(30, 64)).astype(np.float32) / 8.0)  # unit, random signs
         attackers.append(b.node_id)
         soup.submit(b.to_msgpack(), now_ms=NOW)
     result = soup.round(now_ms=NOW)
     by_node = {b.node_id: k for b, k in zip(result.batches, result.keep)}
-    assert all(not by_node[a].any() for a in attackers)
+    assert np.mean([by_node[a].mean() for a in attackers]) < 0.1
     assert np.mean([by_node[b.node_id].mean() for b in result.batches if b.node_id not in attackers]) > 0.9
-    assert all(soup.reputation.get(a) < soup.reputation.get(result.batches[0].node_id) or
-               result.batches[0].node_id in attackers for a in attackers)
-    assert {r for _, _, r in result.rejected} >= {"filter: deltasoup"}
+    honest_rep = soup.reputation.get(result.batches[0].node_id)
+    assert all(soup.reputation.get(a) < honest_rep for a in attackers)
+    assert {r for _, _, r in result.rejected} >= {"filter: median"}
 
 
 class _Encoder:
@@ -118,7 +125,7 @@ def test_reencode_check_rejects_a_batch_whose_vectors_do_not_encode_its_texts(ba
     honest_texts = [f"When honest case {i} appears, do step {i}." for i in range(10)]
     liar_texts = [f"When liar case {i} appears, do step {i}." for i in range(10)]
     table = dict(zip(honest_texts, honest_vecs)) | dict(zip(liar_texts, cloud(10, seed=3)))
-    soup = DeltaSoup(DeltaSoupConfig(seed=0, reencode_per_batch=2), encoder=_Encoder(table))
+    soup = soup_for(DeltaSoupConfig(seed=0, reencode_per_batch=2), encoder=_Encoder(table))
     soup.submit(batch_of("honest", honest_vecs, honest_texts).to_msgpack(), now_ms=NOW)
     soup.submit(batch_of("liar", liar_vecs, liar_texts).to_msgpack(), now_ms=NOW)
     result = soup.round(now_ms=NOW)
@@ -127,18 +134,21 @@ def test_reencode_check_rejects_a_batch_whose_vectors_do_not_encode_its_texts(ba
     assert not keep[liar].any() and keep[result.batches[0].node_id if result.batches[0].node_id != liar
                                           else result.batches[1].node_id].all()
     assert result.stats["rejected_by"]["reencode: vector does not encode its text"] == 10
-    assert DeltaSoup(DeltaSoupConfig()).round().stats["batches"] == 0
+    assert soup_for(DeltaSoupConfig()).round().stats["batches"] == 0
 
 
-def test_reference_rows_anchor_the_center_when_attackers_are_the_majority(batch_of, cloud):
+def test_reference_rows_keep_an_honest_minority_that_the_round_alone_would_drop(batch_of, cloud):
     honest = cloud(200, seed=0)
-    soup = DeltaSoup(DeltaSoupConfig(seed=0))
-    soup.submit(batch_of("h", honest[:20]).to_msgpack(), now_ms=NOW)
     far = cloud(60, seed=9) - 3.0  # 60 rows of a far cloud outnumber the 20 honest ones
-    soup.submit(batch_of("x", far).to_msgpack(), now_ms=NOW)
-    result = soup.round(now_ms=NOW, reference=honest[80:])
-    assert result.keep[[b.node_id for b in result.batches].index(batch_of("h", honest[:20]).node_id)].all()
-    assert not result.keep[[b.node_id for b in result.batches].index(batch_of("x", far).node_id)].any()
+    far /= np.linalg.norm(far, axis=1, keepdims=True)  # unit vectors, as codes of a profile must be
+    kept = []
+    for reference in (None, honest[80:]):
+        soup = soup_for(DeltaSoupConfig(seed=0), rule="median")
+        soup.submit(batch_of("h", honest[:20]).to_msgpack(), now_ms=NOW)
+        soup.submit(batch_of("x", far).to_msgpack(), now_ms=NOW)
+        result = soup.round(now_ms=NOW, reference=reference)
+        kept.append(result.keep[[b.node_id for b in result.batches].index(batch_of("h", honest[:20]).node_id)].mean())
+    assert kept[0] < 0.5 and kept[1] == 1.0
 
 
 def test_a_round_of_one_unrotated_batch_keeps_it_with_the_scale_floor_and_loses_it_without(cloud):
@@ -149,7 +159,7 @@ def test_a_round_of_one_unrotated_batch_keeps_it_with_the_scale_floor_and_loses_
     plain = Profile(64, 64, "test-encoder", rotation_seed=None)  # unrotated: every coordinate two-valued
     exps = [Experience(f"When alone {i}, do {i}.", "math.test") for i in range(40)]
     payload = make_batch(exps, cloud(40, seed=4), plain, NodeIdentity.from_seed(b"alone"), timestamp_ms=NOW).to_msgpack()
-    ours, paper = DeltaSoup(DeltaSoupConfig(seed=0)), DeltaSoup(DeltaSoupConfig.paper(seed=0))
+    ours, paper = soup_for(DeltaSoupConfig(seed=0), [plain]), soup_for(DeltaSoupConfig.paper(seed=0), [plain])
     ours.submit(payload, now_ms=NOW)
     paper.submit(payload, now_ms=NOW)
     assert ours.round(now_ms=NOW).keep[0].all()
@@ -157,13 +167,14 @@ def test_a_round_of_one_unrotated_batch_keeps_it_with_the_scale_floor_and_loses_
 
 
 def test_a_round_takes_one_profile(batch_of, cloud):
-    from dsonet.codec.batch import default_profile, make_batch
+    from dsonet.codec import default_profile, make_batch
     from dsonet.experience import Experience
     from dsonet.identity import NodeIdentity
 
-    soup = DeltaSoup()
+    wide = default_profile(128, "test-encoder")
+    soup = soup_for(profiles=[PROFILE, wide])
     soup.submit(batch_of("a", cloud(3, 0)).to_msgpack(), now_ms=NOW)
-    other = make_batch([Experience("When wide, do wide things.", "math.test")], cloud(1, 1, dim=128),
-                       default_profile(128, "test-encoder"), NodeIdentity.from_seed(b"b"), timestamp_ms=NOW)
+    other = make_batch([Experience("When wide, do wide things.", "math.test")], cloud(1, 1, dim=128), wide,
+                       NodeIdentity.from_seed(b"b"), timestamp_ms=NOW)
     with pytest.raises(AggregationError, match="one DeltaSoup per profile"):
         soup.submit(other.to_msgpack(), now_ms=NOW)

@@ -27,6 +27,7 @@ WRITER = textwrap.dedent("""
     for b in range(10_000):
         exps = [Experience(f"When batch {b} case {i}, do step {i}", "general", 0.5) for i in range(200)]
         vecs = np.random.default_rng(b).standard_normal((200, DIM)).astype(np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
         lib.ingest(make_batch(exps, vecs, lib.profile, ident))
         print(f"ACK {b}", flush=True)
 """)

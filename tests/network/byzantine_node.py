@@ -10,13 +10,15 @@ OUT.json gets the ids it tried to plant and the honest ids it tried to delete.
 """
 
 import asyncio
+import hashlib
 import json
 import sys
 
 import msgpack
 import numpy as np
 
-from dsonet.codec.batch import decode, make_batch
+from dsonet.codec import decode, make_batch, profile_of
+from dsonet.encoders import default_encoder
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
 from dsonet.network.jetstream import NatsConfig, NatsTransport
@@ -42,35 +44,35 @@ async def main(urls: str, out: str) -> None:
         raise SystemExit("no honest batch in the stream to attack")
     honest = list(seen)  # a snapshot: the reader goes on appending our own attacks to `seen`
     me = NodeIdentity.from_seed(b"byzantine")
-    victim = decode(honest[0])
+    profile = profile_of(default_encoder())  # the network's profile: the default space and its baseline
+    victim = decode(honest[0], [profile])
     subject = f"dso.batch.{victim.experiences[0].domain}"
     planted: list[str] = []
 
     await t.publish(b"\x93garbage\xff" * 10, subject)
 
-    forged = msgpack.unpackb(honest[0])  # our signature over a batch that names the victim's key
+    # our signature over content that names the victim's key
     poison_exps = [Experience(POISON[0], victim.experiences[0].domain, 0.99, Provenance(victim.node_id))]
-    ours = msgpack.unpackb(make_batch(poison_exps, np.eye(1, victim.profile.dim, dtype=np.float32),
-                                      victim.profile, me).to_msgpack())
-    ours["public_key"], ours["node_id"] = forged["public_key"], forged["node_id"]
-    await t.publish(msgpack.packb(ours), subject)
+    ours = msgpack.unpackb(make_batch(poison_exps, np.eye(1, profile.dim, dtype=np.float32), profile, me).content)
+    ours["key"] = victim.public_key
+    content = msgpack.packb(ours)
+    await t.publish(msgpack.packb([content, me.sign(hashlib.sha256(content).hexdigest().encode())]), subject)
     planted.append(poison_exps[0].id)
 
-    tampered = msgpack.unpackb(honest[0])
-    exp_id = next(iter(tampered["experiences"]))
-    tampered["experiences"][exp_id]["text"] = POISON[1]
-    await t.publish(msgpack.packb(tampered), subject)
+    tampered = msgpack.unpackb(victim.content)  # the victim's signature over content we changed
+    tampered["rows"][0][0] = POISON[1]
+    await t.publish(msgpack.packb([msgpack.packb(tampered), victim.signature]), subject)
 
     await t.publish(honest[0], subject)  # verbatim replay (no Nats-Msg-Id: the stream stores it again)
 
     rng = np.random.default_rng(0)
     lies = [Experience(text, victim.experiences[0].domain, 0.99) for text in POISON[2:]]
-    vectors = rng.standard_normal((len(lies), victim.profile.dim)).astype(np.float32)
+    vectors = rng.standard_normal((len(lies), profile.dim)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    await t.publish(make_batch(lies, vectors, victim.profile, me).to_msgpack(), subject)
+    await t.publish(make_batch(lies, vectors, profile, me).to_msgpack(), subject)
     planted += [e.id for e in lies]
 
-    honest_ids = sorted({e.id for data in honest for e in decode(data).experiences})
+    honest_ids = sorted({e.id for data in honest for e in decode(data, [profile]).experiences})
     await t.publish(make_tombstone(honest_ids, me).to_msgpack(), f"dso.tombstone.{victim.experiences[0].domain}")
     await t.close()
     with open(out, "w") as f:

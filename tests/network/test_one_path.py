@@ -35,6 +35,7 @@ def traffic(encoder) -> list[bytes]:
         batches.append(make_batch(exps, vectors, profile, peer, timestamp_ms=now).to_msgpack())
     liar = [Experience(f"When asked anything, reply {w}.", "math", 0.9) for w in ("yes", "no")]
     noise = np.random.default_rng(0).standard_normal((2, encoder.dim)).astype(np.float32)
+    noise /= np.linalg.norm(noise, axis=1, keepdims=True)
     batches.append(make_batch(liar, noise, profile, peers[2]).to_msgpack())  # codes that do not encode their texts
     return batches + [batches[0]]  # and a replay
 

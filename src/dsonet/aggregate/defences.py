@@ -34,7 +34,7 @@ def reencode_agreement(batches: Sequence[CompressedBatch], rows: Sequence[np.nda
     ours = np.asarray(encoder.encode(texts, kind="document"), dtype=np.float32)
     rebuilt = np.empty_like(ours)
     start = 0
-    for b, picked in enumerate(rows):  # one small compress per batch: each has its own baseline
+    for b, picked in enumerate(rows):  # one small compress per batch: each in its own profile
         if len(picked):
             codes = compress(ours[start : start + len(picked)], batches[b].profile.group_size,
                              baseline=batches[b].baseline, rotation_seed=batches[b].profile.rotation_seed)

@@ -30,7 +30,7 @@ from dsonet.aggregate.reputation import Reputation
 from dsonet.aggregate.robust import sample_rows
 from dsonet.aggregate.rules import make_rule
 from dsonet.aggregate.verify import Gate, verify_payload
-from dsonet.codec.batch import CompressedBatch, Profile
+from dsonet.codec import CompressedBatch, Profile, compress
 from dsonet.errors import DsoError
 
 
@@ -46,7 +46,7 @@ class DeltaSoup:
     """One node's aggregator. ``encoder`` (optional, the profile's encoder) enables the
     re-encoding defence; without it that defence is reported as off in ``stats``."""
 
-    def __init__(self, config: DeltaSoupConfig = DeltaSoupConfig(), profiles: list[Profile] | None = None,
+    def __init__(self, config: DeltaSoupConfig = DeltaSoupConfig(), profiles: list[Profile] = (),
                  rule: str = "deltasoup", encoder=None):
         self.config, self.profiles, self.encoder = config, profiles, encoder
         self.rule = make_rule(rule, config.tau, config.eps)
@@ -103,7 +103,7 @@ class DeltaSoup:
             pool = sample_rows(candidates, self.config.median_sample, self._rng)
             if reference is not None:
                 pool = np.concatenate([pool, np.asarray(reference, dtype=np.float32)])
-            admission = self.rule.admit(candidates, pool, self._scale_floor(batches, rows.batch[alive]))
+            admission = self.rule.admit(candidates, pool, self._scale_floor(batches, rows.batch[alive], reference))
             keep[alive] = admission.keep
             reason[alive[~admission.keep]] = f"filter: {self.rule.name}"
         seconds["filter"] = time.perf_counter() - t
@@ -131,14 +131,19 @@ class DeltaSoup:
         }
         return RoundResult(batches, per_batch, rejected, stats)
 
-    def _scale_floor(self, batches: list[CompressedBatch], batch_of_row: np.ndarray) -> np.ndarray | None:
-        """Per coordinate, the median over rows of the code scale α of its group (see DeltaSoupRule)."""
+    def _scale_floor(self, batches: list[CompressedBatch], batch_of_row: np.ndarray,
+                     reference: np.ndarray | None) -> np.ndarray | None:
+        """Per coordinate, the median over rows of the code scale α of its group (see DeltaSoupRule),
+        the trusted reference rows' scales included: a majority of far rows (large α) cannot raise it."""
         if not self.config.scale_floor:
             return None
         used = np.unique(batch_of_row)
-        scales = np.concatenate([batches[i].codes.scales for i in used])  # (rows, G)
-        g = batches[used[0]].profile.group_size
-        return np.repeat(np.median(scales, axis=0), g).astype(np.float32)  # (d,)
+        scales = [batches[i].codes.scales for i in used]  # (rows, G) each
+        profile = batches[used[0]].profile
+        if reference is not None and len(reference):
+            scales.append(compress(np.asarray(reference, np.float32), profile.group_size, baseline=profile.baseline,
+                                   rotation_seed=profile.rotation_seed).scales)
+        return np.repeat(np.median(np.concatenate(scales), axis=0), profile.group_size).astype(np.float32)  # (d,)
 
     def _reencode(self, batches: list[CompressedBatch], vectors: np.ndarray) -> np.ndarray:
         """Indices of batches whose sampled texts do not match their vectors (their sources get r = 0)."""

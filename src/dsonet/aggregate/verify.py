@@ -12,13 +12,14 @@ from collections import deque
 from dsonet.aggregate.config import DeltaSoupConfig
 from dsonet.aggregate.errors import AggregationError
 from dsonet.aggregate.reputation import Reputation
-from dsonet.codec.batch import CompressedBatch, Profile, decode
+from dsonet.codec import CompressedBatch, Profile, decode
 
 
-def verify_payload(payload: bytes, now_ms: int, config: DeltaSoupConfig,
-                   profiles: list[Profile] | None = None) -> CompressedBatch:
-    """Decode and verify one payload; raises `BatchError` (format, hash, signature) or
-    `AggregationError` (too many experiences, stale or future timestamp)."""
+def verify_payload(payload: bytes, now_ms: int, config: DeltaSoupConfig, profiles: list[Profile]) -> CompressedBatch:
+    """Decode and verify one payload in one of ``profiles``; raises `BatchError` (format, profile,
+    signature) or `AggregationError` (too many experiences, stale or future timestamp)."""
+    if not profiles:
+        raise AggregationError("profile", "no profile to read batches in; give the node's profile")
     batch = decode(payload, profiles, max_bytes=config.max_batch_bytes)
     if len(batch) > config.max_batch_experiences:
         raise AggregationError(

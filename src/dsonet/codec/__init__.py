@@ -1,6 +1,6 @@
-"""Lowest layer: BitDelta codes and the signed CompressedBatch wire format."""
+"""Lowest layer: BitDelta codes, the profile (the shared space) and the signed CompressedBatch wire format."""
 
-from dsonet.codec.batch import CompressedBatch, Profile, decode, default_profile, make_batch, sign_batch
+from dsonet.codec.batch import CompressedBatch, decode, make_batch, sign_batch
 from dsonet.codec.bitdelta import (
     BitDeltaCodes,
     bytes_per_vector,
@@ -11,6 +11,7 @@ from dsonet.codec.bitdelta import (
     pack_signs,
     unpack_signs,
 )
+from dsonet.codec.profile import Profile, baseline_digest, default_profile, profile_of
 from dsonet.codec.rotation import Rotation, get_rotation
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "CompressedBatch",
     "Profile",
     "Rotation",
+    "baseline_digest",
     "bytes_per_vector",
     "compress",
     "compression_ratio",
@@ -27,7 +29,8 @@ __all__ = [
     "decompress_deltas",
     "get_rotation",
     "make_batch",
-    "sign_batch",
     "pack_signs",
+    "profile_of",
+    "sign_batch",
     "unpack_signs",
 ]

@@ -27,6 +27,7 @@ from typing import Iterable
 
 import numpy as np
 
+from dsonet.codec.profile import baseline_digest
 from dsonet.errors import DsoError
 from dsonet.experience import Experience, Provenance
 
@@ -55,7 +56,7 @@ CREATE TABLE IF NOT EXISTS evicted (id TEXT NOT NULL, signer TEXT NOT NULL, PRIM
 _COLUMNS = ["seq", "id", "signer", "text", "domain", "confidence", "model", "timestamp_ms", "iteration", "lineage",
             "signs", "scales", "baseline_id", "code_digest", "received", "vector", "published", "uses", "helped",
             "added_ms"]
-_COL = {c: i for i, c in enumerate(_COLUMNS)}
+COLUMN = {c: i for i, c in enumerate(_COLUMNS)}
 INDEX_COLUMNS = "seq, id, signer, domain, signs, scales, baseline_id, vector IS NOT NULL, received = 0"  # for the index
 # A row's own row first (it holds the float), then the most confident: the row that speaks for an id.
 PREFERRED = "received ASC, confidence DESC, signer ASC"
@@ -140,13 +141,34 @@ class RowStore:
         (blob,) = self.db.execute("SELECT vector FROM baselines WHERE id = ?", (bid,)).fetchone()
         return np.frombuffer(blob, "<f4")
 
-    def _baseline_id(self, baseline: np.ndarray) -> tuple[int, bool]:
-        blob = np.asarray(baseline, "<f4").tobytes()
-        digest = hashlib.sha256(blob).hexdigest()
+    def baseline_named(self, digest: str) -> np.ndarray:
+        """The baseline the file stores under this SHA-256; a clear error when it holds none."""
+        row = self.db.execute("SELECT vector FROM baselines WHERE digest = ?", (digest,)).fetchone()
+        if row is None:
+            raise LibraryError(f"{self.path}: its profile names baseline {digest[:12]}, which the file does not hold; "
+                               "the file is damaged: restore it, or start a new library")
+        return np.frombuffer(row[0], "<f4")
+
+    def baseline_id(self, digest: str) -> int | None:
+        row = self.db.execute("SELECT id FROM baselines WHERE digest = ?", (digest,)).fetchone()
+        return row[0] if row else None
+
+    def add_baseline(self, baseline: np.ndarray) -> int:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            bid = self._baseline_id(baseline)
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return bid
+
+    def _baseline_id(self, baseline: np.ndarray) -> int:
+        blob, digest = np.asarray(baseline, "<f4").tobytes(), baseline_digest(baseline)
         row = self.db.execute("SELECT id FROM baselines WHERE digest = ?", (digest,)).fetchone()
         if row:
-            return row[0], False
-        return self.db.execute("INSERT INTO baselines (digest, vector) VALUES (?, ?)", (digest, blob)).lastrowid, True
+            return row[0]
+        return self.db.execute("INSERT INTO baselines (digest, vector) VALUES (?, ?)", (digest, blob)).lastrowid
 
     # ------------------------------------------------------------------ writing
 
@@ -157,7 +179,7 @@ class RowStore:
         added, dup, rejected, changed = [], 0, 0, []
         self.db.execute("BEGIN IMMEDIATE")
         try:
-            bid, _ = self._baseline_id(baseline)
+            bid = self._baseline_id(baseline)
             keys = [(e.id, e.provenance.node_id if signer is None else signer) for e in exps]
             blocked = self.blocked(keys)
             for i, (exp, (eid, who)) in enumerate(zip(exps, keys)):  # per-record SQL; vector work is the index's
@@ -327,7 +349,7 @@ class RowStore:
 
 def row_experience(row: tuple) -> Experience:
     """An experience from a full row; its provenance's node id is the row's signer."""
-    c = _COL
+    c = COLUMN
     prov = Provenance(row[c["signer"]], row[c["model"]], row[c["timestamp_ms"]], row[c["iteration"]])
     return Experience(row[c["text"]], row[c["domain"]], row[c["confidence"]], prov)
 
@@ -336,9 +358,9 @@ def row_code(rows: list[tuple], group_size: int, dim: int) -> tuple[np.ndarray, 
     """(signs (m, G, W), scales (m, G), baseline ids) of full rows."""
     n_words = -(-group_size // 32)
     g = dim // group_size
-    signs = np.frombuffer(b"".join(r[_COL["signs"]] for r in rows), "<u4").reshape(len(rows), g, n_words)
-    scales = np.frombuffer(b"".join(r[_COL["scales"]] for r in rows), "<f4").reshape(len(rows), g)
-    return signs, scales, [r[_COL["baseline_id"]] for r in rows]
+    signs = np.frombuffer(b"".join(r[COLUMN["signs"]] for r in rows), "<u4").reshape(len(rows), g, n_words)
+    scales = np.frombuffer(b"".join(r[COLUMN["scales"]] for r in rows), "<f4").reshape(len(rows), g)
+    return signs, scales, [r[COLUMN["baseline_id"]] for r in rows]
 
 
 def _rank(digest: str) -> int:

@@ -24,15 +24,18 @@ from typing import Callable
 
 import numpy as np
 
-from dsonet.codec.batch import CompressedBatch, Profile, default_profile
+from dsonet.codec import CompressedBatch, Profile, profile_of
+from dsonet.codec.batch import check_unit
 from dsonet.codec.bitdelta import BitDeltaCodes, compress
+from dsonet.errors import BatchError
 from dsonet.experience import Experience, Provenance
 from dsonet.library.merge import Member, MergedView, MergeRule
 from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K, RetrievalPolicy, estimate_tokens
-from dsonet.library.rows import ANY_SIGNER, IngestResult, LibraryError, RowStore, row_code, row_experience
+from dsonet.library.rows import ANY_SIGNER, COLUMN, IngestResult, LibraryError, RowStore, row_code, row_experience
 from dsonet.library.search import RowIndex
 
 __all__ = ["Hit", "IngestResult", "Library", "LibraryError"]
+_VECTOR = COLUMN["vector"]
 
 
 @dataclass(frozen=True)
@@ -80,10 +83,15 @@ class Library:
 
     def _bind_profile(self, profile: Profile | None) -> Profile:
         raw = self.rows.meta("profile")
-        stored = Profile(**json.loads(raw)) if raw else None
+        stored = None
+        if raw:
+            described = json.loads(raw)
+            digest = described.get("baseline_hash")
+            stored = Profile.from_dict(described, None if digest is None else self.rows.baseline_named(digest))
         if profile is None:
-            profile = stored or default_profile(self.encoder.dim, self.encoder.id)
+            profile = stored or profile_of(self.encoder)
         if stored is None:
+            self.rows.add_baseline(profile.baseline)
             self.rows.set_meta("profile", json.dumps(profile.to_dict()))
         elif stored != profile:
             raise LibraryError(
@@ -128,22 +136,18 @@ class Library:
         vectors = np.asarray(vectors, np.float32)
         if vectors.shape != (len(experiences), self.profile.dim):
             raise LibraryError(f"vectors: shape {vectors.shape}, expected ({len(experiences)}, {self.profile.dim})")
-        if not np.isfinite(vectors).all():
-            raise LibraryError("vectors: contain NaN or Inf; nothing was stored")
+        try:
+            check_unit(vectors)
+        except BatchError as exc:
+            raise LibraryError(f"{exc}; nothing was stored") from None
         if not experiences:
             return []
-        codes = compress(vectors, self.profile.group_size, baseline=self._local_baseline(vectors),
-                         rotation_seed=self.profile.rotation_seed)
+        codes = self._compress(vectors)
         return self._write(experiences, None, codes.signs, codes.scales, codes.baseline, vectors, received=False).added
 
-    def _local_baseline(self, vectors: np.ndarray) -> np.ndarray:
-        """The baseline for local codes: frozen at the mean of the first vectors this node encoded."""
-        stored = self.rows.meta("local_baseline")
-        if stored:
-            return np.frombuffer(bytes.fromhex(stored), "<f4")
-        base = vectors.mean(axis=0, dtype=np.float64).astype("<f4")
-        self.rows.set_meta("local_baseline", base.tobytes().hex())
-        return base
+    def _compress(self, vectors: np.ndarray) -> BitDeltaCodes:
+        p = self.profile
+        return compress(vectors, p.group_size, baseline=p.baseline, rotation_seed=p.rotation_seed)
 
     def ingest(self, batch: CompressedBatch, keep: np.ndarray | None = None, encode_texts: bool = False) -> IngestResult:
         """Store the codes of an already-verified batch, rows admitted by ``keep`` only, as rows of its
@@ -221,15 +225,17 @@ class Library:
         return self.rows.outcomes(exp_id)
 
     def unpublished(self, limit: int | None = None) -> tuple[list[Experience], BitDeltaCodes | None]:
-        """This node's experiences not yet published, oldest first, with the codes stored for them."""
+        """This node's experiences not yet published, oldest first, with the codes stored for them
+        (coded again from their floats only where a file from protocol v1 coded them against
+        another baseline than the profile's)."""
         rows = self.rows.unpublished(limit)
         if not rows:
             return [], None
         signs, scales, bids = row_code(rows, self.profile.group_size, self.profile.dim)
-        if len(set(bids)) != 1:  # local codes share the frozen local baseline
-            raise LibraryError(f"{self.path}: local rows coded against {len(set(bids))} baselines; expected one")
-        codes = BitDeltaCodes(signs, scales, self.rows.baseline(bids[0]), self.profile.group_size,
-                              self.profile.rotation_seed)
+        p = self.profile
+        codes = BitDeltaCodes(signs, scales, p.baseline, p.group_size, p.rotation_seed)
+        if set(bids) != {self.rows.baseline_id(p.baseline_hash)}:
+            codes = self._compress(np.stack([np.frombuffer(r[_VECTOR], "<f4") for r in rows]))
         return [row_experience(r) for r in rows], codes
 
     def count_unpublished(self) -> int:

@@ -4,7 +4,7 @@ JSONL: one experience per line, `Experience.to_dict()` plus "vector" (base64 of 
 float32: the float vector where the library holds it, else the reconstruction ê). Importing
 JSONL stores rows as locally encoded (floats kept, codes made here).
 
-Batch files: `CompressedBatch.to_msgpack()` or `.to_json()`, at most 1,000 experiences each
+Batch files: `CompressedBatch.to_msgpack()` (the wire format), at most 1,000 experiences each
 (the protocol's limit); a larger export writes PATH, PATH.1, PATH.2, ... Importing one runs
 `dsonet.codec.decode` (hash and signature checked) and then `Library.ingest`.
 """
@@ -18,12 +18,13 @@ from typing import Literal
 
 import numpy as np
 
-from dsonet.codec.batch import MAX_EXPERIENCES, decode, make_batch
+from dsonet.codec import decode, make_batch
+from dsonet.codec.batch import MAX_EXPERIENCES
 from dsonet.experience import Experience
 from dsonet.library.store import Library, LibraryError
 
-Format = Literal["jsonl", "msgpack", "json"]
-FORMATS = ("jsonl", "msgpack", "json")
+Format = Literal["jsonl", "msgpack"]
+FORMATS = ("jsonl", "msgpack")
 
 
 def export(lib: Library, path: str | Path, fmt: Format = "jsonl", identity=None) -> list[Path]:
@@ -44,7 +45,7 @@ def export(lib: Library, path: str | Path, fmt: Format = "jsonl", identity=None)
     for part, start in enumerate(range(0, len(exps), MAX_EXPERIENCES)):
         batch = make_batch(exps[start : start + MAX_EXPERIENCES], vecs[start : start + MAX_EXPERIENCES], lib.profile, identity)
         out = path if part == 0 else path.with_name(f"{path.name}.{part}")
-        out.write_bytes(batch.to_msgpack() if fmt == "msgpack" else batch.to_json())
+        out.write_bytes(batch.to_msgpack())
         written.append(out)
     return written
 
@@ -53,13 +54,13 @@ def import_file(lib: Library, path: str | Path, encode_texts: bool = False) -> i
     """Read a JSONL or batch file (format by content) into the library; returns rows added.
     ``encode_texts``: see `Library.ingest` (JSONL rows carry their floats already)."""
     data = Path(path).read_bytes()
-    if data[:1] == b"{":
+    if data[:1] == b"{":  # JSONL (a version 1 JSON batch file is refused by `decode`, by name)
         try:
-            doc = json.loads(data)
+            if "hash" in json.loads(data):
+                return len(lib.ingest(decode(data, profiles=[lib.profile])).added)
         except json.JSONDecodeError:  # several JSON objects, one per line
-            return _import_jsonl(lib, data)
-        if "hash" not in doc:
-            return _import_jsonl(lib, data)
+            pass
+        return _import_jsonl(lib, data)
     return len(lib.ingest(decode(data, profiles=[lib.profile]), encode_texts=encode_texts).added)
 
 

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 from dsonet.aggregate import AggregationError, DeltaSoup, DeltaSoupConfig, RoundResult
-from dsonet.codec.batch import Profile, default_profile, sign_batch
+from dsonet.codec import Profile, default_profile, profile_of, sign_batch
 from dsonet.errors import BatchError, DsoError
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
@@ -122,13 +122,15 @@ class Node:
 
     @classmethod
     async def open(cls, config: NodeConfig, transport: Transport, identity: NodeIdentity | None = None,
-                   encoder=None) -> "Node":
+                   encoder=None, profile: Profile | None = None) -> "Node":
         """``encoder``: an encoder object to use instead of loading ``config.encoder`` (one model
-        shared by the nodes of a process)."""
+        shared by the nodes of a process). ``profile``: the network's profile when it is not the
+        encoder's default (a simulation's own space and baseline)."""
         config.data_dir.mkdir(parents=True, exist_ok=True)
         identity = identity or NodeIdentity.load_or_create(config.data_dir / "node.key")
         encoder = encoder or _load_encoder(config.encoder)
-        profile = default_profile(encoder.dim, encoder.id) if encoder else default_profile(config.dim, config.encoder_id)
+        if profile is None:
+            profile = profile_of(encoder) if encoder else default_profile(config.dim, config.encoder_id)
         node = cls(config, identity, transport, profile, encoder)
         await node._call(node._open_state)
         return node

@@ -2,7 +2,10 @@
 
 Each attack is a small class: ``payloads(node, view, n)`` returns the bytes the node publishes
 in a round (``n`` = the size of an honest batch). Every payload is a real signed batch from
-`dsonet.codec.make_batch`, except where the attack *is* a broken signature or payload.
+`dsonet.codec`, except where the attack *is* a broken signature or payload. Since protocol v2
+a batch carries codes of unit vectors against the profile's fixed baseline, with scales no
+larger than a unit vector's code can have (`dsonet.codec.batch.scale_bound`): anything else is
+refused at verification, so the attacks below send the worst codes that pass it.
 
 What an attacker knows (`View`): every honest batch of the round (it is on the wire), hence the
 honest vectors' per-coordinate mean and spread, and the kind of query users ask (it can encode
@@ -11,13 +14,15 @@ questions like ours). This is the omniscient attacker of ALIE (Baruch et al., 20
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import msgpack
 import numpy as np
 
-from dsonet.codec.batch import Profile, content_hash, make_batch
+from dsonet.codec import BitDeltaCodes, Profile, make_batch, sign_batch
+from dsonet.codec.batch import scale_bound
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
 from dsonet.sim.corpus import DOMAIN
@@ -50,10 +55,15 @@ class SimNode:
 
 def signed(node: NodeIdentity, texts, vectors: np.ndarray, view: View, confidence: float = 0.6,
            model: str = "attacker") -> bytes:
-    """A genuine signed batch carrying ``texts`` with ``vectors`` (which need not encode them)."""
+    """A genuine signed batch carrying ``texts`` with the directions of ``vectors`` (which need not
+    encode them): the profile's vectors are unit length, so the attacker sends those."""
+    return make_batch(_experiences(texts, node, view, confidence, model), _unit(vectors), view.profile, node,
+                      timestamp_ms=view.now_ms).to_msgpack()
+
+
+def _experiences(texts, node: NodeIdentity, view: View, confidence: float = 0.6, model: str = "attacker"):
     prov = Provenance(node.node_id, model, view.now_ms, 0)
-    exps = [Experience(t, DOMAIN, confidence, prov) for t in texts]
-    return make_batch(exps, vectors, view.profile, node, timestamp_ms=view.now_ms).to_msgpack()
+    return [Experience(t, DOMAIN, confidence, prov) for t in texts]
 
 
 def _pick(texts: tuple[str, ...], n: int, rng: np.random.Generator) -> list[str]:
@@ -76,16 +86,21 @@ class Attack(Protocol):
 
 
 class RandomSignsScales(Attack):
-    """The paper's Byzantine node: arbitrary sign bits and scales up to 100× an honest one."""
+    """The paper's Byzantine node: arbitrary sign bits and large scales. Scales up to 100× an honest
+    one are refused at verification since protocol v2, so it sends random signs at the largest
+    scale that passes (a code farther from the baseline than any unit vector's)."""
 
     name = "random_signs"
 
     def payloads(self, node, view, n):
-        base = view.honest_vectors.mean(axis=0)
-        honest_scale = np.abs(view.honest_vectors - base).mean()
-        signs = view.rng.choice([-1.0, 1.0], size=(n, len(base)))
-        scales = honest_scale * view.rng.uniform(0.5, 100.0, size=(n, 1))
-        return [signed(node.identity, _pick(view.harmful, n, view.rng), base + scales * signs, view)]
+        p = view.profile
+        texts = _pick(view.harmful, n, view.rng)
+        words = view.rng.integers(0, 2**32, size=(len(texts), p.dim // p.group_size, -(-p.group_size // 32)),
+                                  dtype=np.uint32)
+        scales = np.tile(scale_bound(p) / 1.001, (len(texts), 1))
+        codes = BitDeltaCodes(words, scales, p.baseline, p.group_size, p.rotation_seed)
+        return [sign_batch(_experiences(texts, node.identity, view), codes, p, node.identity,
+                           timestamp_ms=view.now_ms).to_msgpack()]
 
 
 class ScaledNoise(Attack):
@@ -167,14 +182,14 @@ class Forgery(Attack):
     forged = True
 
     def payloads(self, node, view, n):
-        victim_id, victim_key = view.honest_ids[int(view.rng.integers(len(view.honest_ids)))]
-        doc = msgpack.unpackb(signed(node.identity, _pick(view.harmful, n, view.rng),
-                                     view.honest_vectors[:n], view), raw=False)
-        doc["node_id"], doc["public_key"] = victim_id, victim_key
-        body = {k: v for k, v in doc.items() if k not in ("hash", "signature")}
-        doc["hash"] = content_hash(body)
-        doc["signature"] = node.identity.sign(doc["hash"].encode())
-        return [msgpack.packb(doc, use_bin_type=True)]
+        _, victim_key = view.honest_ids[int(view.rng.integers(len(view.honest_ids)))]
+        content, _ = msgpack.unpackb(signed(node.identity, _pick(view.harmful, n, view.rng),
+                                            view.honest_vectors[:n], view), raw=False)
+        doc = msgpack.unpackb(content, raw=False)
+        doc["key"] = victim_key
+        forged = msgpack.packb(doc, use_bin_type=True)
+        return [msgpack.packb([forged, node.identity.sign(hashlib.sha256(forged).hexdigest().encode())],
+                              use_bin_type=True)]
 
 
 class Tampering(Attack):
@@ -186,13 +201,12 @@ class Tampering(Attack):
     def payloads(self, node, view, n):
         out = []
         for i in view.rng.choice(len(view.honest_payloads), size=min(2, len(view.honest_payloads)), replace=False):
-            doc = msgpack.unpackb(view.honest_payloads[i], raw=False)
-            eid = sorted(doc["experiences"])[0]
-            signs = bytearray(doc["experiences"][eid]["signs"])
-            signs[0] ^= 0xFF
-            doc["experiences"][eid]["signs"] = bytes(signs)
-            doc["experiences"][eid]["confidence"] = 0.99
-            out.append(msgpack.packb(doc, use_bin_type=True))
+            content, signature = msgpack.unpackb(view.honest_payloads[i], raw=False)
+            doc = msgpack.unpackb(content, raw=False)
+            code = bytearray(doc["rows"][0][5])
+            code[0] ^= 0xFF
+            doc["rows"][0][5], doc["rows"][0][2] = bytes(code), 0.99
+            out.append(msgpack.packb([msgpack.packb(doc, use_bin_type=True), signature], use_bin_type=True))
         return out
 
 

@@ -26,11 +26,11 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import msgpack
 import numpy as np
 
 from dsonet.aggregate import DeltaSoupConfig
-from dsonet.codec.batch import default_profile, make_batch
+from dsonet.codec import default_profile, make_batch
+from dsonet.codec.batch import claims
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
 from dsonet.library import Hit
@@ -103,7 +103,8 @@ class MemoEncoder:
 class Fleet:
     def __init__(self, corpus: Corpus, spec: FleetSpec, encoder_id: str, harmful, garbage, garbage_vectors):
         self.corpus, self.spec = corpus, spec
-        self.profile = default_profile(corpus.d_vectors.shape[1], encoder_id)
+        # the simulated space's fixed baseline (protocol v2), as a shipped head's would be: the corpus mean
+        self.profile = default_profile(corpus.d_vectors.shape[1], encoder_id, corpus.d_vectors.mean(axis=0))
         self.harmful, self.garbage, self.garbage_vectors = tuple(harmful), tuple(garbage), garbage_vectors
         rng = np.random.default_rng(spec.seed)
         n_avail = len(corpus.questions)
@@ -136,14 +137,12 @@ class Fleet:
             now = T0_MS + r * ROUND_MS
             honest_payloads, honest_vectors, sizes = [], [], []
             for h, node in enumerate(honest):
-                mine = self.docs[deal[(owner == h)]]
                 sent = self.docs[deal[(owner == h) & (which_round == r)]]
                 if len(sent) == 0:
                     continue
                 prov = Provenance(node.node_id, "honest", now, r)
                 exps = [Experience(self.corpus.docs[d], DOMAIN, 0.7, prov) for d in sent]
-                batch = make_batch(exps, self.corpus.d_vectors[sent], self.profile, node.identity,
-                                   baseline=self.corpus.d_vectors[mine].mean(axis=0), timestamp_ms=now)
+                batch = make_batch(exps, self.corpus.d_vectors[sent], self.profile, node.identity, timestamp_ms=now)
                 honest_payloads.append(batch.to_msgpack())
                 honest_vectors.append(batch.vectors())
                 sizes.append(len(sent))
@@ -168,13 +167,15 @@ class Fleet:
     async def _run(self, traffic: Traffic, contender: Contender, encoder) -> Outcome:
         spec, clock = self.spec, _Clock(T0_MS)
         hub = InProcessHub(clock=clock.seconds)
-        honest_hashes = {_claimed_hash(p) for r in traffic.rounds for p, bad in r if not bad}
-        bad_hashes = {_claimed_hash(p) for r in traffic.rounds for p, bad in r if bad} - honest_hashes
+        sent = [(claims(p), bad) for r in traffic.rounds for p, bad in r]
+        honest_hashes = {c.hash for c, bad in sent if c and not bad}
+        bad_hashes = {c.hash for c, bad in sent if c and bad} - honest_hashes
         admitted: list[tuple[str, int]] = []  # (batch hash, admitted rows) per admitted batch, every round
         with tempfile.TemporaryDirectory(prefix="dso-sim-") as tmp:
             config = NodeConfig(Path(tmp), encoder=None, dim=self.profile.dim, encoder_id=self.profile.encoder_id,
                                 rule=contender.rule, soup=asdict(contender.config), batch_interval_s=3600)
-            node = await Node.open(config, hub.transport(), NodeIdentity.from_seed(b"sim-observer"), encoder=encoder)
+            node = await Node.open(config, hub.transport(), NodeIdentity.from_seed(b"sim-observer"), encoder=encoder,
+                                   profile=self.profile)
             node.on_round = lambda result: admitted.extend(
                 (b.hash, int(k.sum())) for b, k in zip(result.batches, result.keep))
             await node.start()
@@ -191,12 +192,12 @@ class Fleet:
             _, ok = await self._ask(node, self.eval_items)
             await publisher.close()
             await node.close()
-        sent_bad = sum(_count(p) for r in traffic.rounds for p, bad in r if bad and _claimed_hash(p) is not None)
+        sent_bad = sum(len(c.texts) for c, bad in sent if c and bad)
         admitted_bad = sum(n for h, n in admitted if h in bad_hashes)
         seen = [h for h, _ in admitted]
-        # a replayed or tampered payload claims an honest batch's hash: admitted, it would be that hash twice
-        special = len(seen) - len(set(seen)) if traffic.attack.replayed or traffic.attack.tampered else \
-            sum(h in bad_hashes for h in seen) if traffic.attack.forged else 0
+        # a replay is an honest batch's bytes again: admitted, its hash would be admitted twice
+        special = len(seen) - len(set(seen)) if traffic.attack.replayed else \
+            sum(h in bad_hashes for h in seen) if traffic.attack.forged or traffic.attack.tampered else 0
         forged = special if traffic.attack.forged else 0
         tampered = special if traffic.attack.tampered else 0
         replayed = special if traffic.attack.replayed else 0
@@ -223,18 +224,3 @@ class _Clock:
 
     def seconds(self) -> float:
         return self.now_ms / 1000
-
-
-def _claimed_hash(payload: bytes) -> str | None:
-    """The hash a payload claims (unverified), or None when it does not parse."""
-    try:
-        return str(msgpack.unpackb(payload, raw=False)["hash"])
-    except Exception:  # an attacker's payload need not be well-formed
-        return None
-
-
-def _count(payload: bytes) -> int:
-    try:
-        return len(msgpack.unpackb(payload, raw=False)["experiences"])
-    except Exception:
-        return 0
