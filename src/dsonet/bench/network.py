@@ -7,6 +7,9 @@ Measured (all real: nats-server, SQLite, MiniLM in every node):
   propagation p50/p95   submit at A -> GET at C answers 200 (in C's library, so searchable),
                         batch interval 1 s: the interval dominates, by design of the paper's schedule
   wire bytes/experience A's published payload bytes / experiences (msgpack CompressedBatch)
+  by batch size         the default profile's batches of 1, 10 and 100 fixed texts: payload bytes
+                        per experience (text, code, signature and framing included), and apart from
+                        them the NATS headers each message carries (message id and sender hint)
 
 Beside the paper's wire figures (29 KB per round of 100 experiences at d = 768; 964 B per
 7680-dim vector) we build batches of 100 of the same texts at d = 768 and 7680 (MiniLM lifted
@@ -95,7 +98,32 @@ def wire_sizes(texts: list[str], vectors: np.ndarray) -> list[dict]:
     return rows
 
 
+BATCH_SIZES = (1, 10, 100)
+
+
+def wire_by_batch(texts: list[str], vectors: np.ndarray, profile) -> dict:
+    """Bytes per experience in the default profile at each batch size, over the same 100 texts."""
+    from dsonet.codec import make_batch
+    from dsonet.experience import Experience, Provenance
+    from dsonet.identity import NodeIdentity
+    from dsonet.network.transport import MSG_ID, SENDER
+
+    ident = NodeIdentity.from_seed(b"bench")
+    exps = [Experience(t, "math", 0.8, Provenance(ident.node_id, "qwen2.5-coder-0.5b-instruct", 0, 1)) for t in texts]
+    out, headers = {}, {}
+    for n in BATCH_SIZES:
+        batches = [make_batch(exps[i:i + n], vectors[i:i + n], profile, ident) for i in range(0, len(exps), n)]
+        out[str(n)] = sum(len(b.to_msgpack()) for b in batches) / len(exps)
+        # what JetStream adds to each message: "NATS/1.0\r\n" + one "Key: value\r\n" a header + "\r\n"
+        per_message = [len("NATS/1.0\r\n\r\n") + len(f"{MSG_ID}: {b.hash}\r\n{SENDER}: {ident.node_id}\r\n")
+                       for b in batches]
+        headers[str(n)] = sum(per_message) / len(exps)
+    return {"wire_bytes_per_experience_by_batch": out, "nats_header_bytes_per_experience_by_batch": headers,
+            "mean_text_bytes": float(np.mean([len(t.encode()) for t in texts])), "texts": len(texts)}
+
+
 def run(quick: bool) -> dict:
+    from dsonet.codec import profile_of
     from dsonet.encoders import default_encoder, minilm
     from dsonet.encoders.cache import cached_encode
     from dsonet.network import cluster
@@ -134,7 +162,9 @@ def run(quick: bool) -> dict:
                 cluster.stop_server(spec, server, timeout_s=5)
     native = cached_encode(minilm(), vec_texts)  # the 384-dim vectors the wire table lifts to 768 and 7680
     sizes = wire_sizes(vec_texts[:100] if len(vec_texts) >= 100 else _pad(vec_texts), _pad_rows(native))
-    return {
+    fixed = _texts(100, 400)  # the same 100 texts in every run, quick or not
+    by_batch = wire_by_batch(fixed, cached_encode(default_encoder(), fixed), profile_of(default_encoder()))
+    return {**by_batch,
         "submit_per_s": submit_per_s, "submit_vector_per_s": submit_vector_per_s, "search_per_s": search_per_s,
         "propagation_p50_ms": float(np.percentile(prop, 50)), "propagation_p95_ms": float(np.percentile(prop, 95)),
         "propagation_samples": len(prop), "batch_interval_s": 1.0,
@@ -178,6 +208,14 @@ def cli(quick: bool, out: Path) -> None:
         {"measure": "propagation A->C p95 ms (interval 1 s)", "ours": res["propagation_p95_ms"]},
         {"measure": "wire bytes/experience (default profile d=7680, live batches of a few)", "ours": res["wire_bytes_per_experience"]},
     ], ["measure", "ours"]))
+    click.echo()
+    click.echo(format_table([{"batch_size": int(n), "bytes_per_experience": b,
+                              "nats_headers_per_experience": res["nats_header_bytes_per_experience_by_batch"][n],
+                              "target": 1400 if n == "1" else 1300, "paper (vector alone)": 964}
+                             for n, b in res["wire_bytes_per_experience_by_batch"].items()],
+                            ["batch_size", "bytes_per_experience", "target", "paper (vector alone)",
+                             "nats_headers_per_experience"]))
+    click.echo(f"(default profile, {res['texts']} fixed texts of {res['mean_text_bytes']:.0f} bytes on average)")
     click.echo()
     click.echo(format_table(res["wire_by_dim"], ["dim", "ours_bytes_per_exp", "paper_bytes_per_exp",
                                                  "json_float32_bytes_per_exp", "ratio_vs_json"]))
