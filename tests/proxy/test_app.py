@@ -147,3 +147,15 @@ def test_an_unreachable_or_slow_upstream_is_a_gateway_error(memory):
         with pytest.raises(openai.APIStatusError) as err:
             _client(proxy).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
         assert err.value.status_code == 502
+
+
+def test_a_memory_that_is_down_still_answers_without_lessons_and_says_why(upstream):
+    from dsonet.memory import open_memory
+
+    memory = open_memory(node="http://127.0.0.1:9", timeout_s=2)  # nothing listens there
+    with Served(create_app(memory, f"{upstream.url}/v1")) as proxy:
+        raw = _client(proxy).chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": QUESTION}])
+    memory.close()
+    assert raw.headers["x-dso-lessons"] == "" and "127.0.0.1:9" in raw.headers["x-dso-error"]
+    assert [m["role"] for m in upstream.app.state.requests[-1]["messages"]] == ["user"]

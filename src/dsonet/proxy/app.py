@@ -10,6 +10,8 @@ Both completion endpoints forward the (amended) body to ``upstream`` unchanged o
 streaming or not, and pass the upstream's answer back byte for byte. Every answer carries
 ``X-DSO-Lessons`` (the injected experiences' ids, comma-separated; empty when none passed the
 threshold) and, when lessons were injected, ``X-DSO-Retrieval-Id`` to send to /v1/outcomes.
+When the memory cannot be searched (a node that is down), the request still goes upstream,
+without lessons, and ``X-DSO-Error`` says why.
 
 Authentication: with ``token``, clients send it as their API key and the proxy talks to the
 upstream with ``upstream_key``; without one (loopback only), the client's own Authorization
@@ -20,6 +22,7 @@ Bodies over ``max_body`` get 413; an upstream that does not answer within ``time
 from __future__ import annotations
 
 import json
+import logging
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -34,10 +37,12 @@ from dsonet.errors import DsoError
 from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
 from dsonet.library.retrievals import UnknownRetrieval
 from dsonet.memory import Memory, Recall
-from dsonet.proxy.inject import chat_query, inject_chat, inject_responses, responses_query
+from dsonet.proxy.inject import RequestShapeError, chat_query, inject_chat, inject_responses, responses_query
 
 LESSONS_HEADER = "x-dso-lessons"
 RETRIEVAL_HEADER = "x-dso-retrieval-id"
+ERROR_HEADER = "x-dso-error"  # why no lessons were looked up (the request still went upstream)
+log = logging.getLogger(__name__)
 HOP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
 
 
@@ -119,11 +124,16 @@ def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None
             return body
         try:
             query = query_of(body)
-            r = await recall(query)
-            if r is not None and r.hits:
-                body = amend(body, r.hits)
-        except (DsoError, ValueError) as exc:
+        except RequestShapeError as exc:
             return _error(400, str(exc))
+        try:
+            r = await recall(query)
+        except DsoError as exc:  # the memory (a node, say) is down: answer without lessons, and say why
+            log.warning("no lessons for this request: %s", exc)
+            reason = " ".join(str(exc).split())[:300].encode("ascii", "replace").decode()
+            return await forward(request, path, body, {LESSONS_HEADER: "", ERROR_HEADER: reason})
+        if r is not None and r.hits:
+            body = amend(body, r.hits)
         return await forward(request, path, body, lesson_headers(r))
 
     @app.post("/v1/chat/completions")
@@ -165,6 +175,7 @@ def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None
 
 
 async def _relay(reply: httpx.Response):
-    """The upstream's stream, chunk by chunk as it arrives (SSE events pass through untouched)."""
-    async for chunk in reply.aiter_raw():
+    """The upstream's stream, chunk by chunk as it arrives (SSE events pass through untouched;
+    decoded, since the upstream's content-encoding header is not passed on)."""
+    async for chunk in reply.aiter_bytes():
         yield chunk
