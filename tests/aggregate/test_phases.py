@@ -15,7 +15,7 @@ def test_decompress_batches_matches_the_codec_row_for_row(batch_of, cloud, group
         from dsonet.codec.batch import Profile, make_batch
 
         profile = Profile(64, group_size, "test-encoder", rotation)
-        batches = [make_batch(list(b.experiences), b.vectors(), profile, _ident(i), timestamp_ms=b.timestamp_ms)
+        batches = [make_batch(list(b.experiences), cloud(len(b), i), profile, _ident(i), timestamp_ms=b.timestamp_ms)
                    for i, b in enumerate(batches)]
     rows = decompress_batches(batches)
     expected = np.concatenate([decompress(b.codes) for b in batches])

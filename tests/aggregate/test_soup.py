@@ -59,8 +59,20 @@ def test_rate_limit_counts_per_node_within_the_window(batch_of, cloud):
     with pytest.raises(AggregationError, match="limit is 2"):
         soup.submit(batch_of("a", cloud(3, 9), ts=NOW + 9).to_msgpack(), now_ms=NOW)
     soup.submit(batch_of("b", cloud(3, 9)).to_msgpack(), now_ms=NOW)  # another node is unaffected
+    soup.settle(soup.round(now_ms=NOW).batches)  # stored: they count in the window from when they came
     later = NOW + 3_600_001
     soup.submit(batch_of("a", cloud(3, 10), ts=later).to_msgpack(), now_ms=later)
+
+
+def test_a_released_round_may_come_again_but_a_settled_one_is_a_replay(batch_of, cloud):
+    soup = soup_for()
+    payload = batch_of("a", cloud(3, 0)).to_msgpack()
+    soup.submit(payload, now_ms=NOW)
+    soup.release(soup.round(now_ms=NOW).batches)  # the receiver's disk was full: nothing stored
+    soup.submit(payload, now_ms=NOW)  # the redelivery is admitted
+    soup.settle(soup.round(now_ms=NOW).batches)
+    with pytest.raises(AggregationError, match="replays"):
+        soup.submit(payload, now_ms=NOW)
 
 
 def test_batch_size_limit(batch_of, cloud):
@@ -84,10 +96,19 @@ def test_low_reputation_nodes_are_skipped_and_outcomes_move_reputation(batch_of,
 
 
 def test_the_papers_random_attacker_is_refused_at_verification_and_unit_random_signs_are_filtered(batch_of, cloud):
+    import hashlib
+
+    from dsonet.identity import NodeIdentity
+
     rng = np.random.default_rng(5)
-    loud = batch_of("loud", 0.05 + 20 * rng.choice([-1.0, 1.0], size=(30, 64)).astype(np.float32))  # 100× scales
-    with pytest.raises(BatchError, match="scale"):
-        soup_for().submit(loud.to_msgpack(), now_ms=NOW)  # no unit vector has such a code against the profile
+    loud = msgpack.unpackb(batch_of("loud", cloud(30, seed=0)).content)
+    for row in loud["rows"]:  # the paper's attacker: scales 100× an honest one, signed with its own key
+        code = np.frombuffer(row[5], np.uint8).copy()
+        code[-4:] = np.array([100 * np.frombuffer(code[-4:].tobytes(), "<f4")[0]], "<f4").view(np.uint8)
+        row[5] = code.tobytes()
+    content, me = msgpack.packb(loud), NodeIdentity.from_seed(b"loud")
+    with pytest.raises(BatchError, match="over"):  # no unit vector has such a code against the profile
+        soup_for().submit(msgpack.packb([content, me.sign(hashlib.sha256(content).hexdigest().encode())]), now_ms=NOW)
 
     soup = soup_for(DeltaSoupConfig(seed=0), rule="median")
     for i in range(7):
@@ -135,6 +156,24 @@ def test_reencode_check_rejects_a_batch_whose_vectors_do_not_encode_its_texts(ba
                                           else result.batches[1].node_id].all()
     assert result.stats["rejected_by"]["reencode: vector does not encode its text"] == 10
     assert soup_for(DeltaSoupConfig()).round().stats["batches"] == 0
+
+
+def test_one_lying_row_among_honest_ones_is_caught_when_the_sender_is_not_yet_trusted(batch_of, cloud):
+    texts = [f"When case {i} appears, do step {i}." for i in range(20)]
+    vecs = cloud(20, seed=1)
+    table = dict(zip(texts, vecs))
+    sent = vecs.copy()
+    sent[7] = cloud(1, seed=8)[0]  # row 7 carries another text's vector
+    checked = []
+    for reputation in (0.5, 0.95):  # a new key, then a trusted one
+        soup = soup_for(DeltaSoupConfig(seed=0, reencode_per_batch=2), encoder=_Encoder(table))
+        sender = batch_of("mixed", sent, texts)
+        soup.reputation._rep[sender.node_id] = reputation
+        soup.submit(sender.to_msgpack(), now_ms=NOW)
+        result = soup.round(now_ms=NOW)
+        checked.append(not result.keep[0].any())
+    assert checked[0]  # every row of an untrusted sender is re-encoded: the lie is found
+    assert result.stats["defences"]["reencode"] == "on: every row under reputation 0.7, 2 per batch above"
 
 
 def test_reference_rows_keep_an_honest_minority_that_the_round_alone_would_drop(batch_of, cloud):

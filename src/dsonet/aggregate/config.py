@@ -31,7 +31,8 @@ class DeltaSoupConfig:
     median_sample: int | None = 1001  # odd, so the median is one order statistic; None: every row
     seed: int | None = None  # None: fresh entropy each round, so attackers cannot aim at the sample
     # --- our defences (each one can be switched off; `dso bench robustness` measures each)
-    reencode_per_batch: int = 2  # texts per batch re-encoded with our own encoder; 0 turns it off
+    reencode_per_batch: int = 2  # texts per batch of a trusted sender re-encoded with our own encoder; 0: off
+    trusted: float = 0.7  # a sender under this reputation (new keys start at rep_initial) has every row re-encoded
     reencode_min_cosine: float = 0.9  # cos(ê, code of our encoding of its text) below this: the batch lied
     feedback: bool = True  # record_outcome moves the source's reputation
     max_source_share: float | None = 0.05  # a source keeps at most this share of a domain's admitted rows

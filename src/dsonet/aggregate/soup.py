@@ -2,9 +2,11 @@
 
     submit(payload)  phase 1, verify: size, hash, Ed25519 signature, freshness |t − now| ≤ T_max,
                      replay, rate limit, reputation floor; a rejected payload raises and is not kept
-    round()          our defences (re-encode a sample; see `defences`) → phase 2 decompress →
-                     phase 3 filter (the chosen rule; "deltasoup" is the paper's MAD filter) →
-                     source-share cap
+    round()          our defences (re-encode every row of a sender not yet trusted, a sample of a
+                     trusted one's; see `defences`) → phase 2 decompress → phase 3 filter (the
+                     chosen rule; "deltasoup" is the paper's MAD filter) → source-share cap
+    settle(batches)  the receiver stored them: from now on their replays are refused
+    release(batches) the receiver could not store them: a redelivery is admitted again
 
 Phase 4, the dedup merge, is not here: the admitted rows go into the node's library, whose
 merged view (`dsonet.library.merge`) is the one merge rule, with this soup's reputation as trust.
@@ -71,6 +73,15 @@ class DeltaSoup:
             self.submit_rejections[key] = self.submit_rejections.get(key, 0) + 1
             raise
         self._queue.append(batch)
+
+    def settle(self, batches: list[CompressedBatch]) -> None:
+        """The receiver stored (or refused for good) these batches of a round: replays of them are
+        refused from now on, and they count against their senders' rate."""
+        self._gate.settle(batches)
+
+    def release(self, batches: list[CompressedBatch]) -> None:
+        """The receiver could not store these batches (e.g. its disk is full): they may come again."""
+        self._gate.release(batches)
 
     def record_outcome(self, node_id: str, helped: bool) -> None:
         """Feed back whether an experience from ``node_id`` helped (no-op with feedback off)."""
@@ -146,13 +157,15 @@ class DeltaSoup:
         return np.repeat(np.median(np.concatenate(scales), axis=0), profile.group_size).astype(np.float32)  # (d,)
 
     def _reencode(self, batches: list[CompressedBatch], vectors: np.ndarray) -> np.ndarray:
-        """Indices of batches whose sampled texts do not match their vectors (their sources get r = 0)."""
+        """Indices of batches whose checked texts do not match their vectors (their sources get r = 0):
+        every row of a sender not yet trusted (`DeltaSoupConfig.trusted`), a sample of a trusted one's."""
         k = self.config.reencode_per_batch
         if k <= 0 or self.encoder is None:
             return np.zeros(0, dtype=np.int64)
         checkable = [b.profile.encoder_id == self.encoder.id for b in batches]
-        picked = [np.sort(self._rng.choice(len(b), size=min(k, len(b)), replace=False)) if ok
-                  else np.zeros(0, np.int64) for b, ok in zip(batches, checkable)]
+        sizes = [len(b) if self.reputation.get(b.node_id) < self.config.trusted else min(k, len(b)) for b in batches]
+        picked = [np.sort(self._rng.choice(len(b), size=n, replace=False)) if ok else np.zeros(0, np.int64)
+                  for b, n, ok in zip(batches, sizes, checkable)]
         offsets = np.cumsum([0] + [len(b) for b in batches])[:-1]
         sent = vectors[np.concatenate([o + p for o, p in zip(offsets, picked)]).astype(np.int64)]
         cos = reencode_agreement(batches, picked, sent, self.encoder)
@@ -164,8 +177,9 @@ class DeltaSoup:
 
     def _defence_state(self) -> dict[str, str]:
         c = self.config
-        reencode = "off" if c.reencode_per_batch <= 0 else ("off: no encoder given" if self.encoder is None
-                                                             else f"on: {c.reencode_per_batch} per batch")
+        reencode = "off" if c.reencode_per_batch <= 0 else ("off: no encoder given" if self.encoder is None else
+                                                             f"on: every row under reputation {c.trusted}, "
+                                                             f"{c.reencode_per_batch} per batch above")
         return {"reencode": reencode, "feedback": "on" if c.feedback else "off",
                 "share_cap": "off" if c.max_source_share is None else f"on: {c.max_source_share}"}
 

@@ -3,6 +3,10 @@
 `verify_payload` is stateless: size, hash, Ed25519 signature (via `dsonet.codec.decode`),
 batch size and freshness. `Gate` adds what needs memory: replays (a batch hash is accepted
 once), the per-node rate limit and the reputation floor. Nothing here stores a rejected batch.
+
+A batch the gate admits is *pending* until its receiver says it was stored (`settle`) or not
+(`release`): only a stored batch counts as seen, so a round that fails to store (a full disk, a
+locked database) leaves its batches free to be delivered again, not refused as replays.
 """
 
 from __future__ import annotations
@@ -41,12 +45,13 @@ class Gate:
     def __init__(self, config: DeltaSoupConfig, reputation: Reputation):
         self.config, self.reputation = config, reputation
         self._seen: dict[str, int] = {}  # batch hash -> its timestamp (pruned once stale anyway)
+        self._pending: dict[str, tuple[str, int]] = {}  # admitted, not yet settled: hash -> (node id, now)
         self._recent: dict[str, deque[int]] = {}  # node id -> accepted submission times
 
     def admit(self, batch: CompressedBatch, now_ms: int) -> None:
         """Raise `AggregationError` if the batch is a replay, its node is over its rate or
-        under the reputation floor; otherwise record it."""
-        if batch.hash in self._seen:
+        under the reputation floor; otherwise hold it as pending."""
+        if batch.hash in self._seen or batch.hash in self._pending:
             raise AggregationError("hash", f"batch {batch.hash[:12]}… was already received; replays are dropped")
         if self.reputation.skipped(batch.node_id):
             raise AggregationError(
@@ -56,14 +61,25 @@ class Gate:
         times = self._recent.setdefault(batch.node_id, deque())
         while times and times[0] <= now_ms - self.config.rate_window_ms:
             times.popleft()
-        if len(times) >= self.config.rate_limit:
+        if len(times) + sum(node == batch.node_id for node, _ in self._pending.values()) >= self.config.rate_limit:
             raise AggregationError(
                 "node_id", f"{batch.node_id[:12]}… sent {len(times)} batches in the last "
                 f"{self.config.rate_window_ms / 60_000:.0f} min; the limit is {self.config.rate_limit}"
             )
-        times.append(now_ms)
-        self._seen[batch.hash] = batch.timestamp_ms
-        self._prune(now_ms)
+        self._pending[batch.hash] = (batch.node_id, now_ms)
+
+    def settle(self, batches: list[CompressedBatch]) -> None:
+        """These pending batches were handled for good (stored, or refused for their content)."""
+        for batch in batches:
+            node, at = self._pending.pop(batch.hash, (batch.node_id, batch.timestamp_ms))
+            self._recent.setdefault(node, deque()).append(at)
+            self._seen[batch.hash] = batch.timestamp_ms
+            self._prune(at)
+
+    def release(self, batches: list[CompressedBatch]) -> None:
+        """These pending batches were not stored: forget them, so a redelivery is admitted."""
+        for batch in batches:
+            self._pending.pop(batch.hash, None)
 
     def _prune(self, now_ms: int) -> None:
         # a hash older than the freshness window can never be accepted again, so forget it

@@ -66,6 +66,10 @@ class LibraryError(DsoError, ValueError):
     """A library operation that cannot be done as asked."""
 
 
+class StorageError(DsoError):
+    """The file could not be written (disk full, database locked, read-only): nothing was stored."""
+
+
 @dataclass(frozen=True)
 class IngestResult:
     added: list[str] = field(default_factory=list)
@@ -212,10 +216,18 @@ class RowStore:
                     changed.append(row[0])
             evicted = self._evict_over_capacity()
             self.db.execute("COMMIT")
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
+        except BaseException as exc:
+            self._rollback(exc)
         return Written(IngestResult(added, dup, rejected, [e for e, _ in evicted]), changed, [s for _, s in evicted])
+
+    def _rollback(self, exc: BaseException) -> None:
+        """Undo the open transaction and re-raise; a failing disk or lock becomes a `StorageError`."""
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.OperationalError):
+            raise StorageError(f"{self.path}: {exc}; nothing was stored (free disk space, or wait for the other "
+                               "writer), then retry") from exc
+        raise exc
 
     def blocked(self, keys: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
         """The (id, signer) keys a tombstone or an eviction keeps out."""
@@ -255,9 +267,8 @@ class RowStore:
             self.db.executemany("INSERT OR IGNORE INTO tombstones VALUES (?, ?, ?)", [(i, signer, now) for i in ids])
             self.db.executemany("DELETE FROM experiences WHERE seq = ?", [(seq,) for _, seq in gone])
             self.db.execute("COMMIT")
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
+        except BaseException as exc:
+            self._rollback(exc)
         return list(dict.fromkeys(i for i, _ in gone)), [seq for _, seq in gone]
 
     def tombstones(self) -> list[str]:

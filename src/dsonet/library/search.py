@@ -87,6 +87,11 @@ class RowIndex:
         """The live index rows of an experience, one per signer, in index order."""
         return sorted(self._rows_of_id.get(exp_id, ()))
 
+    def own_rows(self) -> np.ndarray:
+        """Live index rows of this node's own experiences, oldest first."""
+        own = np.frombuffer(bytes(self.own), np.uint8).astype(bool) & self.index.live[: len(self.own)]
+        return np.flatnonzero(own)
+
     def live_rows(self) -> np.ndarray:
         return np.fromiter(self._row_of.values(), np.int64, len(self._row_of))
 

@@ -294,6 +294,12 @@ class Library:
         rows = self.search_index.rows_of(exp_id)
         return next((r for r in rows if self.search_index.signers[r] == exp.provenance.node_id), rows[0])
 
+    def reference_vectors(self, limit: int) -> np.ndarray | None:
+        """Up to ``limit`` of this node's own float vectors (the newest): trusted rows a round of
+        received batches is judged beside. None when the node has none."""
+        rows = self.search_index.own_rows()[-limit:]
+        return self.search_index.vectors(rows) if len(rows) else None
+
     def vectors(self, ids: list[str]) -> np.ndarray:
         """Each id's vector: the float where held, else its reconstruction ê, (len(ids), d)."""
         return self.search_index.vectors(np.array([self._preferred_row(i) for i in ids], np.int64))

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dsonet import __version__
 from dsonet.errors import DsoError
 from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
+from dsonet.library import StorageError
 from dsonet.library.retrievals import UnknownRetrieval
 from dsonet.network.node import Node
 from dsonet.network.transport import TransportError
@@ -91,8 +92,9 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
 
     @app.exception_handler(DsoError)
     async def refused(_: Request, exc: DsoError) -> JSONResponse:
-        # the network being unreachable is the node's trouble (503), anything else the caller's (400)
-        return JSONResponse({"detail": str(exc)}, status_code=503 if isinstance(exc, TransportError) else 400)
+        # the network or the disk failing is the node's trouble (503: retry), anything else the caller's (400)
+        trouble = isinstance(exc, (TransportError, StorageError))
+        return JSONResponse({"detail": str(exc)}, status_code=503 if trouble else 400)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

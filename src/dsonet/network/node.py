@@ -37,7 +37,7 @@ from dsonet.codec import Profile, default_profile, profile_of, sign_batch
 from dsonet.errors import BatchError, DsoError
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
-from dsonet.library import Hit, Library, MergeRule
+from dsonet.library import Hit, Library, LibraryError, MergeRule
 from dsonet.library.merge import THETA_DUP
 from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
 from dsonet.library.retrievals import Retrievals
@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 
 BATCH, TOMBSTONE = "batch", "tombstone"
 MAX_PEERS = 1024
+REFERENCE_ROWS = 256  # this node's own rows added to every round's pool (see `_round`)
 
 
 class NodeError(DsoError, ValueError):
@@ -356,14 +357,27 @@ class Node:
         self._round(last_ms)
 
     def _round(self, now_ms: int) -> None:
-        result = self.soup.round(now_ms=now_ms)
-        for batch, keep in zip(result.batches, result.keep):
-            ingested = self.library.ingest(batch, keep, encode_texts=self.config.encode_texts)
-            peer = self._peer(batch.node_id)
-            peer.accepted += 1
-            peer.last_seen_ms = batch.timestamp_ms
-            self.metrics.ingested_experiences.inc(int(np.count_nonzero(keep)))
-            log.debug("ingested %s from %s", ingested, batch.node_id[:8])
+        """One DeltaSoup round, filtered against this node's own rows too (a lone batch is not
+        judged by itself alone), then stored batch by batch: a batch whose content the library
+        refuses is rejected alone; a storage failure releases the round, so that the chunk, not
+        acknowledged, comes again and is admitted again (nothing acknowledged is lost)."""
+        result = self.soup.round(now_ms=now_ms, reference=self.library.reference_vectors(REFERENCE_ROWS))
+        try:
+            for batch, keep in zip(result.batches, result.keep):
+                try:
+                    ingested = self.library.ingest(batch, keep, encode_texts=self.config.encode_texts)
+                except (LibraryError, BatchError) as exc:
+                    self._reject(batch.node_id, exc)
+                    continue
+                peer = self._peer(batch.node_id)
+                peer.accepted += 1
+                peer.last_seen_ms = batch.timestamp_ms
+                self.metrics.ingested_experiences.inc(int(np.count_nonzero(keep)))
+                log.debug("ingested %s from %s", ingested, batch.node_id[:8])
+        except BaseException:
+            self.soup.release(result.batches)
+            raise
+        self.soup.settle(result.batches)
         for node_id, _, reason in result.rejected:
             self.metrics.rejected_experiences.labels(reason=reason.split(":")[0]).inc()
         self.metrics.accepted_batches.inc(len(result.batches))

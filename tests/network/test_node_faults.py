@@ -1,0 +1,77 @@
+"""A node under faults loses nothing acknowledged: a round that cannot be stored is released and
+read again, not refused as a replay; the HTTP API says 503 (retry) when the disk fails."""
+
+import asyncio
+import sqlite3
+
+import httpx
+import numpy as np
+
+from dsonet.codec import make_batch
+from dsonet.experience import Experience
+from dsonet.identity import NodeIdentity
+from dsonet.library.rows import RowStore
+from dsonet.network.api import create_app
+from dsonet.network.node import Node, NodeConfig
+from dsonet.network.transport import InProcessHub, subject_for
+
+DIM = 16
+
+
+def _unit(seed: int, n: int = 1) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _failing_disk(monkeypatch, times: int) -> list[int]:
+    """The next ``times`` writes fail inside their transaction, as on a full disk."""
+    calls = [0]
+    real = RowStore._evict_over_capacity
+
+    def evict(self):
+        calls[0] += 1
+        if calls[0] <= times:
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(self)
+
+    monkeypatch.setattr(RowStore, "_evict_over_capacity", evict)
+    return calls
+
+
+def test_a_round_that_cannot_be_stored_is_read_again_and_nothing_is_lost(tmp_path, monkeypatch):
+    async def main():
+        hub = InProcessHub()
+        node = await Node.open(NodeConfig(tmp_path, encoder=None, dim=DIM, rule="mean"), hub.transport())
+        peers = [NodeIdentity.from_seed(f"peer{i}".encode()) for i in range(12)]
+        calls = _failing_disk(monkeypatch, times=3)
+        await node.start()
+        sender = hub.transport()
+        for i, peer in enumerate(peers):  # 12 honest single-row batches, read as one round
+            batch = make_batch([Experience(f"When honest case {i}, do step {i}.", "math")], _unit(i), node.profile, peer)
+            await sender.publish(batch.to_msgpack(), subject_for("dso", "batch", "math"))
+        await hub.drained([node.durable], timeout_s=30)
+        stored = len(node.library)
+        await node.close()
+        return stored, calls[0]
+
+    stored, calls = asyncio.run(main())
+    assert calls > 3  # the disk failed three times, then the same messages were read again
+    assert stored == 12
+
+
+def test_the_api_answers_503_with_a_retry_hint_when_the_disk_fails_and_stores_nothing(tmp_path, monkeypatch):
+    async def main():
+        node = await Node.open(NodeConfig(tmp_path, encoder=None, dim=DIM), InProcessHub().transport())
+        app = create_app(node, manage_node=False)
+        _failing_disk(monkeypatch, times=1)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://node") as client:
+            body = {"text": "When the disk is full, retry later.", "vector": _unit(1)[0].tolist()}
+            failed = await client.post("/experiences", json=body)
+            size = len(node.library)
+            again = await client.post("/experiences", json=body)
+        await node.close()
+        return failed, size, again
+
+    failed, size, again = asyncio.run(main())
+    assert failed.status_code == 503 and "disk is full" in failed.json()["detail"] and "retry" in failed.json()["detail"]
+    assert size == 0 and again.status_code == 201
