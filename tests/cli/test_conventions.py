@@ -115,3 +115,11 @@ def test_the_db_option_reads_dsonet_db(db, monkeypatch):
     monkeypatch.setenv("DSONET_DB", str(db))
     result = CliRunner().invoke(cli, ["stats", "--json"])
     assert result.exit_code == 0 and json.loads(result.output)["experiences"] == 1
+
+
+def test_servers_refuse_bad_addresses_before_starting():
+    assert CliRunner().invoke(cli, ["proxy", "--upstream", "localhost:8000"]).exit_code == 2
+    result = CliRunner().invoke(cli, ["proxy", "--upstream", "http://127.0.0.1:8000/v1", "--host", "0.0.0.0"])
+    assert result.exit_code == 1 and "needs --token" in result.output
+    result = CliRunner().invoke(cli, ["mcp", "--transport", "http", "--host", "0.0.0.0"])
+    assert result.exit_code == 1 and "needs --token" in result.output

@@ -19,6 +19,12 @@ max_body_option = click.option("--max-body", type=click.IntRange(1024), default=
                                help="Largest request body in bytes (larger: 413).")
 
 
+def _http_url(_ctx, param, value: str | None) -> str | None:
+    if value is not None and not value.startswith(("http://", "https://")):
+        raise click.BadParameter(f"{value!r} is not an http(s) URL, e.g. http://localhost:8000/v1", param=param)
+    return value
+
+
 def _memory(db: Path | None, node: str | None, node_token: str | None, encoder: str, timeout: float):
     from dsonet.memory import open_memory
 
@@ -72,7 +78,7 @@ def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, t
 
 
 @click.command()
-@click.option("--upstream", required=True, metavar="URL", envvar="DSONET_UPSTREAM",
+@click.option("--upstream", required=True, metavar="URL", envvar="DSONET_UPSTREAM", callback=_http_url,
               help="OpenAI-compatible base URL to forward to, e.g. http://localhost:8000/v1 (env DSONET_UPSTREAM).")
 @click.option("--upstream-key", envvar="DSONET_UPSTREAM_KEY", default=None,
               help="API key for the upstream (env DSONET_UPSTREAM_KEY); without --token the client's own key "
