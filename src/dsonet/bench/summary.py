@@ -113,9 +113,12 @@ def headline(results: Path) -> str:
     net = _load(results, "network")
     if net:
         wide = next((w for w in net.get("wire_by_dim", []) if w["dim"] == 7680), None)
-        if wide:
-            rows.append(["wire bytes per 7680-dim experience, batches of 100 (text, baseline, signature included)",
-                         "964 B (the vector alone)", f"{wide['ours_bytes_per_exp']:.0f} B", "–", "network"])
+        plain = f"JSON with float32 vectors: {wide['json_float32_bytes_per_exp']:,.0f} B" if wide else "–"
+        for n, size in net.get("wire_bytes_per_experience_by_batch", {}).items():
+            rows.append([f"wire bytes per experience, default profile, batches of {n} (text of "
+                         f"{net['mean_text_bytes']:.0f} B, signature and framing included; NATS headers "
+                         f"{net['nats_header_bytes_per_experience_by_batch'][n]:.0f} B apart)",
+                         "964 B (the vector alone)", f"{size:.0f} B", plain, "network"])
         rows.append(["submit → searchable elsewhere, p50", "–", f"{net['propagation_p50_ms']:.0f} ms", "–", "network"])
     learn = _load(results, "learn")
     if learn:
