@@ -124,7 +124,10 @@ def headline(results: Path) -> str:
     if learn:
         for r in learn["rows"]:
             rows.append([f"accuracy without → with experiences ({r['llm']}, {r['task']})", "AIME24 80.0 → 82.7 (DeepSeek-V3.1)",
-                         f"{100 * r['accuracy_without']:.1f}% → {100 * r['accuracy_with']:.1f}% (n = {r['n_eval']})", "–", "learn"])
+                         f"{100 * r['accuracy_without']:.1f}% → {100 * r['accuracy_with']:.1f}% (n = {r['n_eval']}, "
+                         f"95% CI of the difference {r['ci95']}, coverage {r.get('coverage')})",
+                         f"neutral text of the same length: {100 * r['accuracy_neutral']:.1f}%" if "accuracy_neutral" in r
+                         else "–", "learn"])
     if not rows:
         return "No benchmark results yet: run `dso bench all`."
     return _table(["claim", "paper", "dsonet (measured here)", "alternative, same run", "benchmark"], rows)
@@ -177,7 +180,8 @@ def write_report(results: Path) -> Path:
         ("robustness", "Byzantine robustness (`dso bench robustness`); paper: 94.7% clean → 92.1% at 30% (median), mean 70%",
          ["attack", "rule", "byzantine_fraction", "accuracy", "clean_accuracy", "attacker_admitted"]),
         ("learn", "Learning (`dso bench learn`); paper: AIME24 80.0 → 82.7 with DeepSeek-V3.1 for about $18",
-         ["llm", "task", "n_eval", "accuracy_without", "accuracy_with", "ci95", "experiences", "tokens", "wall_s"]),
+         ["llm", "task", "n_eval", "seeds", "accuracy_without", "accuracy_with", "accuracy_neutral", "accuracy_fleet",
+          "accuracy_poisoned", "accuracy_poison_only", "ci95", "p_mcnemar", "coverage", "experiences", "wall_s"]),
     ]
     for name, title, columns in specs:
         data = _load(results, name)
