@@ -22,7 +22,7 @@ def llm_options(fn):
                            "qwen2.5-coder-0.5b, smollm2), a .gguf file or a HF folder.")(fn)
     fn = click.option("--llm", "url", default=None, metavar="URL",
                       help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1 (env OPENAI_BASE_URL; "
-                           "default: the embedded Qwen2.5-Coder-1.5B on llama.cpp).")(fn)
+                           "default: the embedded Qwen2.5-Coder-0.5B on llama.cpp).")(fn)
     return fn
 
 
@@ -90,12 +90,18 @@ def load_split(task, size, config, verifier, held_out, seed):
 @click.option("--min-similarity", default=0.6, show_default=True,
               help="Retrieval threshold for experiences in rollout prompts and for similar-lesson lookup.")
 @click.option("--node-id", default="", help="Recorded in each experience's provenance.")
+@click.option("--validation", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Training tasks held apart as the quality gate's slice (0: no gate); 40 or more keeps it out of noise.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @json_option
 def learn(task, db, url, model, concurrency, timeout, size, config, verifier, held_out, seed, telemetry,
-          epochs, batch_size, group_size, temperature, max_tokens, run_dir, min_similarity, node_id, quiet, as_json):
-    """Learn experiences with training-free GRPO: G rollouts per query, compare the best and
-    worst of each mixed group, and ADD / UPDATE / DELETE experiences in the library.
+          epochs, batch_size, group_size, temperature, max_tokens, run_dir, min_similarity, node_id, validation, quiet,
+          as_json):
+    """Learn experiences with training-free GRPO: G rollouts per query, every rollout summarised
+    with the reference answer, the group's advantage from all G summaries, then one batch of
+    ADD / UPDATE / DELETE / NONE per step. With --validation N, a lesson is kept only if accuracy
+    on N held-apart training tasks with it is not below accuracy without it, and the run ends
+    with the library of its best validation epoch.
 
     TASK is `gsm8k`, `rg:<reasoning-gym generator>` (e.g. rg:chain_sum) or `jsonl:<file>` of
     {"question", "answer"} lines. Learning uses the training part of the split; `dso eval`
@@ -103,7 +109,7 @@ def learn(task, db, url, model, concurrency, timeout, size, config, verifier, he
 
     \b
     Examples:
-      dso learn rg:chain_sum --db lib.db --size 40 --config max_terms=2 --max-tokens 64
+      dso learn rg:chain_sum --db lib.db --size 80 --validation 40 --config max_terms=2 --max-tokens 64
       dso learn gsm8k --db lib.db --llm http://localhost:8000/v1 --model Qwen/Qwen3-8B
       dso learn --telemetry tools.jsonl --db lib.db
     """
@@ -126,8 +132,13 @@ def learn(task, db, url, model, concurrency, timeout, size, config, verifier, he
             stats = learner.stats
         else:
             train, _ = load_split(task, size, config, verifier, held_out, seed)
+            if validation >= len(train.tasks):
+                raise click.BadParameter(f"{validation} of {len(train.tasks)} training tasks leaves none to learn "
+                                         "from; raise --size or lower --validation", param_hint="--validation")
+            val = train.subset(train.tasks[:validation]) if validation else None
+            train = train.subset(train.tasks[validation:])
             run_dir = run_dir or library_path.with_name(library_path.name + ".runs") / task.replace(":", "_").replace("/", "_")
-            stats = Learner(llm, lib, cfg, run_dir, node_id).run(train, progress=not quiet)
+            stats = Learner(llm, lib, cfg, run_dir, node_id).run(train, progress=not quiet, validation=val)
     except DsoError as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:
