@@ -1,18 +1,22 @@
-"""A bearer-token guard for the HTTP servers agents call (`dso mcp --transport http`, `dso proxy`).
+"""The guards of every HTTP server here (the node's API, `dso mcp --transport http`, `dso proxy`),
+at the ASGI level, so that they act before the app reads a byte of a request's body:
 
-The same rule as the node's API: with a token, every request but the health check must carry
-``Authorization: Bearer <token>``, compared in constant time; without one, the server must
-listen on loopback only (`check_exposure`).
+- `BearerToken`: with a token, every request but the health check and the docs must carry
+  ``Authorization: Bearer <token>``, compared in constant time; without one, the server must
+  listen on loopback only (`check_exposure`);
+- `BodyLimit`: bodies over the limit (declared or streamed) get 413, a request with two framings
+  (Content-Length and Transfer-Encoding) 400.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import secrets
+from typing import Any
 
 from dsonet.errors import DsoError
 
-OPEN_PATHS = frozenset({"/health"})
+OPEN_PATHS = frozenset({"/health", "/docs", "/openapi.json"})  # liveness and the API's own description
 
 
 class ExposureError(DsoError, ValueError):
@@ -38,15 +42,67 @@ class BearerToken:
         self.app, self.token = app, token
 
     async def __call__(self, scope, receive, send) -> None:
-        if self.token is None or scope["type"] != "http" or scope.get("path") in OPEN_PATHS:
+        if not self.token or scope["type"] != "http" or scope.get("path") in OPEN_PATHS:
             return await self.app(scope, receive, send)
         header = dict(scope.get("headers") or []).get(b"authorization", b"")
         scheme, _, given = header.partition(b" ")
         if scheme.lower() == b"bearer" and secrets.compare_digest(given.strip(), self.token.encode()):
             return await self.app(scope, receive, send)
         detail = b"wrong token" if header else b"missing token: send 'Authorization: Bearer <token>'"
-        body = b'{"detail":"' + detail + b'"}'
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer"),
-                                (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await _reply(send, 401, detail, [(b"www-authenticate", b"Bearer")])
+
+
+class BodyLimit:
+    """ASGI middleware: refuse bodies over the limit (declared or streamed) with 413."""
+
+    def __init__(self, app, max_bytes: int, hint: str = "send one experience per request"):
+        self.app, self.max_bytes, self.hint = app, max_bytes, hint
+
+    def __getattr__(self, name: str) -> Any:  # let callers reach the FastAPI app (routes, openapi...)
+        return getattr(self.app, name)
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None and b"transfer-encoding" in headers:  # two framings: a smuggling attempt
+            return await _reply(send, 400, b"both Content-Length and Transfer-Encoding; send one")
+        if declared is not None:
+            if not declared.isdigit() or int(declared) > self.max_bytes:
+                return await self._too_large(send)
+            return await self.app(scope, receive, send)
+        # chunked body, no declared length: read it (up to the limit) before the app sees it
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_bytes:
+                return await self._too_large(send)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, send) -> None:
+        await _reply(send, 413, b"request body over %d bytes; %s" % (self.max_bytes, self.hint.encode()))
+
+
+async def _reply(send, status: int, detail: bytes, headers: list | None = None) -> None:
+    """A JSON error answered at the ASGI level: the app, and the request's body, are never reached."""
+    body = b'{"detail":"' + detail.replace(b'"', b"'") + b'"}'
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})

@@ -201,6 +201,28 @@ def test_api_submit_get_search_delete_round_trip(api):
     assert "dso_submitted_experiences_total 1.0" in metrics
 
 
+def test_api_refuses_an_unauthenticated_body_before_reading_it_and_a_vector_with_no_float32_direction(api):
+    loop, client, node = api
+
+    async def main():
+        read = []
+
+        async def endless():  # a chunked body that would never end: it must not be read at all
+            for _ in range(1000):
+                read.append(1)
+                yield b"x" * 65536
+
+        anonymous = await client.post("/experiences", content=endless(), headers={"Authorization": ""})
+        huge = await client.post("/experiences", json={"text": "When x, do y.", "vector": [1e20] * 16})
+        return anonymous, len(read), huge
+
+    anonymous, chunks_read, huge = loop.run_until_complete(main())
+    assert anonymous.status_code == 401 and chunks_read <= 1
+    assert huge.status_code == 201  # 1e20 everywhere is a direction: stored normalised, not as zeros
+    stored = node.library.vectors([huge.json()["id"]])[0]
+    assert np.isclose(np.linalg.norm(stored), 1.0, atol=1e-3)
+
+
 def test_api_outcomes_count_only_for_retrievals_the_node_issued_and_only_once(api):
     loop, client, node = api
     peer = NodeIdentity.from_seed(b"outcome-peer")

@@ -15,21 +15,20 @@ node was given a token (mandatory when it listens beyond loopback). Bodies over
 from __future__ import annotations
 
 import dataclasses
-import secrets
 from contextlib import asynccontextmanager
 from typing import Any
 
 import numpy as np
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from dsonet import __version__
+from dsonet.asgi import BearerToken, BodyLimit
 from dsonet.errors import DsoError
-from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
 from dsonet.library import StorageError
+from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
 from dsonet.library.retrievals import UnknownRetrieval
 from dsonet.network.node import Node
 from dsonet.network.transport import TransportError
@@ -79,17 +78,6 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
 
     app = FastAPI(title="dsonet node", version=__version__, lifespan=lifespan,
                   description="Submit and search experiences; the node shares them with its network.")
-    bearer = HTTPBearer(auto_error=False)
-
-    async def authorised(cred: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
-        if token is None:
-            return
-        if cred is None or cred.scheme.lower() != "bearer":
-            raise HTTPException(401, "missing token: send 'Authorization: Bearer <token>'",
-                                headers={"WWW-Authenticate": "Bearer"})
-        if not secrets.compare_digest(cred.credentials.encode(), token.encode()):
-            raise HTTPException(401, "wrong token", headers={"WWW-Authenticate": "Bearer"})
-
     @app.exception_handler(DsoError)
     async def refused(_: Request, exc: DsoError) -> JSONResponse:
         # the network or the disk failing is the node's trouble (503: retry), anything else the caller's (400)
@@ -103,32 +91,30 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
                     for e in exc.errors()]
         return JSONResponse({"detail": "; ".join(problems)}, status_code=422)
 
-    auth = [Depends(authorised)]
-
-    @app.post("/experiences", status_code=201, dependencies=auth)
+    @app.post("/experiences", status_code=201)
     async def submit(req: SubmitRequest) -> dict:
         exp = await node.submit(req.text, req.domain, req.confidence, req.vector)
         return exp.to_dict()
 
-    @app.get("/experiences/{exp_id}", dependencies=auth)
+    @app.get("/experiences/{exp_id}")
     async def get(exp_id: str) -> dict:
         exp = await node.get(exp_id)
         if exp is None:
             raise HTTPException(404, f"no experience {exp_id[:80]!r} in this node's library")
         return _jsonable(exp)
 
-    @app.delete("/experiences/{exp_id}", dependencies=auth)
+    @app.delete("/experiences/{exp_id}")
     async def delete(exp_id: str) -> dict:
         if not await node.delete(exp_id):
             raise HTTPException(404, f"no experience {exp_id[:80]!r} in this node's library")
         return {"deleted": True, "id": exp_id}
 
-    @app.post("/search", dependencies=auth)
+    @app.post("/search")
     async def search(req: SearchRequest) -> dict:
         rid, hits = await node.recall(req.query, req.vector, req.k, req.min_similarity, req.max_tokens, req.domain)
         return {"retrieval_id": rid, "hits": [_jsonable(h) for h in hits]}
 
-    @app.post("/outcomes", dependencies=auth)
+    @app.post("/outcomes")
     async def outcome(req: OutcomeRequest) -> dict:
         """Report whether the lessons of one search helped: counted on each lesson (eviction by
         usefulness) and on each source peer's reputation. Only ids this node issued count, once."""
@@ -137,15 +123,15 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
         except UnknownRetrieval as exc:
             raise HTTPException(404, str(exc)) from None
 
-    @app.get("/stats", dependencies=auth)
+    @app.get("/stats")
     async def stats() -> dict:
         return _jsonable(await node.stats())
 
-    @app.get("/peers", dependencies=auth)
+    @app.get("/peers")
     async def peers() -> dict:
         return {"peers": node.peer_list()}
 
-    @app.get("/metrics", dependencies=auth)
+    @app.get("/metrics")
     async def metrics() -> Response:
         return Response(node.metrics.render(), media_type="text/plain; version=0.0.4")
 
@@ -153,54 +139,8 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
     async def health() -> dict:
         return {"status": "ok" if not node.closed else "closing", "node_id": node.node_id}
 
-    return BodyLimit(app, max_body_bytes)
-
-
-class BodyLimit:
-    """ASGI middleware: refuse bodies over the limit (declared or streamed) with 413."""
-
-    def __init__(self, app: FastAPI, max_bytes: int, hint: str = "send one experience per request"):
-        self.app, self.max_bytes, self.hint = app, max_bytes, hint
-
-    def __getattr__(self, name: str) -> Any:  # let callers reach the FastAPI app (routes, openapi...)
-        return getattr(self.app, name)
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None:
-            if not declared.isdigit() or int(declared) > self.max_bytes:
-                return await self._too_large(send)
-            return await self.app(scope, receive, send)
-        # chunked body, no declared length: read it (up to the limit) before the app sees it
-        chunks, size, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                return
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.max_bytes:
-                return await self._too_large(send)
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
-        replayed = False
-
-        async def replay():
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
-
-    async def _too_large(self, send) -> None:
-        body = b'{"detail":"request body over %d bytes; %s"}' % (self.max_bytes, self.hint.encode())
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+    # the token is checked, then the body's size, before the app reads a byte of the body
+    return BearerToken(BodyLimit(app, max_body_bytes), token)
 
 
 def _jsonable(obj: Any) -> Any:

@@ -286,10 +286,14 @@ class Node:
                             f"profile has dimension {self.profile.dim}")
         if not np.isfinite(v).all():
             raise NodeError(f"{field_name}: contains NaN or Inf at index {int(np.flatnonzero(~np.isfinite(v))[0])}")
-        norm = float(np.linalg.norm(v))
+        norm = float(np.linalg.norm(v.astype(np.float64)))  # float64: 1e20 in every coordinate must not overflow
         if norm == 0.0:
             raise NodeError(f"{field_name}: the zero vector has no direction; send an embedding")
-        return v / norm
+        unit = (v.astype(np.float64) / norm).astype(np.float32)
+        if abs(float(np.linalg.norm(unit)) - 1.0) > 1e-3:
+            raise NodeError(f"{field_name}: has no direction a float32 vector can hold (norm {norm:.3g}); "
+                            "send an embedding")
+        return unit
 
     # ------------------------------------------------------------------ publishing
 

@@ -8,33 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import signal
 
 import uvicorn
 
+from dsonet.asgi import check_exposure
 from dsonet.network.api import DEFAULT_MAX_BODY, create_app
 from dsonet.network.jetstream import NatsConfig, NatsTransport
-from dsonet.network.node import Node, NodeConfig, NodeError
+from dsonet.network.node import Node, NodeConfig
 from dsonet.network.transport import InProcessHub
 
 log = logging.getLogger(__name__)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_binding(host: str, token: str | None) -> None:
-    if token is None and not is_loopback(host):
-        raise NodeError(f"token: the API would listen on {host} without one; pass --token (or set DSONET_TOKEN), "
-                        "or bind to 127.0.0.1")
 
 
 class _Server(uvicorn.Server):
@@ -48,12 +33,13 @@ class _Server(uvicorn.Server):
 async def serve_node(config: NodeConfig, nats: NatsConfig | None, host: str = "127.0.0.1", port: int = 8080,
                      token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY) -> None:
     """``nats`` None: a standalone node on an in-process log (nothing is shared)."""
-    check_binding(host, token)
+    check_exposure(host, token)  # beyond loopback only with a token (an empty one is none)
     transport = await NatsTransport.connect(nats, name=f"dso-{config.data_dir.name}") if nats else InProcessHub().transport()
     node = await Node.open(config, transport)
     app = create_app(node, token=token, max_body_bytes=max_body_bytes)
+    # bounded connections and idle time: slow or idle clients cannot hold the node's sockets
     server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
-                                    timeout_graceful_shutdown=10))
+                                    timeout_graceful_shutdown=10, limit_concurrency=256, timeout_keep_alive=5))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))

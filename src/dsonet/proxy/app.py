@@ -56,8 +56,7 @@ def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None
                min_similarity: float = MIN_SIMILARITY, max_tokens: int = MAX_TOKENS,
                transport: httpx.AsyncBaseTransport | None = None):
     """The proxy as an ASGI app. ``transport`` replaces the network in tests of the app alone."""
-    from dsonet.asgi import BearerToken
-    from dsonet.network.api import BodyLimit
+    from dsonet.asgi import BearerToken, BodyLimit
 
     base = upstream.rstrip("/")
     client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)), transport=transport)
