@@ -11,6 +11,7 @@ default (MiniLM + Zen head) unless ``--encoder`` names another.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -211,7 +212,8 @@ def run(n: int = 200, lessons: int = 1000, encoder: str = "default", out: Path |
                          "added_p50_ms": round(float(np.median(t) - np.median(b)), 2),
                          "added_p99_ms": round(float(np.percentile(t, 99) - np.percentile(b, 99)), 2),
                          "lessons_injected": len(injected.split(",")) if injected else 0})
-    result = {"benchmark": "proxy", "rows": rows,
+    result = {"benchmark": "proxy", "rows": rows, "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+              "load_average_1min": round(os.getloadavg()[0], 2),
               "note": "the upstream, `dso proxy` and the client are three processes on this machine; the upstream "
                       "answers at once; added = proxy minus direct, same client, interleaved blocks of 10"}
     out = out or RESULTS / "proxy.json"
