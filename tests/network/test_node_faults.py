@@ -75,3 +75,40 @@ def test_the_api_answers_503_with_a_retry_hint_when_the_disk_fails_and_stores_no
     failed, size, again = asyncio.run(main())
     assert failed.status_code == 503 and "disk is full" in failed.json()["detail"] and "retry" in failed.json()["detail"]
     assert size == 0 and again.status_code == 201
+
+
+def test_a_known_sender_over_its_rate_is_held_back_and_admitted_later_while_a_new_key_is_dropped(tmp_path):
+    clock = [1_750_000_000.0]
+
+    async def publish(sender, peer, i, profile):
+        batch = make_batch([Experience(f"When case {i}, do step {i}.", "math")], _unit(i), profile, peer,
+                           timestamp_ms=int(clock[0] * 1000))
+        await sender.publish(batch.to_msgpack(), subject_for("dso", "batch", "math"))
+
+    async def main():
+        hub = InProcessHub(clock=lambda: clock[0])
+        config = NodeConfig(tmp_path, encoder=None, dim=DIM, rule="mean", batch_interval_s=3600,
+                            soup={"rate_limit": 2, "rate_window_ms": 1000})
+        node = await Node.open(config, hub.transport())
+        await node.start()
+        sender, known, stranger = hub.transport(), NodeIdentity.from_seed(b"known"), NodeIdentity.from_seed(b"new")
+        await publish(sender, known, 0, node.profile)
+        await hub.drained([node.durable])  # one batch admitted: the key is known now
+        for i in range(1, 5):
+            await publish(sender, known, i, node.profile)  # one more fits the window, three are early
+        for i in range(10, 13):
+            await publish(sender, stranger, i, node.profile)  # two fit, the third is over a new key's budget
+        await hub.drained([node.durable])
+        held = len(node.library.deferred())
+        for step in range(2):  # the window passes twice; any message carries the held-back batches along
+            clock[0] += 2.0
+            await publish(sender, NodeIdentity.from_seed(f"carrier{step}".encode()), 100 + step, node.profile)
+            await hub.drained([node.durable])
+        ids = {e.text for e in node.library.all()}
+        await node.close()
+        return held, ids
+
+    held, texts = asyncio.run(main())
+    assert held == 3
+    assert {f"When case {i}, do step {i}." for i in range(5)} <= texts  # nothing the known sender sent was lost
+    assert "When case 12, do step 12." not in texts  # the new key's third batch was dropped

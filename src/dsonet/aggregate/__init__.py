@@ -1,7 +1,7 @@
 """Byzantine-robust aggregation: DeltaSoup, the comparison rules, reputation and our defences."""
 
 from dsonet.aggregate.config import DeltaSoupConfig
-from dsonet.aggregate.errors import AggregationError
+from dsonet.aggregate.errors import AggregationError, RateLimited
 from dsonet.aggregate.phases import Rows, decompress_batches
 from dsonet.aggregate.reputation import Reputation
 from dsonet.aggregate.rules import RULE_NAMES, Admission, Rule, make_rule
@@ -15,6 +15,7 @@ __all__ = [
     "DeltaSoup",
     "DeltaSoupConfig",
     "Gate",
+    "RateLimited",
     "Reputation",
     "RoundResult",
     "Rows",

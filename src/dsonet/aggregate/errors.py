@@ -14,3 +14,12 @@ class AggregationError(DsoError, ValueError):
         self.field = field
         self.problem = problem
         super().__init__(f"{field}: {problem}")
+
+
+class RateLimited(AggregationError):
+    """A verified batch whose sender is over its rate: nothing is wrong with it but its timing, so
+    a receiver may hold it and submit it again later (`Node` does, for senders it knows)."""
+
+    def __init__(self, node_id: str, problem: str):
+        super().__init__("rate", problem)
+        self.node_id = node_id

@@ -58,12 +58,13 @@ class DeltaSoup:
         self._rng = np.random.default_rng(config.seed)
         self.submit_rejections: dict[str, int] = {}
 
-    def submit(self, payload: bytes, now_ms: int | None = None) -> None:
+    def submit(self, payload: bytes, now_ms: int | None = None, received_ms: int | None = None) -> None:
         """Verify one payload and queue it for the next round; raises `BatchError` or
-        `AggregationError` naming the reason when it is refused."""
+        `AggregationError` naming the reason when it is refused (`RateLimited` when only its
+        timing is wrong). Freshness is judged at ``received_ms`` (default: now), the rate at now."""
         now = _now_ms(now_ms)
         try:
-            batch = verify_payload(payload, now, self.config, self.profiles)
+            batch = verify_payload(payload, now if received_ms is None else received_ms, self.config, self.profiles)
             if self._queue and batch.profile != self._queue[0].profile:
                 raise AggregationError("profile", f"{batch.profile.to_dict()} differs from this round's "
                                        f"{self._queue[0].profile.to_dict()}; run one DeltaSoup per profile")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 
 from dsonet.aggregate.config import DeltaSoupConfig
-from dsonet.aggregate.errors import AggregationError
+from dsonet.aggregate.errors import AggregationError, RateLimited
 from dsonet.aggregate.reputation import Reputation
 from dsonet.codec import CompressedBatch, Profile, decode
 
@@ -62,10 +62,8 @@ class Gate:
         while times and times[0] <= now_ms - self.config.rate_window_ms:
             times.popleft()
         if len(times) + sum(node == batch.node_id for node, _ in self._pending.values()) >= self.config.rate_limit:
-            raise AggregationError(
-                "node_id", f"{batch.node_id[:12]}… sent {len(times)} batches in the last "
-                f"{self.config.rate_window_ms / 60_000:.0f} min; the limit is {self.config.rate_limit}"
-            )
+            raise RateLimited(batch.node_id, f"{batch.node_id[:12]}… sent {len(times)} batches in the last "
+                              f"{self.config.rate_window_ms / 60_000:.0f} min; the limit is {self.config.rate_limit}")
         self._pending[batch.hash] = (batch.node_id, now_ms)
 
     def settle(self, batches: list[CompressedBatch]) -> None:

@@ -51,6 +51,7 @@ CREATE INDEX IF NOT EXISTS experiences_id ON experiences (id);
 CREATE TABLE IF NOT EXISTS tombstones (id TEXT NOT NULL, signer TEXT NOT NULL, deleted_ms INTEGER NOT NULL,
                                        PRIMARY KEY (id, signer));
 CREATE TABLE IF NOT EXISTS evicted (id TEXT NOT NULL, signer TEXT NOT NULL, PRIMARY KEY (id, signer));
+CREATE TABLE IF NOT EXISTS deferred (digest TEXT PRIMARY KEY, payload BLOB NOT NULL, received_ms INTEGER NOT NULL);
 """
 
 _COLUMNS = ["seq", "id", "signer", "text", "domain", "confidence", "model", "timestamp_ms", "iteration", "lineage",
@@ -291,6 +292,18 @@ class RowStore:
         row = self.db.execute("SELECT COALESCE(SUM(uses), 0), COALESCE(SUM(helped), 0) FROM experiences WHERE id = ?",
                               (exp_id,)).fetchone()
         return int(row[0]), int(row[1])
+
+    def defer(self, payload: bytes, received_ms: int) -> None:
+        """Keep a received payload to submit again later (a known sender over its rate)."""
+        self.db.execute("INSERT OR IGNORE INTO deferred VALUES (?, ?, ?)",
+                        (hashlib.sha256(payload).hexdigest(), payload, int(received_ms)))
+
+    def deferred(self) -> list[tuple[str, bytes, int]]:
+        """(digest, payload, received ms) of every deferred payload, oldest first."""
+        return self.db.execute("SELECT digest, payload, received_ms FROM deferred ORDER BY received_ms").fetchall()
+
+    def undefer(self, digests: list[str]) -> None:
+        self.db.executemany("DELETE FROM deferred WHERE digest = ?", [(d,) for d in digests])
 
     def unpublished(self, limit: int | None = None) -> list[tuple]:
         """This node's own rows not yet published, oldest first: full rows (see `row_experience`)."""

@@ -238,6 +238,17 @@ class Library:
             codes = self._compress(np.stack([np.frombuffer(r[_VECTOR], "<f4") for r in rows]))
         return [row_experience(r) for r in rows], codes
 
+    def defer(self, payload: bytes, received_ms: int) -> None:
+        """Keep a received batch to submit again later (its sender was over its rate)."""
+        self.rows.defer(payload, received_ms)
+
+    def deferred(self) -> list[tuple[str, bytes, int]]:
+        """(digest, payload, received ms) of the batches held back, oldest first."""
+        return self.rows.deferred()
+
+    def undefer(self, digests: list[str]) -> None:
+        self.rows.undefer(digests)
+
     def count_unpublished(self) -> int:
         return self.rows.count_unpublished()
 

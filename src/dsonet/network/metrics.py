@@ -19,6 +19,8 @@ class NodeMetrics:
         self.accepted_batches = Counter("dso_accepted_batches", "Batches that passed verification", registry=r)
         self.rejected_batches = Counter("dso_rejected_batches", "Messages refused at verification", ["reason"],
                                         registry=r)
+        self.deferred_batches = Counter("dso_deferred_batches", "Batches held back: a known sender over its rate",
+                                        registry=r)
         self.outcomes = Counter("dso_outcomes", "Outcomes reported for retrievals this node issued", ["helped"],
                                 registry=r)
         self.ingested_experiences = Counter("dso_ingested_experiences", "Rows admitted by DeltaSoup", registry=r)

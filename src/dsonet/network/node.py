@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from dsonet.aggregate import AggregationError, DeltaSoup, DeltaSoupConfig, RoundResult
+from dsonet.aggregate import AggregationError, DeltaSoup, DeltaSoupConfig, RateLimited, RoundResult
 from dsonet.codec import Profile, default_profile, profile_of, sign_batch
 from dsonet.errors import BatchError, DsoError
 from dsonet.experience import Experience, Provenance
@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 BATCH, TOMBSTONE = "batch", "tombstone"
 MAX_PEERS = 1024
 REFERENCE_ROWS = 256  # this node's own rows added to every round's pool (see `_round`)
+MAX_DEFERRED = 10_000  # batches held back from known senders over their rate (see `_defer_or_reject`)
 
 
 class NodeError(DsoError, ValueError):
@@ -305,6 +306,7 @@ class Node:
                 pass
             self._wake.clear()
             try:
+                await self._call(self._drain_deferred)
                 await self.flush()
             except Exception as exc:  # not acknowledged (or a bug): everything stays pending; retry soon
                 log.warning("publish failed: %s", exc, exc_info=not isinstance(exc, DsoError))
@@ -342,8 +344,10 @@ class Node:
 
     def _handle_chunk(self, chunk: list[Message]) -> None:
         """Runs on the worker thread: verify every batch into the soup; a tombstone first closes
-        the round so far (so it can find what it deletes), then applies."""
+        the round so far (so it can find what it deletes), then applies. Batches held back from
+        senders over their rate go first, into the same round."""
         last_ms = chunk[-1].timestamp_ms
+        resubmitted = self._submit_deferred(last_ms)
         for msg in chunk:
             if msg.headers.get(SENDER) == self.node_id:
                 continue  # our own message: its experiences are in the library already
@@ -355,10 +359,44 @@ class Node:
                 continue
             try:
                 self.soup.submit(msg.data, now_ms=msg.timestamp_ms)
+            except RateLimited as exc:
+                self._defer_or_reject(msg, exc)
             except (BatchError, AggregationError) as exc:
                 self._reject(msg.headers.get(SENDER, "unknown"), exc)
-                continue
         self._round(last_ms)
+        self.library.undefer(resubmitted)  # only once their round is stored
+
+    def _defer_or_reject(self, msg: Message, exc: RateLimited) -> None:
+        """A sender this node has admitted before, over its rate, is pushed back, not dropped: the
+        batch waits in the library file and is submitted again with later rounds. A new key past
+        its budget is dropped."""
+        peer = self.peers.get(exc.node_id)
+        if peer is not None and peer.accepted > 0 and len(self.library.deferred()) < MAX_DEFERRED:
+            self.library.defer(msg.data, msg.timestamp_ms)
+            self.metrics.deferred_batches.inc()
+            return
+        self._reject(exc.node_id, exc)
+
+    def _submit_deferred(self, now_ms: int) -> list[str]:
+        """Submit the held-back batches again (fresh as of when they were received); returns the
+        digests that left the queue, admitted or refused for good."""
+        done = []
+        for digest, payload, received_ms in self.library.deferred():
+            try:
+                self.soup.submit(payload, now_ms=now_ms, received_ms=received_ms)
+            except RateLimited:
+                continue  # still early
+            except (BatchError, AggregationError) as exc:
+                self._reject("deferred", exc)
+            done.append(digest)
+        return done
+
+    def _drain_deferred(self) -> None:
+        """A round of held-back batches alone, for when no new message comes to carry them."""
+        resubmitted = self._submit_deferred(int(time.time() * 1000))
+        if resubmitted:
+            self._round(int(time.time() * 1000))
+            self.library.undefer(resubmitted)
 
     def _round(self, now_ms: int) -> None:
         """One DeltaSoup round, filtered against this node's own rows too (a lone batch is not
