@@ -25,6 +25,7 @@ import hashlib
 import importlib
 import os
 import threading
+import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -217,13 +218,17 @@ class LlamaCppLLM:
         with self._lock:
             for chat in chats:
                 prefix = chat[-1]["content"] if chat[-1]["role"] == "assistant" else ""
-                tokens = self.vocab.tokenize(self.chat_prompt(chat), add_special=True, parse_special=True)
+                prompt = self.chat_prompt(chat)
+                tokens = self.vocab.tokenize(prompt, add_special=True, parse_special=True)
+                # sample i of a chat draws from a stream fixed by (seed, the prompt, i): the same whatever
+                # else is in the call, and different prompts do not share one stream of random draws
+                base = ((seed or 0) * 1_000_003 + zlib.crc32(prompt.encode())) & 0x7FFFFFFF
                 if len(tokens) + max_tokens > self.n_ctx:
                     raise LLMError(f"prompt: {len(tokens)} tokens + max_tokens {max_tokens} exceed the context of "
                                    f"{self.n_ctx}; shorten the prompt or lower max_tokens")
                 texts, spent = [], 0
                 for i in range(n):  # a prefilled reply is one sentence: it stops at the first ". " or newline
-                    text, k = self._one(tokens, temperature, max_tokens, (seed or 0) * 1009 + i,
+                    text, k = self._one(tokens, temperature, max_tokens, base + i,
                                         tuple(stop) + (("\n", ". ") if prefix else ()))
                     if prefix and k < max_tokens and text and text[-1] not in ".!?":
                         text += "."  # the stop sequence took the sentence's period
