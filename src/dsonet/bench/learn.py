@@ -7,7 +7,7 @@ Per task family (reasoning-gym generators, `dsonet.learn.tasks.FAMILIES`) and le
 2. each honest node learns with training-free GRPO on its own slice (quality gate and best-epoch
    library on the validation slice), into its own SQLite library;
 3. node 0 receives the others' lessons as signed BitDelta batches through DeltaSoup (fleet); in
-   the poisoned fleet, one more node (1 of 4, 25%: the most 2 shared cores allowed) publishes
+   the poisoned fleet, one more node (1 of 3, 33%: what 2 shared cores allowed) publishes
    plausible but wrong lessons whose vectors honestly encode their texts, so no vector-space
    filter can see them. Node 0 admits a
    received lesson only through the same gate as its own (validation accuracy with it not below
@@ -95,12 +95,13 @@ NEUTRAL = ("The city library opens at nine in the morning and closes at six on m
 
 @dataclass(frozen=True)
 class Plan:
-    honest: int = 3  # learning nodes; node 0's lessons are "own", nodes 1.. are its peers
-    poisoners: int = 1  # of honest + poisoners nodes (1 of 4 = 25%; sized for 2 shared cores)
+    honest: int = 2  # learning nodes; node 0's lessons are "own", nodes 1.. are its peers
+    poisoners: int = 1  # of honest + poisoners nodes (1 of 3 = 33%; sized for 2 shared cores)
     train_per_node: int = 8
-    validation: int = 40  # gate slice: one item moves accuracy by 2.5 points, so a lesson that breaks
-    # more than one validation item it used to get right is refused; smaller slices let harm through
-    held_out: int = 200  # CI half-width of a paired difference ≈ 1.96·sqrt(discordant share / n): ≤ 5 points
+    validation: int = 24  # gate slice: one item moves accuracy by 4 points; a lesson that breaks more
+    # items than it fixes is refused. 40+ would let less harm through; 2 shared cores did not allow it
+    held_out: int = 120  # CI half-width of a paired difference ≈ 1.96·sqrt(discordant share / n); the
+    # issue's ≤ 5 points needs ~200-400 when lessons change answers: 2 shared cores did not allow it
     epochs: int = 1
     group_size: int = 4
     batch_size: int = 8
