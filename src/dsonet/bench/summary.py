@@ -133,6 +133,27 @@ def headline(results: Path) -> str:
     return _table(["claim", "paper", "dsonet (measured here)", "alternative, same run", "benchmark"], rows)
 
 
+def _learn_notes(learn: dict) -> str:
+    """What the learning table cannot show: every condition's interval, coverage, what the gate
+    refused, which families the pilot tried, a few lessons."""
+    lines = ["Conditions on the same held-out items, greedy, answer-only prompts: without lessons; own (node 0's); "
+             "neutral text of the same length (control); fleet (peers' lessons through DeltaSoup); poisoned fleet "
+             "(a node publishing plausible but wrong lessons with honest vectors); the poison alone. "
+             "95% CIs are paired bootstrap intervals of each condition − without; p is McNemar's exact test."]
+    for r in learn.get("rows", []):
+        per = r.get("per_seed", [{}])[0]
+        lines.append(f"- **{r['task']}** (n = {r['n_eval']} × {r.get('seeds', 1)} seed(s)): Wilson intervals "
+                     f"{r.get('wilson')}; CIs neutral {r.get('ci95_neutral')}, fleet {r.get('ci95_fleet')}, poisoned "
+                     f"{r.get('ci95_poisoned')}, poison alone {r.get('ci95_poison_only')}; McNemar p {r.get('p_mcnemar_all')}; "
+                     f"coverage {r.get('coverage_all')}; parse failures {r.get('parse_failures')}; lessons kept by node 0: "
+                     f"{per.get('lessons')}; poisoned share: {per.get('poisoned_share')}.")
+    pilot = learn.get("pilot") or {}
+    if pilot.get("families"):
+        lines.append("Pilot (training items only, before the held-out run): " + ", ".join(
+            f"{k} {v.get('accuracy')}{' (kept)' if v.get('kept') else ''}" for k, v in pilot["families"].items()) + ".")
+    return "\n".join(lines)
+
+
 def _codec_section(codec: dict) -> str:
     rows = [[r.get("space"), r["method"], r["dim"], r["group_size"], r["bytes_per_vector"], r["ratio"], r["cosine_mean"],
              r["cosine_min"], r["rel_l2"], r["rmse"], r["recall_at_10"]] for r in codec["rows"]]
@@ -186,6 +207,8 @@ def write_report(results: Path) -> Path:
     for name, title, columns in specs:
         data = _load(results, name)
         sections += [f"## {title}", _rows_section(data, columns) if data and data.get("rows") else "_not run_"]
+        if name == "learn" and data:
+            sections.append(_learn_notes(data))
         if name == "robustness" and data:
             sections.append(f"Forged admitted: {data.get('forged_admitted')}, tampered: {data.get('tampered_admitted')}, "
                             f"replayed: {data.get('replayed_admitted')}; one DeltaSoup round over 100 batches × 100 "
