@@ -15,31 +15,32 @@ import click
 @click.option("--task", default="rg:chain_sum", show_default=True,
               help="Task set: gsm8k, rg:<reasoning-gym generator> or jsonl:<path>.")
 @click.option("--train-per-node", default=2, show_default=True, help="Training tasks per honest node.")
-@click.option("--eval-tasks", default=12, show_default=True, help="Held-out tasks answered with and without experiences.")
+@click.option("--eval-tasks", default=60, show_default=True, help="Held-out tasks answered with and without experiences.")
 @click.option("--rollouts", default=4, show_default=True, help="Rollouts per query (G).")
 @click.option("--max-tokens", default=48, show_default=True, help="Tokens per rollout and per answer.")
 @click.option("--min-similarity", default=0.3, show_default=True,
               help="Retrieval threshold (the paper's 0.6 suits wider encoders than MiniLM).")
-@click.option("--llm", "llm_url", default=None, help="OpenAI-compatible server URL (vLLM, Ollama, llama.cpp); "
-              "default: the embedded SmolLM2-135M-Instruct.")
-@click.option("--model", "llm_model", default=None, help="Model name served at --llm.")
+@click.option("--llm", "llm_url", default=None, help="OpenAI-compatible server URL (vLLM, Ollama, llama.cpp; env "
+              "OPENAI_BASE_URL); default: the embedded model on llama.cpp.")
+@click.option("--model", "llm_model", default=None, help="Served model name (with --llm URL); locally an embedded "
+              "model (qwen2.5-coder-1.5b, qwen2.5-coder-0.5b, smollm2), a .gguf file or a HF folder.")
 @click.option("--nats", is_flag=True, help="Run the nodes as separate processes over a local three-server NATS "
               "JetStream cluster that the command starts and stops (needs nats-server on PATH).")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where the nodes keep their keys and libraries (default: a temporary directory).")
+              help="Where the nodes keep their keys and libraries, new or empty (default: a temporary directory).")
 @click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path), default=Path("bench/results/demo.json"),
               show_default=True, help="Where to write the report as JSON.")
-def demo(json_out: Path, nats: bool, **options) -> None:
+def demo(json_out: Path, **options) -> None:
     """Run a whole DSO fleet on the embedded defaults and report what happened.
 
-    In-process nodes (two of them Byzantine) share one log. Each honest node learns
-    experiences with the LLM on its own tasks, encodes, compresses (BitDelta), signs and
-    publishes them; attackers publish hijacks, random codes, forged, tampered and replayed
-    batches; every honest node runs DeltaSoup. Held-out tasks are answered without
-    experiences, with each node's own (isolated) and with the fleet's. With --nats the
-    nodes are `dso node start` processes on a local NATS JetStream cluster and the agents
-    reach them through their HTTP APIs.
+    Honest nodes learn lessons with the LLM on their own tasks, encode, compress (BitDelta),
+    sign and publish them; the Byzantine nodes publish hijacks, random codes, forged, tampered
+    and replayed batches, then plausible but wrong lessons (poison); every honest node runs
+    DeltaSoup. Held-out tasks are answered without lessons, with each node's own, with the
+    fleet's and with the poisoned fleet's, each with a 95% interval. By default the nodes run
+    in this process on one shared log; with --nats they are `dso node start` processes on a
+    local NATS JetStream cluster and the agents reach them through their HTTP APIs.
 
     \b
     Examples:
@@ -48,9 +49,9 @@ def demo(json_out: Path, nats: bool, **options) -> None:
       dso demo --task gsm8k --eval-tasks 40
       dso demo --llm http://localhost:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
     """
-    from dsonet.demo import DemoConfig, format_report, run_demo, run_demo_nats
+    from dsonet.demo import DemoConfig, format_report, run_demo
 
-    report = asyncio.run((run_demo_nats if nats else run_demo)(DemoConfig(**options), echo=click.echo))
+    report = asyncio.run(run_demo(DemoConfig(**options), echo=click.echo))
     click.echo(format_report(report))
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(report.to_dict(), indent=1, default=str) + "\n")

@@ -1,0 +1,152 @@
+"""The fleet the demo runs on, behind one small interface, and the in-process implementation.
+
+What the demo needs from a fleet, and nothing more: each honest node's experience store (where
+its agent learns and from which it answers), a way to make every honest node publish what it
+holds, a connection to the same log for the attackers, the log of what crossed the wire, a
+wait until every node has read all of it, and, at the end, what each honest node kept and
+whose batches it refused.
+
+Honest nodes hold what their agents learn until `publish()`: their batch interval is an hour
+and their batch size unbounded, so the demo decides when sharing happens and can measure each
+node's own lessons before any peer's arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import AsyncIterator, Protocol, runtime_checkable
+
+from dsonet.codec.batch import Profile
+from dsonet.errors import DsoError
+from dsonet.experience import Experience
+from dsonet.identity import NodeIdentity
+from dsonet.learn.operations import ExperienceStore
+from dsonet.network.node import Node, NodeConfig
+from dsonet.network.transport import InProcessHub, Message, Transport, parse_subject
+
+HOLD_INTERVAL_S = 3600.0  # nodes publish only when the demo says so (see the module docstring)
+HOLD_BATCH = 1_000_000
+
+
+class FleetError(DsoError):
+    """Nodes that did not start or did not catch up with the log."""
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What one honest node holds at the end of the run."""
+
+    node_id: str
+    experiences: list[Experience]  # its whole library: its own and what it admitted from peers
+    peers: list[dict]  # one per sender it heard from: node_id, accepted, rejected, reputation...
+
+
+@runtime_checkable
+class Fleet(Protocol):
+    kind: str  # "in-process" or "nats", for the report
+    node_ids: list[str]  # the honest nodes, in order
+    public_keys: list[bytes]  # theirs, as any peer knows them (a forger claims one)
+    stores: list[ExperienceStore]  # where honest node i's agent learns and from which it answers
+    encoder: object  # the profile's encoder: a public model, which attackers may run too
+    profile: Profile
+    attacker: Transport  # a connection to the same log, for the Byzantine nodes
+
+    async def publish(self) -> None:
+        """Every honest node publishes what it holds; returns once the log has stored it."""
+
+    def wire(self) -> list[Message]:
+        """Every message on the log so far, in log order (complete after `settle`)."""
+
+    async def settle(self, timeout_s: float = 300.0) -> None:
+        """Wait until every reader of the log has processed all of it."""
+
+    async def close(self) -> list[NodeState]:
+        """Stop every node; return what each honest node holds. A second call returns the same."""
+
+
+def is_batch(message: Message) -> bool:
+    subject = parse_subject(message.subject)
+    return subject is not None and subject.kind == "batch"
+
+
+def node_seed(i: int) -> bytes:
+    """Honest node i's key seed: the same fleet gets the same identities in every run."""
+    return f"demo-honest-{i}".encode()
+
+
+class InProcessFleet:
+    """Honest `Node`s in this process on one shared `InProcessHub` log. Their agents use each
+    node's `Library` directly, and only while the node is idle (before `publish`, after `settle`)."""
+
+    kind = "in-process"
+
+    def __init__(self, hub: InProcessHub, nodes: list[Node]):
+        self.hub, self.nodes = hub, nodes
+        self.node_ids = [n.node_id for n in nodes]
+        self.public_keys = [n.identity.public_key for n in nodes]
+        self.stores = [n.library for n in nodes]
+        self.encoder, self.profile = nodes[0].encoder, nodes[0].profile
+        self.attacker = hub.transport()
+        self._started = False
+        self._final: list[NodeState] = []
+        self._closed = False
+
+    @classmethod
+    async def start(cls, honest: int, workdir: Path, model: str = "") -> "InProcessFleet":
+        hub = InProcessHub()
+        nodes = []
+        for i in range(honest):
+            config = NodeConfig(data_dir=workdir / f"node{i}", batch_interval_s=HOLD_INTERVAL_S, batch_size=HOLD_BATCH,
+                                model=model)
+            nodes.append(await Node.open(config, hub.transport(), NodeIdentity.from_seed(node_seed(i))))
+        return cls(hub, nodes)
+
+    async def publish(self) -> None:
+        if not self._started:  # readers start with the first publish: before it there is nothing to read
+            for node in self.nodes:
+                await node.start()
+            self._started = True
+        for node in self.nodes:
+            await node.flush()
+
+    def wire(self) -> list[Message]:
+        return list(self.hub.log)
+
+    async def settle(self, timeout_s: float = 300.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while any(pos < len(self.hub.log) for pos in self.hub.positions.values()):
+            if time.monotonic() > deadline:
+                raise FleetError(f"nodes did not catch up with the log of {len(self.hub.log)} messages "
+                                 f"in {timeout_s:.0f} s: {self.hub.positions}")
+            await asyncio.sleep(0.05)
+
+    async def close(self) -> list[NodeState]:
+        if self._closed:
+            return self._final
+        self._closed = True
+        try:
+            self._final = [NodeState(n.node_id, n.library.all(), n.peer_list()) for n in self.nodes]
+        finally:
+            for node in self.nodes:
+                await node.close()
+            await self.attacker.close()
+        return self._final
+
+
+@asynccontextmanager
+async def running(nats: bool, honest: int, workdir: Path, model: str = "") -> AsyncIterator[Fleet]:
+    """A started fleet that is closed on the way out, whatever happened (closing twice is harmless)."""
+    if nats:
+        from dsonet.demo.nats_fleet import NatsFleet
+
+        fleet = await NatsFleet.start(honest, workdir, model)
+    else:
+        fleet = await InProcessFleet.start(honest, workdir, model)
+    try:
+        yield fleet
+    finally:
+        await fleet.close()
