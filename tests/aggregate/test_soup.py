@@ -5,7 +5,7 @@ import pytest
 from dsonet.aggregate import AggregationError, DeltaSoup, DeltaSoupConfig
 from dsonet.errors import BatchError
 
-from conftest import NOW, PROFILE
+from agg_helpers import NOW, PROFILE
 
 
 def soup_for(config=DeltaSoupConfig(), profiles=None, **kw):
