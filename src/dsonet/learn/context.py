@@ -22,8 +22,7 @@ from dsonet.library.policy import K, MIN_SIMILARITY
 from dsonet.library.policy import MAX_TOKENS as CONTEXT_TOKENS
 from dsonet.library.policy import RetrievalPolicy as Retrieval  # one policy object, defined by the library
 
-__all__ = ["CONTEXT_TOKENS", "K", "MIN_SIMILARITY", "Retrieval", "Injection", "inject", "messages", "system_text",
-           "with_experiences"]
+__all__ = ["CONTEXT_TOKENS", "K", "MIN_SIMILARITY", "Retrieval", "Injection", "inject", "messages", "system_text"]
 
 SYSTEM = "You are a careful problem solver."
 OWN_NOTES = "Notes from your earlier practice on similar problems. Use them where they apply; do not repeat them in your reply."
@@ -81,14 +80,3 @@ def inject(store, query: str, prompt: str, retrieval: Retrieval = Retrieval(), n
     own, peers = split_own(hits, node_id)
     return Injection(messages(prompt, own, peers), hits)
 
-
-def with_experiences(store, query: str, problem: str, retrieval: Retrieval = Retrieval(),
-                     tokenizer=None) -> tuple[str, list]:
-    """(prompt, hits) in the experience-ledger template (numbered lines above the problem), for the
-    demo's agents until they move to `inject`; new code uses `inject`."""
-    hits = retrieve(store, query, retrieval)
-    if not hits:
-        return problem, []
-    from dsonet.library import render
-
-    return render(hits, problem), hits
