@@ -153,6 +153,8 @@ FAMILIES = {
     "basic_arithmetic": Family("basic_arithmetic", "number", "number", {"min_terms": 3, "max_terms": 4,
                                                                         "min_digits": 1, "max_digits": 2}),
     "count_bits": Family("count_bits", "number", "count", {"max_n": 4096}),
+    "chain_sum": Family("chain_sum", "number", "number", {"min_terms": 2, "max_terms": 2, "min_digits": 1,
+                                                          "max_digits": 1}),
 }
 
 
@@ -205,14 +207,21 @@ def jsonl_tasks(path: str | Path, verifier_name: VerifierName = "numeric", domai
 
 def load_tasks(spec: str, size: int | None = None, seed: int = 0, verifier_name: VerifierName = "numeric",
                **config) -> TaskSet:
-    """``gsm8k``, ``rg:<generator>`` (or a bare generator name) or ``jsonl:<path>``."""
+    """``gsm8k``, ``rg:<generator>`` (or a bare generator name) or ``jsonl:<path>``.
+
+    reasoning-gym prompts ask for the answer alone (a few tokens, what 2 CPU cores afford): a
+    family of `FAMILIES` with its answer kind, shape and settings (``config`` overrides them),
+    any other generator with its answer read as text."""
     if spec == "gsm8k":
         return gsm8k_tasks(size)
     if spec.startswith("jsonl:") or spec.endswith(".jsonl"):
         ts = jsonl_tasks(spec.removeprefix("jsonl:"), verifier_name)
         ts.tasks = ts.tasks[:size]
         return ts
-    return reasoning_gym_tasks(spec.removeprefix("rg:"), size=size or 50, seed=seed, **config)
+    name = spec.removeprefix("rg:")
+    family = FAMILIES.get(name, Family(name, "text", "final answer"))
+    return reasoning_gym_tasks(name, size=size or 50, seed=seed, kind=family.kind, instruction=answer_only(family.shape),
+                               **{**family.config, **config})
 
 
 @dataclass(frozen=True)
