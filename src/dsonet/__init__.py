@@ -3,7 +3,7 @@
 The public Python API mirrors the `dso` command line; see the README.
 """
 
-from dsonet.codec import CompressedBatch, Profile, compress, decode, decompress, make_batch
+from dsonet.codec import CompressedBatch, Profile, compress, decode, decompress, make_batch, sign_batch
 from dsonet.errors import BatchError, CodecError, DsoError
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
@@ -23,4 +23,5 @@ __all__ = [
     "decode",
     "decompress",
     "make_batch",
+    "sign_batch",
 ]
