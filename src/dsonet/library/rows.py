@@ -58,7 +58,7 @@ _COLUMNS = ["seq", "id", "signer", "text", "domain", "confidence", "model", "tim
             "signs", "scales", "baseline_id", "code_digest", "received", "vector", "published", "uses", "helped",
             "added_ms"]
 COLUMN = {c: i for i, c in enumerate(_COLUMNS)}
-INDEX_COLUMNS = "seq, id, signer, domain, signs, scales, baseline_id, vector IS NOT NULL, received = 0"  # for the index
+INDEX_COLUMNS = "seq, id, signer, domain, signs, scales, baseline_id, vector IS NOT NULL, received = 0, confidence"
 # A row's own row first (it holds the float), then the most confident: the row that speaks for an id.
 PREFERRED = "received ASC, confidence DESC, signer ASC"
 

@@ -35,6 +35,7 @@ class RowIndex:
         self.domains: list[str] = []
         self.held = bytearray()  # per index row: 1 where the file holds this node's float vector
         self.own = bytearray()  # per index row: 1 for this node's own experiences
+        self.confidence: list[float] = []  # per index row (the merge weighs members without a file read)
         self._row_of: dict[int, int] = {}  # seq -> live index row
         self._rows_of_id: dict[str, set[int]] = {}  # experience id -> its live index rows (one per signer)
         self._dom_cache_n = -1  # len(self.domains) when the domain-code array was last built
@@ -55,6 +56,7 @@ class RowIndex:
         idx = self.index.add(signs, scales, np.array([self._baseline_rows[r[6]] for r in rows], np.int32))
         self.held.extend(bytes(r[7] for r in rows))
         self.own.extend(bytes(r[8] for r in rows))
+        self.confidence.extend(float(r[9]) for r in rows)
         for (seq, eid, signer, domain, *_rest), i in zip(rows, idx.tolist()):
             self.seqs.append(seq)
             self.ids.append(eid)

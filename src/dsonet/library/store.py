@@ -36,6 +36,9 @@ from dsonet.library.search import RowIndex
 
 __all__ = ["Hit", "IngestResult", "Library", "LibraryError"]
 _VECTOR = COLUMN["vector"]
+# A merged cluster's vector can score a little above its best member (the mean of near-duplicates);
+# the walk over candidates stops this far under the threshold.
+MERGE_SLACK = 0.05
 
 
 @dataclass(frozen=True)
@@ -274,19 +277,18 @@ class Library:
 
     def _members(self, rows: np.ndarray) -> tuple[Hit, list[Member]] | None:
         """A cluster's representative (as a Hit without a score) and its trusted members; None when
-        every member's signer is trusted 0."""
+        every member's signer is trusted 0. One file read: the representative's row."""
         idx = self.search_index
-        exps = self.rows.by_seq([idx.seqs[r] for r in rows.tolist()])
         trust = self.trust or (lambda _signer: 1.0)
-        members = [Member(r, (idx.ids[r], idx.signers[r]), exps[idx.seqs[r]].confidence, trust(idx.signers[r]),
-                          bool(idx.own[r])) for r in rows.tolist()]
+        members = [Member(r, (idx.ids[r], idx.signers[r]), idx.confidence[r], trust(idx.signers[r]), bool(idx.own[r]))
+                   for r in rows.tolist()]
         members = [m for m in members if m.trust > 0]  # a signer trusted 0 is hidden, not deleted
         if not members:
             return None
         rep = self.view.rule.representative(members)
-        hit = Hit(exps[idx.seqs[rep.row]], 0.0, tuple(sorted({m.key[0] for m in members})),
-                  tuple(sorted({m.key[1] for m in members})))
-        return hit, members
+        (exp,) = self.rows.by_seq([idx.seqs[rep.row]]).values()
+        return Hit(exp, 0.0, tuple(sorted({m.key[0] for m in members})), tuple(sorted({m.key[1] for m in members}))), \
+            members
 
     def merged(self, rep_id: str) -> tuple[Experience, np.ndarray]:
         """A cluster as one experience (its representative) and its vector (see `dsonet.library.merge`)."""
@@ -334,6 +336,8 @@ class Library:
         rows, scores = self.search_index.rank(q, policy.k, domain)
         hits, seen, used = [], set(), 0
         for r, s in zip(rows.tolist(), scores.tolist()):  # walks at most the oversampled candidates, best first
+            if s < policy.min_similarity - MERGE_SLACK:
+                break  # a cluster scores about its best member: nothing further down can pass
             cluster = self.view.cluster(r)
             if int(cluster[0]) in seen:
                 continue
