@@ -217,3 +217,18 @@ def test_a_round_takes_one_profile(batch_of, cloud):
                        NodeIdentity.from_seed(b"b"), timestamp_ms=NOW)
     with pytest.raises(AggregationError, match="one DeltaSoup per profile"):
         soup.submit(other.to_msgpack(), now_ms=NOW)
+
+
+def test_keys_not_yet_trusted_have_a_smaller_rate_and_a_bounded_number_per_window(batch_of, cloud):
+    soup = soup_for(DeltaSoupConfig(rate_limit=100, new_key_rate_limit=2, new_keys_per_window=3))
+    for i in range(2):
+        soup.submit(batch_of("new", cloud(2, i), ts=NOW + i).to_msgpack(), now_ms=NOW)
+    with pytest.raises(AggregationError, match="limit is 2 until its reputation reaches 0.7"):
+        soup.submit(batch_of("new", cloud(2, 5), ts=NOW + 5).to_msgpack(), now_ms=NOW)
+    soup.submit(batch_of("b", cloud(2, 6)).to_msgpack(), now_ms=NOW)
+    soup.submit(batch_of("c", cloud(2, 7)).to_msgpack(), now_ms=NOW)
+    with pytest.raises(AggregationError, match="3 keys not yet trusted"):  # a fourth fresh key in the window
+        soup.submit(batch_of("sybil", cloud(2, 8)).to_msgpack(), now_ms=NOW)
+    trusted = batch_of("old", cloud(2, 9))
+    soup.reputation._rep[trusted.node_id] = 0.9
+    soup.submit(trusted.to_msgpack(), now_ms=NOW)  # a trusted key is not a newcomer

@@ -112,3 +112,27 @@ def test_a_known_sender_over_its_rate_is_held_back_and_admitted_later_while_a_ne
     assert held == 3
     assert {f"When case {i}, do step {i}." for i in range(5)} <= texts  # nothing the known sender sent was lost
     assert "When case 12, do step 12." not in texts  # the new key's third batch was dropped
+
+
+def test_a_flood_in_one_read_is_cut_into_rounds_of_bounded_size(tmp_path):
+    from dsonet.network.node import MAX_ROUND_ROWS
+
+    async def main():
+        hub = InProcessHub()
+        node = await Node.open(NodeConfig(tmp_path, encoder=None, dim=DIM, rule="mean"), hub.transport())
+        rounds = []
+        node.on_round = lambda result: rounds.append(sum(len(b) for b in result.batches))
+        await node.start()
+        sender = hub.transport()
+        for p in range(6):  # six batches of 1,000 rows from six keys, read as one chunk
+            peer = NodeIdentity.from_seed(f"flood{p}".encode())
+            exps = [Experience(f"When flood {p} case {i}, do step {i}.", "math") for i in range(1000)]
+            batch = make_batch(exps, _unit(p, 1000), node.profile, peer)
+            await sender.publish(batch.to_msgpack(), subject_for("dso", "batch", "math"))
+        await hub.drained([node.durable], timeout_s=120)
+        stored = len(node.library)
+        await node.close()
+        return rounds, stored
+
+    rounds, stored = asyncio.run(main())
+    assert len(rounds) >= 2 and max(rounds) <= MAX_ROUND_ROWS and sum(rounds) == 6000 and stored == 6000

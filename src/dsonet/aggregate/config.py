@@ -22,6 +22,8 @@ class DeltaSoupConfig:
     # --- admission limits (the experience-ledger paper's 100 submissions/hour per node)
     rate_limit: int = 100  # batches per node per rate window
     rate_window_ms: int = 3_600_000
+    new_key_rate_limit: int = 20  # batches per window for a key not yet trusted (see `trusted`)
+    new_keys_per_window: int = 1000  # distinct keys not yet trusted admitted per window: bounds Sybil floods
     max_batch_bytes: int = MAX_BATCH_BYTES  # payloads above this are refused before parsing
     max_batch_experiences: int = MAX_EXPERIENCES
     # --- speed: the median and MAD are taken on a seeded sample of rows. Sampling rows uniformly

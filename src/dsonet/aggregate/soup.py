@@ -75,6 +75,11 @@ class DeltaSoup:
             raise
         self._queue.append(batch)
 
+    @property
+    def queued_rows(self) -> int:
+        """Rows waiting for the next round (a receiver bounds a round's memory with it)."""
+        return sum(len(b) for b in self._queue)
+
     def settle(self, batches: list[CompressedBatch]) -> None:
         """The receiver stored (or refused for good) these batches of a round: replays of them are
         refused from now on, and they count against their senders' rate."""

@@ -47,6 +47,7 @@ class Gate:
         self._seen: dict[str, int] = {}  # batch hash -> its timestamp (pruned once stale anyway)
         self._pending: dict[str, tuple[str, int]] = {}  # admitted, not yet settled: hash -> (node id, now)
         self._recent: dict[str, deque[int]] = {}  # node id -> accepted submission times
+        self._newcomers: dict[str, int] = {}  # untrusted node id -> when it was last admitted
 
     def admit(self, batch: CompressedBatch, now_ms: int) -> None:
         """Raise `AggregationError` if the batch is a replay, its node is over its rate or
@@ -58,12 +59,23 @@ class Gate:
                 "node_id", f"{batch.node_id[:12]}… has reputation {self.reputation.get(batch.node_id):.3f}, "
                 f"under the floor {self.reputation.floor}; its batches are skipped"
             )
+        window = self.config.rate_window_ms
+        trusted = self.reputation.get(batch.node_id) >= self.config.trusted
+        if not trusted:  # a bounded number of keys not yet trusted may speak in a window (Sybil floods)
+            self._newcomers = {n: t for n, t in self._newcomers.items() if t > now_ms - window}
+            if batch.node_id not in self._newcomers and len(self._newcomers) >= self.config.new_keys_per_window:
+                raise AggregationError("node_id", f"{len(self._newcomers)} keys not yet trusted have sent batches in "
+                                       f"the last {window / 60_000:.0f} min, the most this node takes; try later")
+        limit = self.config.rate_limit if trusted else min(self.config.rate_limit, self.config.new_key_rate_limit)
         times = self._recent.setdefault(batch.node_id, deque())
-        while times and times[0] <= now_ms - self.config.rate_window_ms:
+        while times and times[0] <= now_ms - window:
             times.popleft()
-        if len(times) + sum(node == batch.node_id for node, _ in self._pending.values()) >= self.config.rate_limit:
+        if len(times) + sum(node == batch.node_id for node, _ in self._pending.values()) >= limit:
             raise RateLimited(batch.node_id, f"{batch.node_id[:12]}… sent {len(times)} batches in the last "
-                              f"{self.config.rate_window_ms / 60_000:.0f} min; the limit is {self.config.rate_limit}")
+                              f"{window / 60_000:.0f} min; the limit is {limit}" + ("" if trusted else
+                              f" until its reputation reaches {self.config.trusted}"))
+        if not trusted:
+            self._newcomers[batch.node_id] = now_ms
         self._pending[batch.hash] = (batch.node_id, now_ms)
 
     def settle(self, batches: list[CompressedBatch]) -> None:

@@ -34,6 +34,7 @@ import numpy as np
 
 from dsonet.aggregate import AggregationError, DeltaSoup, DeltaSoupConfig, RateLimited, RoundResult
 from dsonet.codec import Profile, default_profile, profile_of, sign_batch
+from dsonet.codec.batch import MAX_EXPERIENCES
 from dsonet.errors import BatchError, DsoError
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
@@ -50,6 +51,7 @@ log = logging.getLogger(__name__)
 BATCH, TOMBSTONE = "batch", "tombstone"
 MAX_PEERS = 1024
 REFERENCE_ROWS = 256  # this node's own rows added to every round's pool (see `_round`)
+MAX_ROUND_ROWS = 4096  # a round closes early once this many rows wait
 MAX_DEFERRED = 10_000  # batches held back from known senders over their rate (see `_defer_or_reject`)
 
 
@@ -67,7 +69,7 @@ class NodeConfig:
     batch_size: int = 10  # ... or after 10 new experiences
     max_batch_experiences: int = 100  # a long outage is published in batches of at most this many
     subject_prefix: str = "dso"
-    capacity: int | None = None
+    capacity: int | None = 200_000  # rows kept (lowest quality evicted first): a flood cannot fill the disk
     soup: dict[str, Any] = field(default_factory=dict)  # DeltaSoupConfig overrides
     # The paper's coordinate-wise MAD rule ("deltasoup") drops 90-100 % of honest rows on real
     # BitDelta codes (MiniLM, g = d: each ê is ē + α·s, so per-coordinate MADs are tiny); "median"
@@ -357,6 +359,8 @@ class Node:
                 self._round(msg.timestamp_ms)
                 self._apply_tombstone(msg)
                 continue
+            if self.soup.queued_rows > MAX_ROUND_ROWS - MAX_EXPERIENCES:
+                self._round(msg.timestamp_ms)  # a round's decompressed rows stay within ~125 MB at d = 7680
             try:
                 self.soup.submit(msg.data, now_ms=msg.timestamp_ms)
             except RateLimited as exc:
