@@ -136,3 +136,40 @@ def test_a_flood_in_one_read_is_cut_into_rounds_of_bounded_size(tmp_path):
 
     rounds, stored = asyncio.run(main())
     assert len(rounds) >= 2 and max(rounds) <= MAX_ROUND_ROWS and sum(rounds) == 6000 and stored == 6000
+
+
+def test_a_delete_while_the_stream_is_down_is_kept_and_replicates_once_it_is_back(tmp_path):
+    from dsonet.network.transport import InProcessTransport, TransportError
+
+    class Flaky(InProcessTransport):
+        down = False
+
+        async def publish(self, payload, subject, headers=None):
+            if self.down:
+                raise TransportError("no NATS server reachable")
+            return await super().publish(payload, subject, headers)
+
+    async def main():
+        hub = InProcessHub()
+        flaky = Flaky(hub)
+        a = await Node.open(NodeConfig(tmp_path / "a", encoder=None, dim=DIM, rule="mean"), flaky)
+        b = await Node.open(NodeConfig(tmp_path / "b", encoder=None, dim=DIM, rule="mean"), hub.transport())
+        for node in (a, b):
+            await node.start()
+        exp = await a.submit("When the stream is down, keep the delete.", "math", vector=_unit(3)[0])
+        await a.flush()
+        await hub.drained([b.durable])
+        held_before = await b.get(exp.id) is not None
+        flaky.down = True
+        deleted = await a.delete(exp.id)
+        await hub.drained([b.durable])
+        held_during = await b.get(exp.id) is not None
+        flaky.down = False
+        await a.flush()
+        await hub.drained([b.durable])
+        held_after = await b.get(exp.id) is not None
+        for node in (a, b):
+            await node.close()
+        return held_before, deleted, held_during, held_after
+
+    assert asyncio.run(main()) == (True, True, True, False)

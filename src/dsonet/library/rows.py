@@ -52,6 +52,8 @@ CREATE TABLE IF NOT EXISTS tombstones (id TEXT NOT NULL, signer TEXT NOT NULL, d
                                        PRIMARY KEY (id, signer));
 CREATE TABLE IF NOT EXISTS evicted (id TEXT NOT NULL, signer TEXT NOT NULL, PRIMARY KEY (id, signer));
 CREATE TABLE IF NOT EXISTS deferred (digest TEXT PRIMARY KEY, payload BLOB NOT NULL, received_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS outbox (digest TEXT PRIMARY KEY, subject TEXT NOT NULL, payload BLOB NOT NULL,
+                                   seq INTEGER NOT NULL);
 """
 
 _COLUMNS = ["seq", "id", "signer", "text", "domain", "confidence", "model", "timestamp_ms", "iteration", "lineage",
@@ -304,6 +306,20 @@ class RowStore:
 
     def undefer(self, digests: list[str]) -> None:
         self.db.executemany("DELETE FROM deferred WHERE digest = ?", [(d,) for d in digests])
+
+    def queue_outgoing(self, subject: str, payload: bytes) -> str:
+        """Keep a message to publish (a tombstone) until the stream acknowledges it; its digest."""
+        digest = hashlib.sha256(payload).hexdigest()
+        self.db.execute("INSERT OR IGNORE INTO outbox VALUES (?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM outbox))",
+                        (digest, subject, payload))
+        return digest
+
+    def outgoing(self) -> list[tuple[str, str, bytes]]:
+        """(digest, subject, payload) of every message not yet acknowledged, oldest first."""
+        return self.db.execute("SELECT digest, subject, payload FROM outbox ORDER BY seq").fetchall()
+
+    def sent(self, digest: str) -> None:
+        self.db.execute("DELETE FROM outbox WHERE digest = ?", (digest,))
 
     def unpublished(self, limit: int | None = None) -> list[tuple]:
         """This node's own rows not yet published, oldest first: full rows (see `row_experience`)."""

@@ -252,6 +252,16 @@ class Library:
     def undefer(self, digests: list[str]) -> None:
         self.rows.undefer(digests)
 
+    def queue_outgoing(self, subject: str, payload: bytes) -> str:
+        """Keep a message (a signed tombstone) in the file until the stream acknowledges it."""
+        return self.rows.queue_outgoing(subject, payload)
+
+    def outgoing(self) -> list[tuple[str, str, bytes]]:
+        return self.rows.outgoing()
+
+    def sent(self, digest: str) -> None:
+        self.rows.sent(digest)
+
     def count_unpublished(self) -> int:
         return self.rows.count_unpublished()
 

@@ -3,10 +3,10 @@
     {"kind": "tombstone", "version": 1, "node_id", "public_key", "timestamp", "ids": [exp id, ...],
      "signature": Ed25519 over sha256(canonical msgpack of the other fields)}
 
-Policy (what a receiver honours): a tombstone deletes an experience only when it is signed by
-the experience's author (the stored provenance.node_id). Anyone may sign a tombstone, so
-honouring every signer would let one Byzantine node empty every library; the author is the
-one party whose retraction needs no vote. A node's local DELETE always applies locally.
+Policy (what a receiver honours): a library keeps one row per (experience, signer), and a
+tombstone removes only its signer's own rows. Anyone may sign a tombstone, so honouring every
+signer would let one Byzantine node empty every library; a signer's retraction of what it
+signed needs no vote. A node's local DELETE removes every row of the id locally.
 """
 
 from __future__ import annotations
