@@ -186,3 +186,12 @@ def test_a_kept_lesson_records_its_validation_uses_and_later_rollouts_as_outcome
 def test_settings_are_checked():
     with pytest.raises(LearnError, match="group_size"):
         LearnConfig(group_size=1)
+
+
+def test_a_reflector_writes_the_lessons_while_the_agent_answers(tmp_path):
+    agent, teacher, store = ScriptedLLM(lesson_reply="unused"), ScriptedLLM(), DictStore()
+    Learner(agent, store, LearnConfig(group_size=4, epochs=1, batch_size=6), tmp_path, reflector=teacher).run(_tasks(), False)
+    assert [e.text for e in store.items.values()] == [LESSON]
+    assert not any(c.startswith("Several attempts") for c in agent.calls)
+    assert sum(c.startswith("Several attempts") for c in teacher.calls) == 3
+    assert not any(c.startswith("Double #") for c in teacher.calls)

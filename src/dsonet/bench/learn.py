@@ -151,9 +151,10 @@ def paired(a: np.ndarray, b: np.ndarray) -> dict:
 class Fleet:
     """Node 0's view of a family: its own library, the fleet library and the poisoned one."""
 
-    def __init__(self, llm, family: str, plan: Plan, seed: int, root: Path, encoder, log=print):
+    def __init__(self, llm, family: str, plan: Plan, seed: int, root: Path, encoder, log=print, reflector=None):
         from dsonet.learn.tasks import family_splits
 
+        self.reflector = reflector
         self.llm, self.family, self.plan, self.seed, self.encoder, self.log = llm, family, plan, seed, encoder, log
         n_train = plan.honest * plan.train_per_node
         self.train, self.val, self.test = family_splits(family, [n_train, plan.validation, plan.held_out])
@@ -176,7 +177,7 @@ class Fleet:
         for i in range(p.honest):
             lib = Library(self.dir / f"node{i}.db", encoder=self.encoder)
             t0 = time.perf_counter()
-            s = Learner(self.llm, lib, config, self.dir / f"node{i}.run", self.ids[i]).run(
+            s = Learner(self.llm, lib, config, self.dir / f"node{i}.run", self.ids[i], self.reflector).run(
                 self.slice(i), progress=False, validation=self.val)
             self.log(f"    node{i}: {s.rollouts} rollouts, mixed {s.mixed_groups}/{s.groups}, proposals {s.proposals}, "
                      f"gated out {s.gated_out}, skipped {s.skipped}, lessons {len(lib.all())}, validation "
@@ -248,13 +249,13 @@ class Fleet:
         return lib, info
 
 
-def run_family(llm, family: str, plan: Plan, seed: int, root: Path, encoder, log=print) -> dict:
+def run_family(llm, family: str, plan: Plan, seed: int, root: Path, encoder, log=print, reflector=None) -> dict:
     """Every condition's per-item correctness (and the run's facts) for one family and seed."""
     from dsonet.learn.context import Retrieval
     from dsonet.learn.evaluate import answer
 
     t0 = time.perf_counter()
-    fleet = Fleet(llm, family, plan, seed, root, encoder, log)
+    fleet = Fleet(llm, family, plan, seed, root, encoder, log, reflector)
     log(f"  {family} seed {seed}: {len(fleet.train.tasks)} train / {len(fleet.val.tasks)} validation / "
         f"{len(fleet.test.tasks)} held-out; learning on {plan.honest} nodes")
     learn_retrieval = Retrieval(k=plan.k, min_similarity=0.0)  # rollouts see the node's best lessons
@@ -395,11 +396,14 @@ def plot(rows: list[dict], path: Path) -> None:
 @click.option("--llm", "url", default=None, metavar="URL", help="An OpenAI-compatible endpoint instead of the embedded model.")
 @click.option("--model", default="qwen2.5-coder-0.5b", show_default=True,
               help="Embedded model key, or the served model name with --llm.")
+@click.option("--reflector", default=None,
+              help="A second embedded model that writes the lessons (summaries, advantage, library update) "
+                   "while --model answers, e.g. qwen2.5-coder-1.5b.")
 @click.option("--pilot", "pilot_n", type=int, default=0, help="Only run the family pilot on N training items each.")
 @click.option("--out", "out_name", default=None, help="Results name under bench/results (default learn / learn-quick).")
 @click.option("--combine", default=None, metavar="NAME,NAME",
               help="Only merge the rows of earlier runs' results (e.g. one per family) into learn.json and its plot.")
-def cli(quick, families, seeds, held_out, url, model, pilot_n, out_name, combine):
+def cli(quick, families, seeds, held_out, url, model, reflector, pilot_n, out_name, combine):
     """Held-out accuracy per task family without lessons, with the node's own lessons, with neutral
     text of the same length, with the fleet's (through DeltaSoup), with a poisoned fleet, and with
     the poison alone; paired 95% CIs, McNemar p, Wilson intervals, coverage, parse failures.
@@ -430,8 +434,11 @@ def cli(quick, families, seeds, held_out, url, model, pilot_n, out_name, combine
     if held_out:
         plan = replace(plan, held_out=held_out)
     base = open_llm(url, model)
-    root = _workdir(base.name, quick)
-    llm = CachedLLM(base, root / "answers.sqlite")
+    teacher = open_llm(None, reflector) if reflector else None
+    root = _workdir(base.name + (f"+{teacher.name}" if teacher else ""), quick)
+    llm = CachedLLM(base, _workdir(base.name, quick) / "answers.sqlite")
+    teacher = CachedLLM(teacher, _workdir(base.name, quick) / "answers.sqlite") if teacher else None
+    row_llm = base.name + (f" (lessons by {teacher.name})" if teacher else "")
     log = lambda msg: click.echo(f"[{time.strftime('%H:%M:%S')}] {msg}")  # noqa: E731
     if pilot_n:
         data = pilot(llm, list(FAMILIES), pilot_n, plan.answer_tokens, log)
@@ -444,8 +451,8 @@ def cli(quick, families, seeds, held_out, url, model, pilot_n, out_name, combine
     encoder = default_encoder()
     rows = []
     for family in families:
-        per_seed = [run_family(llm, family, plan, s, root, encoder, log) for s in plan.seeds]
-        rows.append(summarise(base.name, family, per_seed))
+        per_seed = [run_family(llm, family, plan, s, root, encoder, log, teacher) for s in plan.seeds]
+        rows.append(summarise(row_llm, family, per_seed))
         log(f"  cache: {llm.hits} hits, {llm.misses} answers generated")
     click.echo(format_table(rows + [{"llm": f"paper: {PAPER['llm']}", "task": PAPER["task"],
                                      "accuracy_without": PAPER["accuracy_without"],

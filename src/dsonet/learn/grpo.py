@@ -99,9 +99,13 @@ class Stats:
 
 
 class Learner:
+    """``reflector``: the LLM that summarises, extracts the advantage and updates the library, when it
+    is not the one that answers (a small agent with a stronger teacher); by default ``llm`` does all."""
+
     def __init__(self, llm: ChatLLM, store: ExperienceStore, config: LearnConfig = LearnConfig(),
-                 run_dir: str | Path | None = None, node_id: str = ""):
+                 run_dir: str | Path | None = None, node_id: str = "", reflector: ChatLLM | None = None):
         self.llm, self.store, self.config, self.node_id = llm, store, config, node_id
+        self.reflector = reflector or llm
         self.run_dir = Path(run_dir) if run_dir else None
         self.stats = Stats()
         self._where = {"epoch": 0, "batch": 0}
@@ -120,17 +124,18 @@ class Learner:
         self._log("skipped", stage=stage, reason=reason, raw=raw[:500])
 
     def _generate(self, chats: Sequence, n: int = 1, temperature: float = 0.0, max_tokens: int | None = None,
-                  seed: int | None = None) -> list:
+                  seed: int | None = None, llm: ChatLLM | None = None) -> list:
         if not chats:
             return []
-        out = self.llm.generate([c if isinstance(c, list) else user(c) for c in chats], n=n, temperature=temperature,
+        out = (llm or self.llm).generate([c if isinstance(c, list) else user(c) for c in chats], n=n, temperature=temperature,
                                 max_tokens=max_tokens or self.config.note_tokens, seed=seed)
         self.stats.prompt_tokens += sum(c.prompt_tokens for c in out)
         self.stats.completion_tokens += sum(c.completion_tokens for c in out)
         return out
 
     def _identity(self) -> dict:
-        return {"prompts_version": prompts.PROMPTS_VERSION, "config": asdict(self.config)}
+        return {"prompts_version": prompts.PROMPTS_VERSION, "config": asdict(self.config),
+                "reflector": self.reflector.name}
 
     # -- the steps ---------------------------------------------------------------------
     def rollouts(self, tasks: TaskSet, batch: Sequence, seed: int) -> list[Group]:
@@ -164,18 +169,18 @@ class Learner:
         long = [key for key, text in summaries.items() if len(text.split()) > self.config.summary_words]
         done = self._generate([prompts.SUMMARISE.format(problem=mixed[gi].query, reference=mixed[gi].reference or
                                                         "unknown", attempt=summaries[gi, i], reward=mixed[gi].rewards[i])
-                               for gi, i in long])
+                               for gi, i in long], llm=self.reflector)
         for key, c in zip(long, done):
             summaries[key] = " ".join(c.texts[0].split())
             self._log("summary", group=key[0], sample=key[1], summary=summaries[key])
         # A back end that can continue a started reply gets "When" as the reply's start and writes one
         # lesson line: a 0.5B model asked for free text rambles past its budget and restates the problem.
-        prefill = [{"role": "assistant", "content": "When"}] if getattr(self.llm, "supports_prefill", False) else []
+        prefill = [{"role": "assistant", "content": "When"}] if getattr(self.reflector, "supports_prefill", False) else []
         replies = self._generate([user(prompts.ADVANTAGE.format(
             problem=g.query, reference=g.reference or "unknown", max_lessons=self.config.max_lessons,
             summaries="\n".join(f"Attempt {i + 1} (score {g.rewards[i]:g}): {summaries[gi, i]}"
                                 for i in range(len(g.responses))))) + prefill
-            for gi, g in enumerate(mixed)], max_tokens=self.config.note_tokens if not prefill else 64)
+            for gi, g in enumerate(mixed)], max_tokens=self.config.note_tokens if not prefill else 64, llm=self.reflector)
         out = []
         for g, reply in zip(mixed, replies):
             truncated = reply.completion_tokens >= self.config.note_tokens
@@ -206,7 +211,7 @@ class Learner:
                 asks.append((props, lines, ids))
         replies = self._generate([prompts.UPDATE.format(
             existing=lines, candidates="\n".join(f"C{i + 1}: {p.text}" for i, p in enumerate(props)))
-            for props, lines, _ in asks], max_tokens=self.config.update_tokens)
+            for props, lines, _ in asks], max_tokens=self.config.update_tokens, llm=self.reflector)
         for (props, _, ids), reply in zip(asks, replies):
             decided, skipped = decide_batch(props, reply.texts[0], ids)
             for reason in skipped:
