@@ -137,7 +137,9 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
 
     @app.get("/health")
     async def health() -> dict:
-        return {"status": "ok" if not node.closed else "closing", "node_id": node.node_id}
+        problem = getattr(node.transport, "problem", "")  # e.g. the stream was deleted and made again
+        return {"status": "closing" if node.closed else "degraded" if problem else "ok", "node_id": node.node_id,
+                **({"problem": problem} if problem else {})}
 
     # the token is checked, then the body's size, before the app reads a byte of the body
     return BearerToken(BodyLimit(app, max_body_bytes), token)

@@ -36,6 +36,7 @@ class NatsConfig:
     publish_timeout_s: float = 5.0
     ack_wait_s: float = 30.0  # a fetched chunk not acked within this is delivered again
     connect_timeout_s: float = 30.0  # how long to wait for the cluster (and its stream) at start-up
+    check_interval_s: float = 10.0  # a quiet reader checks that its consumer and the stream still exist
 
     def __post_init__(self) -> None:
         if not self.servers:
@@ -65,6 +66,8 @@ class NatsTransport:
         self.config = config
         self._tasks: list[asyncio.Task] = []
         self.closed = False
+        self.repairs = 0  # times the stream or this reader's consumer was found gone and made again
+        self.problem = ""  # the last thing found wrong with the stream, for /health
 
     @classmethod
     async def connect(cls, config: NatsConfig, name: str = "dsonet") -> "NatsTransport":
@@ -119,35 +122,66 @@ class NatsTransport:
     async def publish(self, payload: bytes, subject: str, headers: dict[str, str] | None = None) -> int:
         if self.closed:
             raise TransportError("publish on a closed transport")
-        try:
-            ack = await self.js.publish(subject, payload, timeout=self.config.publish_timeout_s,
-                                        stream=self.config.stream, headers=headers or None)
-        except (nats.errors.Error, asyncio.TimeoutError, OSError) as exc:
-            raise TransportError(f"publish to {subject}: not acknowledged ({type(exc).__name__}: {exc}); "
-                                 "kept for the next attempt") from None
-        return ack.seq
+        for attempt in range(2):
+            try:
+                ack = await self.js.publish(subject, payload, timeout=self.config.publish_timeout_s,
+                                            stream=self.config.stream, headers=headers or None)
+                return ack.seq
+            except _NO_STREAM as exc:
+                if attempt:  # the stream is gone (deleted by someone): make it again, once, and say so
+                    raise TransportError(f"publish to {subject}: no stream ({exc!r}); kept for the next attempt") from None
+                self.problem = f"{time.strftime('%H:%M:%S')}: the stream {self.config.stream} was missing; made again"
+                log.error("nats: %s", self.problem)
+                await self._ensure_stream()
+                self.repairs += 1
+            except (nats.errors.Error, asyncio.TimeoutError, OSError) as exc:
+                raise TransportError(f"publish to {subject}: not acknowledged ({type(exc).__name__}: {exc}); "
+                                     "kept for the next attempt") from None
 
     async def subscribe(self, durable: str, handler: Handler) -> None:
+        psub = await self._pull(durable)
+        self._tasks.append(asyncio.create_task(self._read(durable, psub, handler), name=f"nats-read-{durable}"))
+
+    async def _pull(self, durable: str):
         consumer = ConsumerConfig(
             durable_name=durable, ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
             ack_wait=self.config.ack_wait_s, max_ack_pending=10 * CHUNK,
         )
-        psub = await self.js.pull_subscribe(f"{self.config.subject_prefix}.>", durable=durable,
+        return await self.js.pull_subscribe(f"{self.config.subject_prefix}.>", durable=durable,
                                             stream=self.config.stream, config=consumer)
-        self._tasks.append(asyncio.create_task(self._read(psub, handler), name=f"nats-read-{durable}"))
 
-    async def _read(self, psub, handler: Handler) -> None:
+    async def _check(self, durable: str, psub):
+        """A reader whose consumer (or the whole stream) was deleted would wait forever in silence:
+        make them again, and say so loudly (log, /health, `repairs`)."""
+        try:
+            await self.js.consumer_info(self.config.stream, durable)
+            return psub
+        except nats.js.errors.NotFoundError as exc:
+            self.problem = (f"{time.strftime('%H:%M:%S')}: the stream {self.config.stream} or consumer {durable} was "
+                            f"deleted ({exc.description}); made again. Restrict who may administer the stream.")
+            log.error("nats: %s", self.problem)
+        await self._ensure_stream()
+        self.repairs += 1
+        return await self._pull(durable)
+
+    async def _read(self, durable: str, psub, handler: Handler) -> None:
+        idle_since = time.monotonic()
         while not self.closed:
             try:
                 msgs = await psub.fetch(1, timeout=1.0)
             except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                if time.monotonic() - idle_since > self.config.check_interval_s:  # quiet: is it still there?
+                    idle_since = time.monotonic()
+                    psub = await _or(self._check(durable, psub), psub)
                 continue  # nothing new within the wait
             except (nats.errors.Error, asyncio.TimeoutError, OSError) as exc:
                 if self.closed:
                     return
-                log.warning("fetch failed (%s); retrying", type(exc).__name__)
+                log.warning("fetch failed (%s); checking the consumer", type(exc).__name__)
+                psub = await _or(self._check(durable, psub), psub)
                 await asyncio.sleep(0.5)
                 continue
+            idle_since = time.monotonic()
             # One message per pull: nats-py's multi-message fetch against nats-server 2.9 left messages
             # with an expired pull request, held back until ack_wait redelivered them (30 s stalls).
             while len(msgs) < CHUNK:
@@ -178,6 +212,18 @@ class NatsTransport:
         except (nats.errors.Error, asyncio.TimeoutError, OSError):
             pass
         await self.nc.close()
+
+
+_NO_STREAM = (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError, nats.js.errors.NotFoundError)
+
+
+async def _or(coro, fallback):
+    """The coroutine's result, or ``fallback`` when the cluster cannot answer now (tried again later)."""
+    try:
+        return await coro
+    except (nats.errors.Error, asyncio.TimeoutError, OSError, TransportError) as exc:
+        log.warning("nats: cannot check the stream now (%s)", type(exc).__name__)
+        return fallback
 
 
 async def _quietly(coro) -> None:
