@@ -26,7 +26,7 @@ def test_reranker_encodes_unit_vectors_in_7680_dims(minilm):
     v = enc.encode(["When a price doubles, multiply by two.", "Count the apples first."], kind="query")
     assert v.shape == (2, 7680) and v.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1, atol=1e-5)
-    assert enc.id == "st:all-MiniLM-L6-v2+zen7680:init1"
+    assert enc.id == f"st:all-MiniLM-L6-v2+zen7680:{enc.head.digest()[:12]}"
 
 
 def test_save_and_load_round_trip_gives_identical_vectors(tmp_path, minilm):
@@ -37,6 +37,36 @@ def test_save_and_load_round_trip_gives_identical_vectors(tmp_path, minilm):
     texts = ["Subtract the discount from the price."]
     np.testing.assert_array_equal(enc.encode(texts), again.encode(texts))
     assert again.id == enc.id
+
+
+def test_id_names_the_weights_not_the_recipe(minilm):
+    a, b = ZenReranker.for_backbone(minilm, seed=3), ZenReranker.for_backbone(minilm, seed=3)
+    assert a.id == b.id  # same weights, same id
+    with torch.no_grad():
+        b.head.w2.bias[0] += 1e-6  # another machine's float rounding is another space
+    assert ZenReranker(minilm, b.head).id != a.id
+    assert ZenHead(384, tag="recipe-x").digest() != ZenHead(384, tag="recipe-x").digest()  # fresh random inits
+
+
+def test_half_precision_weights_and_the_baseline_round_trip(tmp_path, minilm):
+    enc = ZenReranker.for_backbone(minilm, seed=4)
+    baseline = np.random.default_rng(0).standard_normal(7680).astype(np.float32) * 0.01
+    ZenReranker(minilm, enc.head, baseline).save_pretrained(tmp_path, half=True)
+    assert (tmp_path / "model.safetensors").stat().st_size < 2.5 * 2**20 * 2  # 2.35M parameters in 2 bytes each
+    again = ZenReranker.from_pretrained(tmp_path, backbone=minilm)
+    np.testing.assert_array_equal(again.baseline, baseline)
+    assert again.baseline.dtype == np.float32 and again.baseline_hash == again.baseline_hash  # stable
+    assert len(again.baseline_hash) == 64
+    assert all(p.dtype == torch.float32 for p in again.head.parameters())  # widened for computing
+    texts = ["Subtract the discount from the price.", "Count the apples first."]
+    np.testing.assert_allclose(again.encode(texts), enc.encode(texts), atol=2e-3)
+    assert again.id != enc.id  # rounded weights are other weights
+    assert ZenReranker.for_backbone(minilm, seed=4).baseline is None
+
+
+def test_a_baseline_of_the_wrong_shape_is_refused(minilm):
+    with pytest.raises(EncoderError, match="baseline must be 7680"):
+        ZenReranker(minilm, ZenHead(384), baseline=np.zeros(384, np.float32))
 
 
 def test_head_that_does_not_fit_the_backbone_is_refused(minilm):

@@ -1,8 +1,8 @@
 import torch
 import torch.nn.functional as F
 
-from dsonet.train.losses import (contrastive_loss, delta_entropy, diversity_loss, expansion_loss, robust_loss,
-                                 soft_delta_entropy)
+from dsonet.train.losses import (code_loss, contrastive_loss, delta_entropy, diversity_loss, expansion_loss,
+                                 robust_loss, soft_delta_entropy)
 from dsonet.train.metrics import n_attackers
 
 
@@ -51,3 +51,20 @@ def test_diversity_loss_is_minus_mean_pairwise_squared_distance():
 
 def test_thirty_percent_of_ten_nodes_are_three_attackers():
     assert n_attackers(7, 0.3) == 3
+
+
+def test_code_loss_is_zero_when_the_codes_rank_as_the_floats_and_positive_when_they_swap():
+    s = torch.tensor([[0.9, 0.5, 0.1]], requires_grad=True)
+    assert code_loss(s, s.detach().clone(), tau=0.05).item() < 1e-7
+    swapped = torch.tensor([[0.5, 0.9, 0.1]])  # the codes put the second row first
+    loss = code_loss(s, swapped, tau=0.05)
+    assert loss.item() > 1.0
+    loss.backward()  # straight-through: the float of the true neighbour is pushed up, the impostor's down
+    assert s.grad[0, 0] < 0 < s.grad[0, 1]
+
+
+def test_code_loss_is_the_kl_of_the_float_ranking_to_the_codes_ranking():
+    s, s_code, tau = torch.randn(4, 9), torch.randn(4, 9), 0.1
+    p, log_q = F.softmax(s / tau, 1), F.log_softmax(s_code / tau, 1)
+    expected = (p * (torch.log(p) - log_q)).sum(1).mean()
+    torch.testing.assert_close(code_loss(s, s_code, tau), expected, rtol=1e-4, atol=1e-5)

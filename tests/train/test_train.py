@@ -9,7 +9,8 @@ from dsonet.train.config import cpu_recipe
 from dsonet.train.data import build_data
 
 TINY = TrainConfig(limit_items=60, s1_steps=8, s1_batch=16, s1_warmup=2, s2_steps=4, s2_batch=8, s2_lr=1e-4,
-                   s2_mine_every=2, s3_steps=3, s3_batch=8, s3_lr=1e-4, s3_copies=3, checkpoint_every=3)
+                   s2_mine_every=2, s3_steps=3, s3_batch=8, s3_lr=1e-4, s3_copies=3, s3_code_queries=4, s3_code_pool=16,
+                   checkpoint_every=3)
 
 
 @pytest.fixture(scope="module")
@@ -29,12 +30,15 @@ def test_training_writes_a_loadable_reranker_and_every_stage_metric(tmp_path, ti
     result = _run(tmp_path, tiny_data, minilm)
     assert result.finished
     m = json.loads((tmp_path / "metrics.json").read_text())
-    assert {"cosine_to_padded"} == set(m["stage1"]["after"])
+    code = {"code_recall_at_10", "code_cosine", "code_delta_cosine"}  # every stage: what it does to the codes
+    assert {"cosine_to_padded"} | code == set(m["stage1"]["after"])
+    assert all(code <= set(m[stage]["after"]) for stage in ("stage2", "stage3"))
+    assert m["stage3"]["after"]["code_delta_cosine"] > 0.7
     assert m["stage1"]["after"]["cosine_to_padded"] > m["stage1"]["before"]["cosine_to_padded"]
     assert 0 <= m["stage2"]["after"]["recall_at_10"] <= 1
     assert m["stage3"]["after"]["bitdelta_bytes"] == 964
     enc = ZenReranker.from_pretrained(tmp_path, backbone=minilm)
-    assert enc.dim == 7680 and enc.id.endswith(TINY.recipe_hash())
+    assert enc.dim == 7680 and enc.id.endswith(result.head.digest()[:12])
     v = enc.encode(["When the total is asked, add the parts."])
     assert v.shape == (1, 7680)
     torch.testing.assert_close(torch.from_numpy(v), torch.from_numpy(result.head.project(minilm.encode(

@@ -8,11 +8,18 @@ hold the paper's 97,531,392 weights and biases (the paper's count leaves out the
 
 Saved in the Hugging Face convention: ``config.json`` (backbone spec + head shape + tag) and
 ``model.safetensors`` (head weights only; the backbone is loaded by its own name), so
-``ZenReranker.from_pretrained("dir-or-hub-id")`` rebuilds the whole encoder.
+``ZenReranker.from_pretrained("dir-or-hub-id")`` rebuilds the whole encoder. An optional
+``baseline.safetensors`` holds the profile's fixed BitDelta baseline ē (the mean of the head's
+outputs over its training corpus): it belongs to the space, so it ships with the weights.
+
+The encoder's id names the *weights*, not the recipe that trained them: two machines that
+train by the same recipe on other CPUs or BLAS builds get other floats, and an id from the
+recipe would let them read each other's codes wrongly. ``…+zen7680:<sha256[:12]>``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -23,12 +30,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dsonet.codec.profile import baseline_digest
 from dsonet.encoders.base import Encoder, EncoderError, Kind, check_texts
 from dsonet.encoders.registry import encoder_config, encoder_from_config
 
 CANONICAL_DIM = 7680  # seeds/001: the protocol's canonical dimension
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+BASELINE_NAME = "baseline.safetensors"
 
 
 class ZenHead(nn.Module):
@@ -40,7 +49,7 @@ class ZenHead(nn.Module):
             raise EncoderError(f"ZenHead needs d_in >= 4 and d_out >= 1, got d_in={d_in}, d_out={d_out}")
         self.d_in, self.d_out = int(d_in), int(d_out)
         self.d_hidden = int(d_hidden) if d_hidden else 3 * self.d_in // 4  # paper: 6144 = ¾ · 8192
-        self.tag = tag  # names the recipe that produced the weights; part of the encoder id
+        self.tag = tag  # provenance: the recipe that produced the weights (the id names the weights themselves)
         self.w1 = nn.Linear(self.d_in, self.d_hidden)
         self.ln1 = nn.LayerNorm(self.d_hidden)
         self.w2 = nn.Linear(self.d_hidden, self.d_out)
@@ -51,6 +60,16 @@ class ZenHead(nn.Module):
         z2 = self.ln1(z1)  # (B, d_hidden)          z2 = LayerNorm(z1)
         z3 = self.w2(z2)  # (B, d_out)              z3 = W2 z2 + b2
         return F.normalize(self.ln2(z3), dim=-1)  # (B, d_out)  e = LN(z3) / ||LN(z3)||
+
+    @torch.no_grad()
+    def digest(self) -> str:
+        """SHA-256 of the weights as float32 (names, shapes and little-endian bytes, in name order):
+        the same whatever file format or precision they were stored in."""
+        h = hashlib.sha256()
+        for name, tensor in sorted(self.state_dict().items()):
+            h.update(f"{name}:{tuple(tensor.shape)}\n".encode())
+            h.update(tensor.detach().float().cpu().contiguous().numpy().astype("<f4").tobytes())
+        return h.hexdigest()
 
     def linear_parameter_count(self) -> int:
         """Weights and biases of the two linear layers: the quantity the paper counts."""
@@ -85,16 +104,25 @@ class ZenHead(nn.Module):
 
 
 class ZenReranker:
-    """An `Encoder`: backbone (frozen) -> ZenHead. ``ZenReranker(backbone, head)``."""
+    """An `Encoder`: backbone (frozen) -> ZenHead. ``ZenReranker(backbone, head, baseline=None)``.
 
-    def __init__(self, backbone: Encoder, head: ZenHead):
+    ``baseline``: the profile's fixed BitDelta baseline (d_out,) that ships with the head, or None.
+    """
+
+    def __init__(self, backbone: Encoder, head: ZenHead, baseline: np.ndarray | None = None):
         if head.d_in != backbone.dim:
             raise EncoderError(
                 f"head.d_in={head.d_in} does not match the backbone {backbone.id!r} dim={backbone.dim}; "
                 f"build the head with ZenHead(d_in=backbone.dim)"
             )
+        if baseline is not None:
+            baseline = np.ascontiguousarray(baseline, dtype=np.float32)
+            if baseline.shape != (head.d_out,) or not np.isfinite(baseline).all():
+                raise EncoderError(f"baseline must be {head.d_out} finite floats, got shape {baseline.shape}")
         self.backbone = backbone
         self.head = head.eval()
+        self._digest = head.digest()  # the head is frozen here: hash its weights once
+        self._baseline = baseline
 
     @classmethod
     def for_backbone(cls, backbone: Encoder, d_out: int = CANONICAL_DIM, seed: int = 0) -> "ZenReranker":
@@ -108,7 +136,17 @@ class ZenReranker:
 
     @property
     def id(self) -> str:
-        return f"{self.backbone.id}+zen{self.head.d_out}:{self.head.tag}"
+        return f"{self.backbone.id}+zen{self.head.d_out}:{self._digest[:12]}"
+
+    @property
+    def baseline(self) -> np.ndarray | None:
+        """The profile's fixed BitDelta baseline ē (float32, (dim,)), or None when the head has none."""
+        return None if self._baseline is None else self._baseline.copy()
+
+    @property
+    def baseline_hash(self) -> str | None:
+        """SHA-256 (hex) of the baseline's float32 little-endian bytes: how a profile names it."""
+        return None if self._baseline is None else baseline_digest(self._baseline)
 
     def encode(self, texts: Sequence[str], kind: Kind = "document") -> np.ndarray:
         texts = check_texts(texts, kind)
@@ -122,9 +160,10 @@ class ZenReranker:
         """(backbone, head): `cached_encode` caches the backbone's vectors and applies the head."""
         return self.backbone, self.head.project
 
-    def save_pretrained(self, directory: str | os.PathLike) -> Path:
-        """Write config.json and model.safetensors (head weights) into ``directory``."""
-        return save_head(directory, self.head, encoder_config(self.backbone))
+    def save_pretrained(self, directory: str | os.PathLike, half: bool = False) -> Path:
+        """Write config.json, model.safetensors (head weights; float16 with ``half``) and the
+        baseline, if any, into ``directory``."""
+        return save_head(directory, self.head, encoder_config(self.backbone), self._baseline, half=half)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike, backbone: Encoder | None = None,
@@ -133,27 +172,35 @@ class ZenReranker:
 
         ``backbone`` overrides the one named in config.json (e.g. an already loaded MiniLM).
         """
-        config, head = load_head(name_or_path, device=device)
+        config, head, baseline = load_head(name_or_path, device=device)
         if backbone is None:
             backbone = encoder_from_config(config["backbone"], device=device)
-        return cls(backbone, head)
+        return cls(backbone, head, baseline)
 
 
-def save_head(directory: str | os.PathLike, head: ZenHead, backbone_config: dict) -> Path:
-    """config.json (backbone config + head shape) and model.safetensors (head weights)."""
+def save_head(directory: str | os.PathLike, head: ZenHead, backbone_config: dict, baseline: np.ndarray | None = None,
+              half: bool = False) -> Path:
+    """config.json (backbone config + head shape), model.safetensors (head weights, float16 with
+    ``half``) and, when given, baseline.safetensors (float32: its hash names it on the wire)."""
+    from safetensors.numpy import save_file as save_numpy
     from safetensors.torch import save_file
 
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     config = {"architecture": "ZenReranker", "backbone": backbone_config, "head": head.config()}
-    state = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
+    dtype = torch.float16 if half else torch.float32
+    state = {k: v.detach().cpu().to(dtype).contiguous() for k, v in head.state_dict().items()}
     save_file(state, str(path / WEIGHTS_NAME), metadata={"format": "pt"})
+    if baseline is not None:
+        save_numpy({"baseline": np.ascontiguousarray(baseline, dtype=np.float32)}, str(path / BASELINE_NAME))
     (path / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return path
 
 
-def load_head(name_or_path: str | os.PathLike, device: str | None = None) -> tuple[dict, ZenHead]:
-    """Read (config dict, ZenHead) from a local directory or the hub."""
+def load_head(name_or_path: str | os.PathLike, device: str | None = None) -> tuple[dict, ZenHead, np.ndarray | None]:
+    """Read (config dict, ZenHead, baseline or None) from a local directory or the hub. Weights
+    stored as float16 are widened to float32 (exactly) for computing."""
+    from safetensors.numpy import load_file as load_numpy
     from safetensors.torch import load_file
 
     path = Path(name_or_path)
@@ -165,15 +212,16 @@ def load_head(name_or_path: str | os.PathLike, device: str | None = None) -> tup
         head = ZenHead(h["d_in"], h["d_out"], h["d_hidden"], tag=h.get("tag", "init"))
     except (OSError, KeyError, ValueError) as exc:
         raise EncoderError(f"{path / CONFIG_NAME}: not a ZenReranker config ({exc}); write one with save_pretrained") from exc
-    head.load_state_dict(load_file(str(path / WEIGHTS_NAME)))
-    return config, head.to(device or "cpu").eval()
+    head.load_state_dict({k: v.float() for k, v in load_file(str(path / WEIGHTS_NAME)).items()})
+    baseline = load_numpy(str(path / BASELINE_NAME))["baseline"] if (path / BASELINE_NAME).exists() else None
+    return config, head.to(device or "cpu").eval(), baseline
 
 
 def _download(repo_id: str) -> Path:
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(repo_id, allow_patterns=[CONFIG_NAME, WEIGHTS_NAME]))
+        return Path(snapshot_download(repo_id, allow_patterns=[CONFIG_NAME, WEIGHTS_NAME, BASELINE_NAME]))
     except Exception as exc:  # offline, unknown repo, auth...: one message with the fix
         raise EncoderError(
             f"cannot load Zen-Reranker {repo_id!r}: not a local directory and the hub download failed ({exc}); "

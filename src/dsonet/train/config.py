@@ -39,6 +39,12 @@ class TrainConfig:
     s3_adversarial: float = 0.3  # paper: share of Byzantine vectors in the robustness simulation
     s3_copies: int = 7  # ours: honest nodes' copies of each experience (3 attackers join them: 30%)
     s3_noise: float = 0.05  # ours: std of the per-node perturbation of the base embedding
+    # Stage 3, ours: the default profile's codes keep the floats' neighbours (see stages.stage3_dso)
+    s3_code_lambdas: tuple[float, float, float] = (1.0, 1.0, 100.0)  # ours: λ4 L_code, λ5 L_blocks, λ6 L_keep
+    s3_code_queries: int = 128  # ours: queries per step ranked against the pool by codes and floats
+    s3_code_pool: int = 1024  # ours: rows per step: training texts and sentences, and synthetic draws
+    s3_code_synthetic: float = 0.5  # ours: share of the pool drawn from a Gaussian fit of the real rows
+    s3_code_tau: float = 0.05  # ours: temperature of L_code's rankings (the paper's contrastive τ)
     # Shared optimiser settings (paper: AdamW, stage 1's list, applied to all stages)
     weight_decay: float = 0.01  # paper
     grad_clip: float = 1.0  # paper

@@ -2,8 +2,9 @@
 
 GSM8K questions are queries and their own solutions the relevant documents; `dsonet.data.split`
 holds out a fixed share of the items for every metric. Stages 1 and 3 train on the texts of
-the training items (questions and solutions alike). The backbone is frozen, so its embeddings
-are computed once (and cached by `cached_encode`); only the head trains.
+the training items (questions and solutions alike); stage 3's code loss also ranks the
+sentences of those items, the short texts a library mostly holds. The backbone is frozen, so
+its embeddings are computed once (and cached by `cached_encode`); only the head trains.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class TrainData:
     d_train: np.ndarray  # (Nt, d_in) their solutions, encoded as documents
     q_held: np.ndarray  # (Nh, d_in) held-out questions
     d_held: np.ndarray  # (Nh, d_in) held-out solutions
+    s_train: np.ndarray  # (Ns, d_in) the sentences of the training items' questions and solutions
 
     @property
     def d_in(self) -> int:
@@ -38,13 +40,19 @@ class TrainData:
     def save(self, path: str | Path) -> None:
         path = Path(path)
         tmp = path.with_suffix(".tmp.npz")
-        np.savez(tmp, q_train=self.q_train, d_train=self.d_train, q_held=self.q_held, d_held=self.d_held)
+        np.savez(tmp, **{k: getattr(self, k) for k in KEYS})
         tmp.replace(path)
 
     @classmethod
     def load(cls, path: str | Path) -> "TrainData":
         with np.load(path) as f:
-            return cls(*(f[k].astype(np.float32) for k in ("q_train", "d_train", "q_held", "d_held")))
+            missing = [k for k in KEYS if k not in f]
+            if missing:
+                raise ValueError(f"{path} lacks {missing} (written by an older dsonet); delete it and it is rebuilt")
+            return cls(*(f[k].astype(np.float32) for k in KEYS))
+
+
+KEYS = ("q_train", "d_train", "q_held", "d_held", "s_train")
 
 
 def split_indices(n: int, held_out: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -56,7 +64,7 @@ def split_indices(n: int, held_out: float, seed: int) -> tuple[np.ndarray, np.nd
 
 def build_data(config: TrainConfig, encoder=None) -> TrainData:
     """Encode GSM8K with the backbone (``encoder`` or the one ``config.backbone`` names)."""
-    from dsonet.data import gsm8k
+    from dsonet.data import gsm8k, sentences
     from dsonet.encoders.cache import cached_encode
     from dsonet.encoders.registry import load_encoder
 
@@ -65,4 +73,26 @@ def build_data(config: TrainConfig, encoder=None) -> TrainData:
     q = cached_encode(encoder, [i.question for i in items], "query")  # (N, d_in)
     d = cached_encode(encoder, [i.solution for i in items], "document")  # (N, d_in)
     train, held = split_indices(len(items), config.held_out, config.seed)
-    return TrainData(q[train], d[train], q[held], d[held])
+    texts = dict.fromkeys(s for i in train for s in items[i].steps + sentences(items[i].question))  # ordered, distinct
+    s_train = cached_encode(encoder, list(texts), "document")  # (Ns, d_in)
+    return TrainData(q[train], d[train], q[held], d[held], s_train)
+
+
+@dataclass(frozen=True)
+class GaussianFit:
+    """Synthetic backbone embeddings: Gaussian draws with real embeddings' mean and covariance,
+    L2-normalised as the backbone's own are. Used where real text runs out (stage 3's code loss
+    and `dso bench retrieval` past the packaged corpus)."""
+
+    mean: np.ndarray  # (d_in,)
+    chol: np.ndarray  # (d_in, d_in) lower Cholesky factor of the covariance
+
+    @classmethod
+    def of(cls, real: np.ndarray) -> "GaussianFit":
+        real = np.asarray(real, dtype=np.float64)
+        cov = np.cov(real, rowvar=False) + 1e-8 * np.eye(real.shape[1])
+        return cls(real.mean(0), np.linalg.cholesky(cov))
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        z = rng.standard_normal((n, len(self.mean))) @ self.chol.T + self.mean  # (n, d_in)
+        return (z / np.linalg.norm(z, axis=1, keepdims=True)).astype(np.float32)

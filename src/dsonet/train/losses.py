@@ -1,5 +1,9 @@
 """The three stages' losses, written like the paper's equations (seeds/002). Shapes in comments.
 
+L_code is ours, stage 3's fourth term: the paper's L_compress rewards low entropy of adjacent
+differences, which the code a node sends (rotated BitDelta) does not care about; L_code asks
+instead that the codes rank a query's neighbours as the float vectors do (see `code_loss`).
+
 L_compress: the paper's H(Δe) is the empirical entropy of adjacent-coordinate differences, a
 histogram count with no gradient. Our surrogate is the same entropy over a *linearly
 interpolated* histogram: each difference adds (1 − f) to its bin and f to the next, f its
@@ -74,11 +78,53 @@ def diversity_loss(e: torch.Tensor) -> torch.Tensor:
     return -sq.sum() / (n * (n - 1))
 
 
-def dso_loss(e: torch.Tensor, clean: torch.Tensor, attack: torch.Tensor,
-             lambdas: tuple[float, float, float]) -> tuple[torch.Tensor, dict[str, float]]:
-    """L_DSO = λ1 L_compress + λ2 L_robust + λ3 L_diversity; also returns each term's value."""
+def code_loss(s: torch.Tensor, s_code: torch.Tensor, tau: float) -> torch.Tensor:
+    """L_code = 1/Q Σ_i KL(softmax(s_i / τ) ‖ softmax(ŝ_i / τ)), ŝ = s + sg(s_code − s).
+
+    s (Q, P): float similarities q_i·e_j; s_code (Q, P): what the codes of e_j estimate for them
+    (`dsonet.train.codes.code_similarities`, no gradient: sign() has none). Straight-through: the
+    forward pass ranks by the codes' own estimates, the gradient flows as if they were the floats.
+    So where a code misranks a neighbour, the float space moves that pair apart or together until
+    the code's error no longer swaps them: margins grow where 1-bit codes need them. The target
+    softmax(s/τ) is the float ranking itself (no gradient), so the loss never asks the floats to
+    follow the codes.
+    """
+    s_hat = s + (s_code - s).detach()  # (Q, P) forward: the codes' estimate; backward: ∂s
+    target = F.softmax(s.detach() / tau, dim=1)  # (Q, P)
+    return F.kl_div(F.log_softmax(s_hat / tau, dim=1), target, reduction="batchmean")
+
+
+def block_loss(delta: torch.Tensor, signs: torch.Tensor, blocks: int) -> torch.Tensor:
+    """L_blocks = 1/N Σ_i ||m · G_i / tr G_i − I||²_F / m, G_i = B_i B_iᵀ the Gram of the m blocks of D Δ_i.
+
+    delta (N, d), signs (d,) the rotation's D, m = blocks (the odd factor of d: 15 for 7680).
+    The default profile's rotation (Q_m ⊗ H)·D mixes its m blocks of d/m coordinates only through
+    the m×m matrix Q_m: a delta whose energy sits in one block (a zero-padded embedding's does)
+    comes out as m scaled copies of the same d/m signs, and its 7680-bit code carries 512 bits.
+    When the blocks of DΔ are orthogonal and equally loud (G ∝ I), the m rows that Q_m mixes are
+    too, and the signs are as independent as a random vector's. Orthogonal maps of the output
+    leave every similarity unchanged, so the head can meet this at no cost to meaning.
+    """
+    b = (delta * signs).reshape(delta.shape[0], blocks, -1)  # (N, m, d/m)
+    gram = b @ b.transpose(1, 2)  # (N, m, m)
+    gram = blocks * gram / gram.diagonal(dim1=1, dim2=2).sum(1).clamp_min(1e-12)[:, None, None]
+    eye = torch.eye(blocks, dtype=delta.dtype, device=delta.device)
+    return ((gram - eye) ** 2).sum((1, 2)).mean() / blocks
+
+
+def keep_loss(s: torch.Tensor, s_ref: torch.Tensor) -> torch.Tensor:
+    """L_keep = 1/(QP) Σ (q_i·e_j − q'_i·e'_j)²: s, s_ref (Q, P), the head's similarities and the
+    stage-2 head's (no gradient). Stage 3 may reshape how the space sits in coordinates, not what
+    is near what."""
+    return ((s - s_ref.detach()) ** 2).mean()
+
+
+def dso_loss(e: torch.Tensor, clean: torch.Tensor, attack: torch.Tensor, lambdas: tuple[float, float, float],
+             l_code: torch.Tensor, lambda_code: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """L_DSO = λ1 L_compress + λ2 L_robust + λ3 L_diversity (paper) + λ4 L_code (ours); each term's value too."""
     l_compress = soft_delta_entropy(e).mean()
     l_robust = robust_loss(clean, attack)
     l_diversity = diversity_loss(e)
-    total = lambdas[0] * l_compress + lambdas[1] * l_robust + lambdas[2] * l_diversity
-    return total, {"compress": l_compress.item(), "robust": l_robust.item(), "diversity": l_diversity.item()}
+    total = lambdas[0] * l_compress + lambdas[1] * l_robust + lambdas[2] * l_diversity + lambda_code * l_code
+    return total, {"compress": l_compress.item(), "robust": l_robust.item(), "diversity": l_diversity.item(),
+                   "code": l_code.item()}

@@ -9,6 +9,10 @@
 The paper's "avg pairwise distance" of 1.87 cannot be a Euclidean distance between unit
 vectors (that would need a mean cosine of −0.75); it fits the *squared* distance of its own
 L_diversity (2 − 2·mean cosine). We report both.
+
+Every stage also reports what its head does to the default profile's codes (`code_metrics`):
+recall@10 of the codes' estimates against exact float search, cos(e, ê) and cos(Δ, Δ̂), so the
+effect of each stage on compressibility is visible.
 """
 
 from __future__ import annotations
@@ -17,9 +21,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from dsonet.codec.profile import DEFAULT_ROTATION_SEED
 from dsonet.encoders.zen import ZenHead
+from dsonet.train.codes import code_similarities, delta_cosine, reconstruction_cosine
 from dsonet.train.config import TrainConfig
 from dsonet.train.losses import delta_entropy
+from dsonet.train.rotation import TorchRotation
 
 
 def n_attackers(copies: int, share: float) -> int:
@@ -88,3 +95,26 @@ def dso_metrics(head: ZenHead, base: np.ndarray, config: TrainConfig) -> dict[st
         "pairwise_sq_distance": float(sq.mean()),
         "pairwise_distance": float(np.sqrt(sq).mean()),
     }
+
+
+@torch.no_grad()
+def code_metrics(head: ZenHead, queries: np.ndarray, docs: np.ndarray, k: int = 10) -> dict[str, float]:
+    """The default profile's codes of ``docs`` (rotated BitDelta, g = d, against the docs' mean as
+    a fixed baseline) searched by ``queries``, base embeddings (Q, d_in) and (N, d_in):
+    code_recall_at_10 = |top-k by the codes' estimate ∩ exact float top-k| / k, averaged over queries;
+    code_cosine = cos(e, ê) and code_delta_cosine = cos(e − ē, ê − ē), averaged over docs."""
+    device = next(head.parameters()).device
+    rotation = TorchRotation(head.d_out, DEFAULT_ROTATION_SEED).to(device)
+    e = torch.from_numpy(head.project(docs)).to(device)  # (N, d)
+    q = torch.from_numpy(head.project(queries)).to(device)  # (Q, d)
+    baseline = e.mean(0)
+    cos, cos_delta = [], []
+    exact = (q @ e.T).topk(k, dim=1).indices  # (Q, k)
+    estimate = torch.cat([code_similarities(q, e[i : i + 2048], baseline, rotation) for i in range(0, len(e), 2048)], 1)
+    found = estimate.topk(k, dim=1).indices  # (Q, k)
+    hits = (found[:, :, None] == exact[:, None, :]).any(-1).float().sum(1).mean() / k
+    for i in range(0, len(e), 2048):
+        cos.append(reconstruction_cosine(e[i : i + 2048], baseline, rotation))
+        cos_delta.append(delta_cosine(e[i : i + 2048], baseline, rotation))
+    return {"code_recall_at_10": float(hits), "code_cosine": float(torch.cat(cos).mean()),
+            "code_delta_cosine": float(torch.cat(cos_delta).mean())}

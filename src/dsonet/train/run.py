@@ -50,6 +50,7 @@ class Trainer:
         self.budget = max_steps  # optimisation steps this invocation may still take (None: no limit)
         self.metrics: dict[str, dict] = {}
         self.negatives: np.ndarray | None = None
+        self.reference: dict | None = None  # stage 3's frozen start (L_keep), kept across a resume
         self.last_parts: dict[str, float] = {}
         self.resume: dict | None = None
         path = out / CHECKPOINT
@@ -60,10 +61,16 @@ class Trainer:
                                  f"{config.recipe_hash()}); use another --out directory or delete the checkpoint")
             self.head.load_state_dict(ckpt["head"])
             self.metrics, self.negatives, self.resume = ckpt["metrics"], ckpt["negatives"], ckpt
+            self.reference = ckpt.get("reference")
             log(f"resuming at stage {ckpt['stage']} step {ckpt['step']}")
 
     def tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(array).to(self.device)
+
+    def starts(self, stage: int) -> bool:
+        """Whether ``stage`` is about to run from its first step (not resumed midway, not done)."""
+        return self.budget != 0 and (self.resume is None or (self.resume["stage"] == stage and self.resume["step"] == 0)
+                                     or self.resume["stage"] < stage)
 
     def fit(self, stage: int, steps: int, lr: float, warmup: int, loss_at: Callable[[int], torch.Tensor],
             metric: Callable[[], dict]) -> None:
@@ -112,7 +119,8 @@ class Trainer:
             return
         head = {k: v.cpu() for k, v in self.head.state_dict().items()}
         state = {"recipe": self.config.recipe_hash(), "stage": stage, "step": step, "head": head,
-                 "optimizer": opt.state_dict() if opt else None, "metrics": self.metrics, "negatives": self.negatives}
+                 "optimizer": opt.state_dict() if opt else None, "metrics": self.metrics, "negatives": self.negatives,
+                 "reference": self.reference}
         tmp = self.out / f"{CHECKPOINT}.tmp"
         torch.save(state, tmp)
         tmp.replace(self.out / CHECKPOINT)
@@ -135,7 +143,8 @@ def train(config: TrainConfig, out_dir: str | Path, max_steps: int | None = None
 
     ``encoder``: an already loaded backbone (else the one ``config.backbone`` names).
     ``max_steps``: stop after that many optimisation steps; call again to resume.
-    When finished, out_dir holds a `ZenReranker` (config.json + model.safetensors) and metrics.json.
+    When finished, out_dir holds a `ZenReranker` (config.json, model.safetensors and the profile's
+    baseline, baseline.safetensors: `corpus_baseline`) and metrics.json.
     """
     from dsonet.train.stages import STAGES
 
@@ -148,7 +157,10 @@ def train(config: TrainConfig, out_dir: str | Path, max_steps: int | None = None
         say(f"encoding GSM8K with the backbone {config.backbone!r} (cached after the first time)")
         build_data(config, encoder).save(data_path)
     _barrier()
-    data = TrainData.load(data_path)
+    try:
+        data = TrainData.load(data_path)
+    except ValueError as exc:
+        raise TrainError(str(exc)) from None
     if rank == 0:
         say(f"config: {json.dumps(asdict(config))}")
     trainer = Trainer(config, data, out, max_steps, say)
@@ -158,11 +170,19 @@ def train(config: TrainConfig, out_dir: str | Path, max_steps: int | None = None
     if trainer.finished and rank == 0:
         from dsonet.encoders.registry import encoder_config, spec_config
 
-        save_head(out, trainer.head, encoder_config(encoder) if encoder is not None else spec_config(config.backbone))
+        save_head(out, trainer.head, encoder_config(encoder) if encoder is not None else spec_config(config.backbone),
+                  corpus_baseline(trainer.head, data))
         (out / "metrics.json").write_text(json.dumps({"config": asdict(config), "recipe": config.recipe_hash(),
                                                       "world_size": trainer.world, **trainer.metrics}, indent=2) + "\n")
     _barrier()
     return TrainResult(trainer.head, trainer.metrics, trainer.finished)
+
+
+def corpus_baseline(head: ZenHead, data: TrainData) -> np.ndarray:
+    """The profile's fixed BitDelta baseline: the mean of the head's outputs over every text the
+    data holds (GSM8K questions and solutions, training sentences), (d_out,) float32."""
+    rows = np.concatenate([data.corpus_train, data.corpus_held, data.s_train])
+    return head.project(rows).mean(0, dtype=np.float64).astype(np.float32)
 
 
 def _distributed() -> bool:
