@@ -10,7 +10,7 @@ DSO    := $(VENV)/bin/dso
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install system warm demo test test-fast test-core bench clean
+.PHONY: install system demo test test-fast test-core bench clean
 
 install: $(STAMP)
 
@@ -37,12 +37,7 @@ system:
 demo: install
 	$(DSO) demo
 
-# The default encoder's Zen head is trained once per machine (minutes) and cached; building it
-# before the suite keeps that cost out of every test's timeout (node processes load it too).
-warm: install
-	$(DSO) train --default
-
-test: install system warm test-core
+test: install system test-core
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The core alone (no torch, no LLM) on the other Pythons we support: a venv per version with the
@@ -75,7 +70,7 @@ test-core:
 		DSONET_NO_KERNELS=$$nok .venv-$$v/bin/python -m pytest -q -p no:cacheprovider -m "not slow" $(CORE_TESTS) || exit 1; \
 	done
 
-test-fast: install warm
+test-fast: install
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 bench: install

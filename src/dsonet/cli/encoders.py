@@ -29,7 +29,8 @@ def _config_options(fn):
               help="Frozen backbone: minilm, st:NAME, hf:NAME (add ?pooling=last for Qwen3-Embedding), wordllama.")
 @click.option("--paper", is_flag=True, help="Start from the paper's full hyper-parameters (GPU scale) instead of the CPU recipe.")
 @click.option("--max-steps", type=int, default=None, help="Stop after this many optimisation steps; run again to resume.")
-@click.option("--default", "default_head", is_flag=True, help="Build the default profile's head into the cache (what first use does).")
+@click.option("--default", "default_head", is_flag=True,
+              help="Rebuild the head the package ships (the CPU recipe) into --out; report its neighbours' agreement with the shipped one.")
 @_config_options
 def train_command(out_dir: str, backbone: str, paper: bool, max_steps: int | None, default_head: bool, **overrides) -> None:
     """Train the Zen-Reranker projection head: stage 1 projection expansion, stage 2 contrastive
@@ -44,15 +45,15 @@ def train_command(out_dir: str, backbone: str, paper: bool, max_steps: int | Non
       dso train --out zen-head --s1-steps 50 --s2-steps 20 --s3-steps 10
       torchrun --standalone --nproc_per_node=2 -m dsonet.train --out zen-head
       dso train --paper --backbone "hf:Qwen/Qwen3-Embedding-8B?pooling=last" --out zen-8b   # on a GPU
-      dso train --default                              # build the default encoder's head now
+      dso train --default --out zen-default            # rebuild the shipped head; prints its top-10 agreement
     """
     from dsonet.train import train
     from dsonet.train.run import init_distributed
 
     if default_head:
-        from dsonet.encoders.default import ensure_default_head
+        from dsonet.train.default import reproduce
 
-        click.echo(ensure_default_head())
+        click.echo(json.dumps(reproduce(out_dir), indent=1))
         return
     config = (TrainConfig() if paper else cpu_recipe()).with_overrides(backbone=backbone, **overrides)
     init_distributed()

@@ -8,9 +8,9 @@ __all__ = ["Encoder", "EncoderError", "Kind", "SentenceTransformerEncoder", "cac
 
 
 def default_encoder() -> Encoder:
-    """The network's embedded default encoder, the default profile's space: MiniLM + a Zen head
-    -> 7680 dims (`dsonet.encoders.default`). Its first use on a machine trains the head from
-    packaged data (a few minutes on a CPU, with a message on stderr) and caches it."""
+    """The network's embedded default encoder, the default profile's space: MiniLM + the Zen head
+    that ships in the package -> 7680 dims (`dsonet.encoders.default`); ``.baseline`` is the
+    profile's fixed BitDelta baseline."""
     from dsonet.encoders.default import zen_minilm
 
     return zen_minilm()

@@ -1,62 +1,39 @@
-"""The default profile's encoder: MiniLM + a Zen head -> 7680 dims.
+"""The default profile's encoder: MiniLM + the shipped Zen head -> 7680 dims.
 
-The repository ships no weights: the head is trained from packaged data by `cpu_recipe()`
-(deterministic from its seed, a few minutes on 2 cores) on first use, then cached under
-``cache_dir()/heads``. A file lock makes concurrent first uses train it once; an interrupted
-training resumes from its checkpoint.
+The head's weights (float16, widened to float32 on load) and the profile's fixed BitDelta
+baseline ship inside the package, so every machine encodes into the same space and nothing
+trains on first use. `dso train --default --out DIR` reproduces them from packaged data by
+`dsonet.train.config.cpu_recipe()` and reports how closely the reproduction agrees with the
+shipped head on neighbours (other CPUs and BLAS builds give other floats, so never the same bits:
+the encoder id, a digest of the weights, tells the two spaces apart).
 """
 
 from __future__ import annotations
 
-import fcntl
-import shutil
-import sys
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 
-from dsonet.encoders.cache import cache_dir
+from dsonet.encoders.base import EncoderError
 from dsonet.encoders.zen import CONFIG_NAME, WEIGHTS_NAME, ZenReranker
+
+DEFAULT_HEAD = "minilm-zen7680"  # the folder under dsonet/encoders/weights/
 
 
 def default_head_dir() -> Path:
-    from dsonet.train.config import cpu_recipe
-
-    return cache_dir() / "heads" / f"minilm-zen7680-{cpu_recipe().recipe_hash()}"
-
-
-def ensure_default_head() -> Path:
-    """The cached default head's directory, training it first if it is missing."""
-    path = default_head_dir()
-    if (path / WEIGHTS_NAME).exists():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f"{path.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be training it right now: wait for it
-        if not (path / WEIGHTS_NAME).exists():
-            _train_into(path)
+    """The shipped default head's directory (config.json, model.safetensors, baseline.safetensors)."""
+    path = Path(str(resources.files("dsonet.encoders").joinpath("weights", DEFAULT_HEAD)))
+    missing = [name for name in (CONFIG_NAME, WEIGHTS_NAME) if not (path / name).exists()]
+    if missing:
+        raise EncoderError(f"the default Zen head is missing from the package ({', '.join(missing)} not in {path}); "
+                           f"reinstall dsonet, or rebuild it with `dso train --default --out DIR` and load "
+                           f"ZenReranker.from_pretrained(DIR)")
     return path
-
-
-def _train_into(path: Path) -> None:
-    from dsonet.encoders.sentence import minilm
-    from dsonet.train import cpu_recipe, train
-
-    print(f"[dsonet] training the default Zen head (MiniLM -> 7680 dims) once, into {path}; "
-          f"this takes a few minutes on a CPU and is cached afterwards", file=sys.stderr, flush=True)
-    work = path.with_name(path.name + ".work")
-    train(cpu_recipe(), work, encoder=minilm())
-    staged = path.with_name(path.name + ".staged")
-    shutil.rmtree(staged, ignore_errors=True)
-    staged.mkdir()
-    for name in (CONFIG_NAME, WEIGHTS_NAME, "metrics.json"):
-        shutil.copy2(work / name, staged / name)
-    staged.replace(path)  # atomic: readers see either no head or a whole one
-    shutil.rmtree(work, ignore_errors=True)
 
 
 @lru_cache(maxsize=1)
 def zen_minilm() -> ZenReranker:
-    """MiniLM + the default Zen head (trained and cached on first use)."""
+    """MiniLM + the shipped default Zen head, with the profile's baseline."""
     from dsonet.encoders.sentence import minilm
 
-    return ZenReranker.from_pretrained(ensure_default_head(), backbone=minilm())
+    return ZenReranker.from_pretrained(default_head_dir(), backbone=minilm())
