@@ -33,8 +33,9 @@ def test_demo_refuses_a_workdir_that_already_holds_nodes(tmp_path):
         asyncio.run(run_demo(DemoConfig(nodes=3, byzantine=1, workdir=tmp_path), echo=lambda _: None))
 
 
-def test_training_slices_and_held_out_tasks_never_share_a_question():
-    tasks, train, held_out = split_tasks("rg:chain_sum", train_slices=6, train_per_slice=2, eval_tasks=60, seed=0)
+@pytest.mark.parametrize("task", ["letter_counting", "rg:chain_sum"])
+def test_training_slices_and_held_out_tasks_never_share_a_question(task):
+    tasks, train, held_out = split_tasks(task, train_slices=6, train_per_slice=2, eval_tasks=60, seed=0)
 
     questions = [t.question for s in train for t in s.tasks] + [t.question for t in held_out.tasks]
     assert [len(s.tasks) for s in train] == [2] * 6 and len(held_out.tasks) == 60
@@ -106,7 +107,7 @@ def test_small_fleet_learns_shares_and_keeps_every_attack_but_poison_out(tmp_pat
     attacks = {a.name: a for a in report.attacks}
     assert {"hijack", "random_signs", "forgery", "poison"} <= set(attacks)
     assert all(a.held_by_honest_libraries == 0 for name, a in attacks.items() if name != "poison")
-    assert attacks["poison"].experiences_sent == len(adversary.WRONG_LESSONS)
+    assert attacks["poison"].experiences_sent == len(adversary.wrong_lessons("reasoning.letter_counting")) == 3
     attacker = next(n for n in report.nodes if n.role != "honest")
     assert attacker.produced > 0 and attacker.published_bytes > 0 and attacker.batches_rejected > 0
     assert [c.name for c in report.conditions] == ["without", "own", "fleet", "poisoned"]

@@ -12,8 +12,9 @@ import click
 @click.command()
 @click.option("--nodes", default=8, show_default=True, help="Fleet size, Byzantine nodes included.")
 @click.option("--byzantine", default=2, show_default=True, help="How many nodes attack.")
-@click.option("--task", default="rg:chain_sum", show_default=True,
-              help="Task set: gsm8k, rg:<reasoning-gym generator> or jsonl:<path>.")
+@click.option("--task", default="letter_counting", show_default=True,
+              help="Task set: a `dso bench learn` family (letter_counting, lcm, fraction_simplification...), "
+                   "rg:<reasoning-gym generator>, gsm8k or jsonl:<path>.")
 @click.option("--train-per-node", default=2, show_default=True, help="Training tasks per honest node.")
 @click.option("--eval-tasks", default=60, show_default=True, help="Held-out tasks answered with and without experiences.")
 @click.option("--rollouts", default=4, show_default=True, help="Rollouts per query (G).")

@@ -27,11 +27,10 @@ from dsonet.learn import evaluate
 from dsonet.learn.context import Retrieval, messages, split_own
 from dsonet.learn.grpo import LearnConfig, Learner
 from dsonet.learn.llm import ChatLLM, Message, open_llm
-from dsonet.learn.tasks import Task, TaskSet, load_tasks
+from dsonet.learn.tasks import FAMILIES, Task, TaskSet, family_tasks, load_tasks
 
 Echo = Callable[[str], None]
 STEP = 32  # rollouts per LLM call: SmolLM2's batch (the transformers back end batches; llama.cpp does not)
-CHAIN_SUM = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}  # a ± b of one-digit numbers
 
 
 @dataclass(frozen=True)
@@ -99,8 +98,10 @@ def split_tasks(task: str, train_slices: int, train_per_slice: int, eval_tasks: 
                 seed: int) -> tuple[TaskSet, list[TaskSet], TaskSet]:
     """(all the tasks, the training slices, the held-out tasks): no question appears twice."""
     need = train_slices * train_per_slice + eval_tasks
-    # reasoning-gym repeats items (a ± b of one-digit numbers has 200), so draw more and keep the first of each
-    pool = load_tasks(task, size=2 * need + 50, seed=seed, **(CHAIN_SUM if task == "rg:chain_sum" else {}))
+    # reasoning-gym repeats small items, so draw more and keep the first of each question. A family of
+    # `dso bench learn` comes with its generator settings and its answer-only prompt.
+    family = task.removeprefix("rg:")
+    pool = family_tasks(family, 2 * need + 50, seed) if family in FAMILIES else load_tasks(task, 2 * need + 50, seed)
     tasks = _distinct(pool.tasks)[:need]
     if len(tasks) < need:
         raise DsoError(f"task: {task} gives {len(tasks)} distinct tasks, but {need} are needed "

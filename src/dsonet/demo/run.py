@@ -20,7 +20,7 @@ from dsonet.learn.context import Retrieval
 class DemoConfig:
     nodes: int = 8  # fleet size, Byzantine nodes included
     byzantine: int = 2  # how many of them attack
-    task: str = "rg:chain_sum"  # a ± b of one-digit numbers (agents.CHAIN_SUM), which small models partly solve
+    task: str = "letter_counting"  # a `dso bench learn` family the embedded model partly solves (57% in its pilot)
     train_per_node: int = 2  # training tasks in each honest node's slice
     eval_tasks: int = 60  # held-out tasks: enough that one task moves accuracy by under 2 points
     rollouts: int = 4  # G per query (the federated paper's 4; Training-free GRPO uses 5)
@@ -95,8 +95,8 @@ async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> Dem
         answers["fleet"] = await answer(fleet.stores, "fleet")
         clock.lap("eval_fleet")
 
-        echo(f"[6/7] Poison: the Byzantine nodes publish {len(adversary.WRONG_LESSONS)} plausible but wrong lessons, "
-             "honestly encoded and signed")
+        echo(f"[6/7] Poison: the Byzantine nodes publish {len(adversary.wrong_lessons(domain))} plausible but wrong "
+             "lessons, honestly encoded and signed")
         seen = adversary.view(fleet.wire(), keys, fleet.encoder, fleet.profile, questions, config.seed + 1)
         poison = adversary.poison_plan(byz, fleet.encoder, domain, work.llm.name)
         sent += await adversary.strike(fleet.attacker, poison, seen, domain)
