@@ -15,6 +15,14 @@ Fidelity, per method and (dim, group size):
 Compared methods: sentence-transformers' binary (sign bits, no scale) and int8 (per-dim
 calibrated ranges) quantisation, and float32. Their reconstructions: binary → ±1/√d, int8 →
 the calibrated dequantisation.
+
+At scale (`scale_rows`, 10k / 100k / 1M rows: the real corpus first, then synthetic MiniLM-like
+draws as in `dso bench retrieval`), the default profile (rotated, g = d) in the lifted space and
+in the default space (through the shipped Zen head), with two baselines: the profile's fixed ē
+(protocol v2: shipped with the encoder, named by hash, never sent) and the per-batch mean of
+1,000 rows (protocol v1). Per row: cos(e, ê), cos(Δ, Δ̂) with Δ = e − ē (a large common ē
+inflates cos(e, ê), and Δ is what the bits carry), relative L2. Beside them faiss IndexRaBitQ's
+own reconstruction (968 bytes, against the centroid it trains).
 """
 
 from __future__ import annotations
@@ -145,7 +153,50 @@ def choose_default(rows: list[dict]) -> dict:
     return {"rotate": all(v >= 0 for v in gains.values()), "cosine_gain_at_g_eq_d": gains}
 
 
-def run(quick: bool = False, repeats: int = 5) -> dict:
+def _scale_fidelity(e: np.ndarray, rec: np.ndarray, base: np.ndarray) -> dict[str, np.ndarray]:
+    delta, delta_hat = e - base, rec - base
+    return {"cosine": _cosines(e, rec), "delta_cosine": _cosines(delta, delta_hat),
+            "rel_l2": np.linalg.norm(e - rec, axis=1) / np.linalg.norm(e, axis=1)}
+
+
+def scale_rows(sizes: list[int], batch: int = 1000) -> list[dict]:
+    """Fidelity of the default profile's codes over n rows, in the lifted and the default space,
+    with the fixed baseline and with the per-batch mean; faiss RaBitQ's reconstruction beside them."""
+    import faiss
+
+    from dsonet.bench.retrieval import Corpus, _lift_map, _real_vectors
+    from dsonet.encoders import default_encoder
+
+    _, real = _real_vectors()
+    corpus, lift_map, encoder = Corpus(real), _lift_map(real.shape[1]), default_encoder()
+    spaces = {"minilm-lifted": lambda x: x @ lift_map, "zen": encoder.head.project}
+    rows = []
+    for space, embed in spaces.items():
+        first = embed(corpus.chunk(0, min(max(sizes), 10_000)))
+        fixed = encoder.baseline if space == "zen" else first.mean(0)  # the lifted space ships none: its corpus mean
+        rabitq = faiss.IndexRaBitQ(first.shape[1], faiss.METRIC_INNER_PRODUCT)
+        rabitq.train(first)
+        for n in sizes:
+            parts: dict[str, list[dict]] = {"fixed": [], "batch-mean": [], "faiss-rabitq": []}
+            for start in range(0, n, batch):
+                e = embed(corpus.chunk(start, min(n, start + batch)))
+                for name, base in (("fixed", fixed), ("batch-mean", None)):
+                    codes = compress(e, e.shape[1], baseline=base, rotation_seed=DEFAULT_ROTATION_SEED)
+                    parts[name].append(_scale_fidelity(e, decompress(codes), codes.baseline))
+                rec = rabitq.sa_decode(rabitq.sa_encode(e))
+                parts["faiss-rabitq"].append(_scale_fidelity(e, rec, faiss.vector_to_array(rabitq.center)))
+            for name, chunks in parts.items():
+                metric = {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+                size = bytes_per_vector(e.shape[1], e.shape[1]) if name != "faiss-rabitq" else rabitq.code_size
+                rows.append({"space": space, "n": n, "method": "bitdelta-rotated" if name != "faiss-rabitq" else name,
+                             "baseline": name if name != "faiss-rabitq" else "centroid", "bytes_per_vector": size,
+                             "cosine_mean": float(metric["cosine"].mean()), "cosine_min": float(metric["cosine"].min()),
+                             "delta_cosine_mean": float(metric["delta_cosine"].mean()),
+                             "rel_l2": float(metric["rel_l2"].mean())})
+    return rows
+
+
+def run(quick: bool = False, repeats: int = 5, sizes: tuple[int, ...] = (10_000, 100_000)) -> dict:
     from dsonet.data import corpus_texts, gsm8k
     from dsonet.encoders import default_encoder, minilm
     from dsonet.encoders.cache import cached_encode
@@ -174,6 +225,10 @@ def run(quick: bool = False, repeats: int = 5) -> dict:
     click.echo(f"\nThroughput at d = 7680, g = 7680, batches of {len(batch):,} (median of runs):")
     click.echo(format_table(tput, ["method", "dim", "compress_vectors_per_s", "decompress_vectors_per_s"]))
     click.echo(f"numpy copy of the same floats (memory-bandwidth floor): {memcpy:,.0f} vectors/s")
+    scale = scale_rows([2_000] if quick else list(sizes))
+    click.echo("\nThe default profile at scale (rotated, g = d): fixed baseline (v2) vs per-batch mean (v1), beside RaBitQ:")
+    click.echo(format_table(scale, ["space", "n", "method", "baseline", "bytes_per_vector", "cosine_mean", "cosine_min",
+                                    "delta_cosine_mean", "rel_l2"]))
     default = choose_default(rows)
     click.echo("\nRotation's change of mean cosine at g = d: "
                + ", ".join(f"{space}: {v:+.4f}" for space, v in default["cosine_gain_at_g_eq_d"].items())
@@ -185,7 +240,7 @@ def run(quick: bool = False, repeats: int = 5) -> dict:
                f"largest gain {verdict['largest_gain']:+.4f}.")
     paper = ", ".join(f"g={g}: {c}" for g, c in PAPER["cosine_768"].items())
     click.echo(f"Paper: 964 B and 31.87x at d = 7680; 'RMSE 0.51%'; cosine at d = 768 {paper}; 3.2 ms per vector.")
-    result = {"rows": rows, "throughput": tput, "memcpy_vectors_per_s": memcpy, "default": default, "rotation": verdict,
+    result = {"rows": rows, "scale": scale, "throughput": tput, "memcpy_vectors_per_s": memcpy, "default": default, "rotation": verdict,
               "paper": PAPER, "quick": quick, "n_queries": int(len(queries)), "n_corpus": int(len(corpus)),
               "seconds": time.perf_counter() - t0}
     path = write_results("codec", result, quick=quick)
@@ -196,7 +251,9 @@ def run(quick: bool = False, repeats: int = 5) -> dict:
 @click.command()
 @click.option("--quick", is_flag=True, help="2,500 texts, dims 384 and 7680, g = 128 and d only (about a minute).")
 @click.option("--repeats", default=5, show_default=True, help="Timing repeats; the median is reported.")
-def cli(quick: bool, repeats: int) -> None:
+@click.option("--sizes", default="10000,100000", show_default=True,
+              help="Rows for the fidelity-at-scale table (real corpus, then synthetic); add 1000000 for the 1M run.")
+def cli(quick: bool, repeats: int, sizes: str) -> None:
     """BitDelta, rotated BitDelta, binary, int8 and float32 on real MiniLM embeddings.
 
     Prints size, cosine, relative L2, RMSE and recall@10 per (method, dim, group size),
@@ -204,7 +261,8 @@ def cli(quick: bool, repeats: int) -> None:
     (codec-quick.json with --quick).
 
     \b
-    Example:
+    Examples:
       dso bench codec --quick
+      dso bench codec --sizes 10000,100000,1000000
     """
-    run(quick=quick, repeats=repeats)
+    run(quick=quick, repeats=repeats, sizes=tuple(int(n) for n in sizes.split(",")))

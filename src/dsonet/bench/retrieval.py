@@ -25,10 +25,18 @@ Indexes, measured in the same run, one query at a time:
                    64 candidates rescored exactly from it (`Library.rank`). What a node gets
                    for its own experiences; peers' experiences arrive as codes only.
   faiss-flat-ip    faiss IndexFlatIP over float32 (only where 7680-dim floats fit: n ≤ 100k).
-  dsonet-zen       the protocol's default space instead of the lift: 10k kept corpus texts
-  (-support)       encoded by MiniLM + the Zen head (the same queries, encoded as queries),
-                   searched without and with the head's support (290 dims).
   faiss-binary     faiss IndexBinaryFlat over the plain sign bits of e (960 bytes, no scale).
+  faiss-rabitq     faiss IndexRaBitQ (1-bit RaBitQ codes of e minus the centroid it trains, with
+  (-qb8)           8 bytes of factors: 968 bytes), inner product; the query quantised to 4 bits
+                   (faiss's default) or 8. What a user would pick instead for 1-bit search. It
+                   applies no rotation of its own (a dense 7680² one would cost 59 Mflop a vector).
+
+The default space (rows with space = "zen"): the same rows, but through the protocol's encoder
+instead of the lift: the real MiniLM vectors, then the synthetic draws, each passed through the
+shipped Zen head (`encoder.head.project`); queries likewise. Codes are made as a node makes them
+in protocol v2, against the profile's fixed baseline (`encoder.baseline`), in batches of 1,000.
+Exact top-10 is computed in 7680 dims as the rows are made. Rows dsonet-zen (codes only),
+dsonet-zen-support (+ the head's support, 290 dims), faiss-binary and faiss-rabitq as above.
 bytes_per_experience: bytes the index holds in memory per experience (codes + scales +
 bookkeeping; the text is extra). disk_bytes_per_experience: the SQLite library file, text and
 all, divided by n (dsonet: built by ingesting signed batches at 10k; dsonet-own: with floats).
@@ -36,6 +44,7 @@ all, divided by n (dsonet: built by ingesting signed batches at 10k; dsonet-own:
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -50,7 +59,7 @@ BATCH = 1000
 N_QUERIES = 200
 FLAT_QUERIES = 40  # faiss-flat-ip queries past 10k
 OVERSAMPLE = 2048  # candidates rescored, as the library does
-ZEN_ROWS = 10_000  # real corpus rows encoded in the default space (dsonet-zen rows)
+RABITQ_TRAIN = 10_000  # rows faiss's RaBitQ computes its centroid from
 SYNTHETIC_BLOCK = 1000  # synthetic rows are drawn in blocks of this many, one seed per block
 OWN_MAX = 100_000  # the dsonet-own library holds 30 KB of floats per experience on disk
 LIFT_SEED = 1234  # the same lift as `dso bench codec`
@@ -144,6 +153,7 @@ def bench_size(n: int, corpus: Corpus, queries384: np.ndarray, lift: np.ndarray)
     queries = queries384 @ lift  # (Q, DIM)
     ours = CodeIndex(DIM, DIM, DEFAULT_ROTATION_SEED, support=lift)
     binary = faiss.IndexBinaryFlat(DIM)
+    rabitq = _rabitq(corpus.chunk(0, min(n, RABITQ_TRAIN)) @ lift)
     flat = faiss.IndexFlatIP(DIM) if n <= 100_000 else None
     t0 = time.perf_counter()
     for start in range(0, n, BATCH):  # never more than BATCH float vectors at d = 7680
@@ -152,6 +162,7 @@ def bench_size(n: int, corpus: Corpus, queries384: np.ndarray, lift: np.ndarray)
         b = ours.add_baseline(codes.baseline)
         ours.add(codes.signs, codes.scales, np.full(len(x), b, np.int32))
         binary.add(np.packbits(x > 0, axis=1, bitorder="little"))
+        rabitq.add(x)
         if flat is not None:
             flat.add(x)
     build_s = time.perf_counter() - t0
@@ -177,6 +188,7 @@ def bench_size(n: int, corpus: Corpus, queries384: np.ndarray, lift: np.ndarray)
         rows.append(_own_row(n, corpus, queries, truth, lift))
     found, ms = _timed(binary_fn, queries)
     rows.append(_row("faiss-binary", n, ms, _recall(found, truth), DIM / 8))
+    rows += _rabitq_rows(rabitq, n, queries, truth)
     if flat is not None:  # exhaustive float search costs ~n·d per query: fewer queries at large n
         few = N_QUERIES if n <= 10_000 else FLAT_QUERIES
         found, ms = _timed(lambda q: flat.search(q[None, :], 10)[1][0], queries[:few])
@@ -184,29 +196,77 @@ def bench_size(n: int, corpus: Corpus, queries384: np.ndarray, lift: np.ndarray)
     return rows
 
 
-def zen_rows(texts: list[str], held: np.ndarray, kept: np.ndarray) -> list[dict]:
-    """The protocol's default space, which is harder than the lifted one: the first `ZEN_ROWS` kept
-    corpus texts encoded by MiniLM + the Zen head, with and without the head's support (stage 3)."""
+def _rabitq(train: np.ndarray):
+    import faiss
+
+    index = faiss.IndexRaBitQ(DIM, faiss.METRIC_INNER_PRODUCT)
+    index.train(train)  # the centroid its codes are taken against
+    return index
+
+
+def _rabitq_rows(index, n: int, queries: np.ndarray, truth: np.ndarray, **extra) -> list[dict]:
+    import faiss
+
+    rows = []
+    for name, qb in (("faiss-rabitq", 4), ("faiss-rabitq-qb8", 8)):
+        params = faiss.RaBitQSearchParameters()
+        params.qb = qb
+        found, ms = _timed(lambda q: index.search(q[None, :], 10, params=params)[1][0], queries)
+        rows.append(_row(name, n, ms, _recall(found, truth), index.code_size, **extra))
+    return rows
+
+
+class _TopK:
+    """Exact top-k of every query over rows that arrive a chunk at a time."""
+
+    def __init__(self, n_queries: int, k: int = 10):
+        self.scores = np.full((n_queries, k), -np.inf, np.float32)
+        self.rows = np.zeros((n_queries, k), np.int64)
+
+    def update(self, scores: np.ndarray, first_row: int) -> None:
+        k = self.scores.shape[1]
+        cat_s = np.concatenate([self.scores, scores], 1)
+        cat_i = np.concatenate([self.rows, np.broadcast_to(np.arange(first_row, first_row + scores.shape[1]), scores.shape)], 1)
+        top = np.argpartition(-cat_s, k, axis=1)[:, :k]
+        self.scores, self.rows = np.take_along_axis(cat_s, top, 1), np.take_along_axis(cat_i, top, 1)
+
+
+def zen_size(n: int, corpus: Corpus, queries384: np.ndarray) -> list[dict]:
+    """The protocol's default space at n rows: `corpus` rows (real, then synthetic) through the shipped
+    Zen head, coded against the profile's fixed baseline; searched by our index and by faiss's."""
+    import faiss
+
     from dsonet.codec import compress
     from dsonet.codec.batch import DEFAULT_ROTATION_SEED
     from dsonet.encoders import default_encoder
-    from dsonet.encoders.cache import cached_encode
     from dsonet.library.index import CodeIndex
 
     encoder = default_encoder()
-    x = cached_encode(encoder, [texts[i] for i in kept[:ZEN_ROWS]], "document")
-    queries = encoder.encode([texts[i] for i in held], kind="query")
-    truth = np.argsort(-(queries @ x.T), axis=1)[:, :10]
-    index = CodeIndex(DIM, DIM, DEFAULT_ROTATION_SEED, support=encoder.support())
-    for start in range(0, len(x), BATCH):
-        codes = compress(x[start : start + BATCH], DIM, rotation_seed=DEFAULT_ROTATION_SEED)
-        index.add(codes.signs, codes.scales, np.full(len(codes), index.add_baseline(codes.baseline), np.int32))
-    out = []
+    head, baseline = encoder.head, encoder.baseline
+    queries = head.project(queries384)  # (Q, DIM): MiniLM's query and document encodings are the same
+    ours = CodeIndex(DIM, DIM, DEFAULT_ROTATION_SEED, support=encoder.support())
+    b = ours.add_baseline(baseline)
+    binary = faiss.IndexBinaryFlat(DIM)
+    rabitq = _rabitq(head.project(corpus.chunk(0, min(n, RABITQ_TRAIN))))
+    truth = _TopK(len(queries))
+    t0 = time.perf_counter()
+    for start in range(0, n, BATCH):
+        x = head.project(corpus.chunk(start, min(n, start + BATCH)))  # (≤ BATCH, DIM)
+        truth.update(queries @ x.T, start)
+        codes = compress(x, DIM, baseline=baseline, rotation_seed=DEFAULT_ROTATION_SEED)
+        ours.add(codes.signs, codes.scales, np.full(len(x), b, np.int32))
+        binary.add(np.packbits(x > 0, axis=1, bitorder="little"))
+        rabitq.add(x)
+    build_s = time.perf_counter() - t0
+    rows = []
     for name, refine in (("dsonet-zen", False), ("dsonet-zen-support", True)):
-        found, ms = _timed(lambda q: index.search(q, 10, OVERSAMPLE, refine=refine)[0], queries)
-        nbytes = index.memory_bytes() - (0 if refine else index.support.memory_bytes())
-        out.append(_row(name, len(x), ms, _recall(found, truth), nbytes / len(x)))
-    return out
+        found, ms = _timed(lambda q: ours.search(q, 10, OVERSAMPLE, refine=refine)[0], queries)
+        nbytes = ours.memory_bytes() - (0 if refine else ours.support.memory_bytes())
+        rows.append(_row(name, n, ms, _recall(found, truth.rows), nbytes / n, space="zen", build_s=round(build_s, 1)))
+    found, ms = _timed(lambda q: binary.search(np.packbits(q[None, :] > 0, axis=1, bitorder="little"), 10)[1][0], queries)
+    rows.append(_row("faiss-binary", n, ms, _recall(found, truth.rows), DIM / 8, space="zen"))
+    rows += _rabitq_rows(rabitq, n, queries, truth.rows, space="zen")
+    return rows
 
 
 def _own_row(n: int, corpus: Corpus, queries: np.ndarray, truth: np.ndarray, lift: np.ndarray) -> dict:
@@ -264,7 +324,9 @@ class _NoEncoder:
 @click.option("--sizes", default="10000,100000", show_default=True,
               help="Library sizes, comma-separated; add 1000000 for the 1M run (several more minutes, ~1.1 GB).")
 @click.option("--threads", type=int, default=2, show_default=True, help="faiss/BLAS threads (targets are for 2 cores).")
-def cli(quick: bool, sizes: str, threads: int) -> None:
+@click.option("--add", "add_sizes", is_flag=True,
+              help="Keep the rows of other sizes from bench/results/retrieval.json (run 1M on its own, later).")
+def cli(quick: bool, sizes: str, threads: int, add_sizes: bool) -> None:
     """Top-10 search over BitDelta codes (d = 7680) beside faiss IndexFlatIP and IndexBinaryFlat:
     p50/p95 latency, queries/s, recall@10 against exact float search, bytes per experience.
 
@@ -272,6 +334,7 @@ def cli(quick: bool, sizes: str, threads: int) -> None:
     Examples:
       dso bench retrieval --quick
       dso bench retrieval --sizes 10000,100000,1000000
+      dso bench retrieval --sizes 1000000 --add      # the 1M rows beside an earlier 10k/100k run
     """
     import faiss
 
@@ -287,22 +350,32 @@ def cli(quick: bool, sizes: str, threads: int) -> None:
                f"mean and covariance, lifted the same way. {N_QUERIES} held-out corpus texts are the queries.")
     rows = []
     for n in n_sizes:
-        click.echo(f"n = {n:,} ...")
-        rows += bench_size(n, corpus, real[held], lift)
-    click.echo(f"default space (MiniLM + Zen head), {ZEN_ROWS:,} real rows ...")
-    rows += zen_rows(texts, held, kept)
+        click.echo(f"n = {n:,}, lifted MiniLM ...")
+        rows += [{**r, "space": "lifted"} for r in bench_size(n, corpus, real[held], lift)]
+        click.echo(f"n = {n:,}, default space (MiniLM + the shipped Zen head) ...")
+        rows += zen_size(n, corpus, real[held])
+        click.echo(format_table([r for r in rows if r["n"] == n], ["space", "index", "p50_ms", "recall_at_10"]))
     disk = disk_per_experience(corpus, [texts[i] for i in kept], lift, 2000 if quick else 10_000)
     for r in rows:
-        if r["index"] == "dsonet":
+        if r["index"] == "dsonet" and r["space"] == "lifted":
             r["disk_bytes_per_experience"] = round(disk, 1)
-    click.echo(format_table(rows, ["index", "n", "p50_ms", "p95_ms", "qps", "recall_at_10", "bytes_per_experience"]))
+    click.echo(format_table(rows, ["space", "index", "n", "p50_ms", "p95_ms", "qps", "recall_at_10", "bytes_per_experience"]))
     click.echo(f"dsonet library file: {disk:,.0f} bytes per experience on disk (SQLite, text included). "
                f"Targets: p50 ≤ 20 ms at 100k, ≤ 150 ms at 1M; recall@10 ≥ 0.95; ≤ 1.2 KB per experience.")
     load = os.getloadavg()[0]
     click.echo(f"1-minute load average {load:.1f} on {os.cpu_count()} cores: latencies are wall-clock and include "
                "waiting for a shared CPU.")
+    for r in rows:
+        r["load_average"] = round(load, 1)
+    if add_sizes and not quick:
+        from dsonet.bench.report import RESULTS_DIR
+
+        earlier = json.loads((RESULTS_DIR / "retrieval.json").read_text())["rows"]
+        rows = [r for r in earlier if r["n"] not in n_sizes] + rows  # each row keeps the load it was measured under
     path = write_results("retrieval", {"rows": rows, "targets": TARGETS, "threads": threads, "load_average": load,
                                        "vectors": "MiniLM-384 of corpus_texts lifted to 7680 (seeded orthogonal map) "
-                                                  "+ synthetic draws matching mean/covariance past the corpus"},
+                                                  "+ synthetic draws matching mean/covariance past the corpus; space zen: "
+                                                  "the same 384-dim rows through the shipped Zen head, codes against "
+                                                  "the profile's fixed baseline"},
                          quick=quick)
     click.echo(f"wrote {path}")

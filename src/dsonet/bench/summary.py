@@ -72,9 +72,10 @@ def headline(results: Path) -> str:
                          f"numpy copy of the floats: {memcpy:,.0f} vectors/s" if memcpy else "–", "codec"])
     retrieval = _load(results, "retrieval")
     if retrieval:
-        for r in retrieval["rows"]:
+        lifted = [r for r in retrieval["rows"] if r.get("space", "lifted") == "lifted"]
+        for r in lifted:
             if r["index"] == "dsonet":
-                same_n = [x for x in retrieval["rows"] if x["n"] == r["n"]]
+                same_n = [x for x in lifted if x["n"] == r["n"]]
                 alt = "; ".join(f"{x['index']} {x['p50_ms']:.1f} ms, recall {x['recall_at_10']}"
                                 for x in same_n if x["index"].startswith("faiss")) or "–"
                 ours = f"peers' codes: {r['p50_ms']:.1f} ms, recall@10 {r['recall_at_10']}"
@@ -82,12 +83,17 @@ def headline(results: Path) -> str:
                 ours += "".join(f"; {labels[x['index']]}: {x['p50_ms']:.1f} ms, recall@10 {x['recall_at_10']}"
                                 for x in same_n if x["index"] in labels)
                 rows.append([f"query p50 and recall@10, n = {r['n']:,}", "–", ours, alt, "retrieval"])
-        zen = {r["index"]: r for r in retrieval["rows"] if r["index"].startswith("dsonet-zen")}
-        if "dsonet-zen" in zen and "dsonet-zen-support" in zen:
-            plain, support = zen["dsonet-zen"], zen["dsonet-zen-support"]
-            rows.append([f"query p50 and recall@10, default Zen space, n = {plain['n']:,}", "–",
+        zen = [r for r in retrieval["rows"] if r.get("space") == "zen"]
+        for n in sorted({r["n"] for r in zen}):
+            by_index = {r["index"]: r for r in zen if r["n"] == n}
+            plain, support = by_index.get("dsonet-zen"), by_index.get("dsonet-zen-support")
+            if plain is None or support is None:
+                continue
+            alt = "; ".join(f"{name} {x['p50_ms']:.1f} ms, recall {x['recall_at_10']}"
+                            for name, x in by_index.items() if name.startswith("faiss")) or "–"
+            rows.append([f"query p50 and recall@10, default Zen space, n = {n:,}", "–",
                          f"peers' codes: {plain['p50_ms']:.1f} ms, recall@10 {plain['recall_at_10']}; + the head's support: "
-                         f"{support['p50_ms']:.1f} ms, recall@10 {support['recall_at_10']}", "–", "retrieval"])
+                         f"{support['p50_ms']:.1f} ms, recall@10 {support['recall_at_10']}", alt, "retrieval"])
     cross = _load(results, "crossmodel")
     if cross:
         for r in cross["rows"]:
@@ -161,6 +167,11 @@ def _codec_section(codec: dict) -> str:
     d = codec.get("default", {})
     return "\n\n".join([
         _table(["space", "method", "dim", "g", "bytes", "ratio", "cos mean", "cos min", "rel L2", "RMSE", "recall@10"], rows),
+        *([_table(["space", "n", "method", "baseline", "bytes", "cos(e, ê)", "cos min", "cos(Δ, Δ̂)", "rel L2"],
+                  [[r["space"], r["n"], r["method"], r["baseline"], r["bytes_per_vector"], r["cosine_mean"], r["cosine_min"],
+                    r["delta_cosine_mean"], r["rel_l2"]] for r in codec["scale"]])
+           + "\n\nThe default profile at scale: the profile's fixed baseline (protocol v2) against the per-batch mean "
+             "of 1,000 rows (v1), and faiss IndexRaBitQ's reconstruction."] if codec.get("scale") else []),
         _table(["method", "dim", "compress vec/s", "decompress vec/s"], tput)
         + f"\n\nnumpy copy of the same floats: {codec['memcpy_vectors_per_s']:,.0f} vectors/s (the memory-bandwidth floor).",
         f"Protocol default chosen from this run: **{'rotated' if d.get('rotate') else 'plain'} BitDelta** "
@@ -194,8 +205,9 @@ def write_report(results: Path) -> Path:
     codec = _load(results, "codec")
     sections += ["## Codec (`dso bench codec`)", _codec_section(codec) if codec else "_not run_"]
     specs = [
-        ("retrieval", "Retrieval over compressed codes (`dso bench retrieval`), beside faiss IndexFlatIP and IndexBinaryFlat",
-         ["index", "n", "dim", "p50_ms", "p95_ms", "qps", "recall_at_10", "bytes_per_experience"]),
+        ("retrieval", "Retrieval over compressed codes (`dso bench retrieval`), in the lifted MiniLM space and the default "
+         "Zen space, beside faiss IndexFlatIP, IndexBinaryFlat and IndexRaBitQ",
+         ["space", "index", "n", "dim", "p50_ms", "p95_ms", "qps", "recall_at_10", "bytes_per_experience"]),
         ("crossmodel", "Cross-model retrieval (`dso bench crossmodel`); paper: native 94.7 / 97.9, aligned 84–87 / 90–92",
          ["doc_model", "query_model", "aligned", "compressed", "recall_at_5", "recall_at_10", "ms_encode", "ms_align", "ms_compress"]),
         ("robustness", "Byzantine robustness (`dso bench robustness`); paper: 94.7% clean → 92.1% at 30% (median), mean 70%",
