@@ -183,12 +183,15 @@ def _vec(seed: int) -> list[float]:
 
 def test_api_submit_get_search_delete_round_trip(api):
     loop, client, node = api
+    listed = []
 
     async def main():
         r = await client.post("/experiences", json={"text": TEXTS[0], "domain": "math", "vector": _vec(1)})
         assert r.status_code == 201, r.text
         exp_id = r.json()["id"]
         got = (await client.get(f"/experiences/{exp_id}")).json()
+        nonlocal listed
+        listed = [e["id"] for e in (await client.get("/experiences", params={"domain": "math"})).json()["experiences"]]
         hits = (await client.post("/search", json={"vector": _vec(1), "min_similarity": 0.5})).json()["hits"]
         deleted = await client.delete(f"/experiences/{exp_id}")
         missing = await client.get(f"/experiences/{exp_id}")
@@ -197,6 +200,7 @@ def test_api_submit_get_search_delete_round_trip(api):
 
     exp_id, got, hits, deleted, missing, metrics = loop.run_until_complete(main())
     assert got["text"] == TEXTS[0] and hits[0]["experience"]["id"] == exp_id
+    assert listed == [exp_id]
     assert (deleted, missing) == (200, 404)
     assert "dso_submitted_experiences_total 1.0" in metrics
 

@@ -1,9 +1,12 @@
 """The node's HTTP API for agents (FastAPI; OpenAPI docs at /docs).
 
     POST   /experiences        {text, domain?, confidence?, vector?}  -> 201 the stored experience
+    GET    /experiences        ?domain=&limit= -> {"experiences": [...]} (one per id, sorted by id)
     GET    /experiences/{id}   -> the experience, or 404
     DELETE /experiences/{id}   -> {"deleted": true} (a signed tombstone is published), or 404
-    POST   /search             {query | vector, k?, min_similarity?, max_tokens?, domain?} -> {"hits": [...]}
+    POST   /search             {query | vector, k?, min_similarity?, max_tokens?, domain?}
+                               -> {"retrieval_id", "hits": [...]}
+    POST   /outcomes           {retrieval_id, helped} -> {"recorded": n} (ids this node issued, once)
     GET    /stats  /peers  /metrics (Prometheus text)  /health (no token needed)
 
 Every request except /health and the docs needs ``Authorization: Bearer <token>`` when the
@@ -19,7 +22,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import numpy as np
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -95,6 +98,13 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
     async def submit(req: SubmitRequest) -> dict:
         exp = await node.submit(req.text, req.domain, req.confidence, req.vector)
         return exp.to_dict()
+
+    @app.get("/experiences")
+    async def listing(domain: str | None = None, limit: int = Query(1000, ge=1, le=10_000)) -> dict:
+        """Experiences held (one per id, sorted by id), of one domain or all: what a learner compares
+        its proposals with."""
+        exps = [e for e in await node.all() if domain is None or e.domain == domain][:limit]
+        return {"experiences": [_jsonable(e) for e in exps]}
 
     @app.get("/experiences/{exp_id}")
     async def get(exp_id: str) -> dict:

@@ -38,6 +38,11 @@ class NodeClient:
         return Experience.from_dict(self._call("POST", "/experiences", json={"text": text, "domain": domain,
                                                                              "confidence": confidence}))
 
+    def all(self, domain: str | None = None) -> list[Experience]:
+        """The node's experiences (one per id, at most 10,000), of one domain or all."""
+        params = {"limit": 10_000, **({"domain": domain} if domain else {})}
+        return [Experience.from_dict(e) for e in self._call("GET", "/experiences", params=params).get("experiences", [])]
+
     def get(self, exp_id: str) -> Experience | None:
         data = self._call("GET", f"/experiences/{exp_id}")
         return Experience.from_dict(data) if data else None

@@ -253,6 +253,9 @@ class Node:
                 if signer != self.node_id:
                     self.soup.record_outcome(signer, helped)
 
+    async def all(self) -> list[Experience]:
+        return await self._call(self.library.all)
+
     async def get(self, exp_id: str):
         return await self._call(self.library.get, exp_id)
 
