@@ -96,3 +96,8 @@ def test_batch_operations_read_a_json_list_or_candidate_lines():
     assert skipped == ["entry 2 names candidate 'C9'; only C1..C2 were shown"]
     assert parse.batch_operations("C1: NONE\nC2 -> DELETE E3", 2)[0] == {0: {"op": "NONE"}, 1: {"op": "DELETE", "id": "E3"}}
     assert parse.batch_operations("no idea", 1)[0] == {}
+
+
+def test_a_lesson_that_stops_on_a_colon_is_unfinished():
+    out = parse.experiences("When scoring higher, the attempts show a habit in the following ways:.")
+    assert out.items == () and out.skipped[0].startswith("unfinished (ends on ':')")

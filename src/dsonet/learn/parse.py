@@ -111,7 +111,9 @@ def experiences(text: str, max_items: int = 3, reject: tuple[str, ...] = (), pro
         lesson = lesson[:1].upper() + lesson[1:]
         words = len(lesson.split())
         condition, _, strategy = lesson.partition(",")
-        if not lesson.lower().startswith("when") or "<" in lesson or not strategy or lesson.endswith("-"):
+        if lesson.rstrip(".").endswith((":", ",", ";", "-")):
+            skipped.append(f"unfinished (ends on {lesson.rstrip('.')[-1]!r}): {lesson[:80]!r}")
+        elif not lesson.lower().startswith("when") or "<" in lesson or not strategy:
             skipped.append(f"not 'When X, Y': {lesson[:80]!r}")
         elif words > MAX_WORDS:
             skipped.append(f"too long: {words} words > {MAX_WORDS}")
