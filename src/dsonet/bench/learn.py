@@ -236,12 +236,14 @@ class Fleet:
         for batch, keep in zip(result.batches, result.keep):
             lib.ingest(batch, keep, encode_texts=True)
             received += [(batch.node_id, e) for e, k in zip(batch.experiences, keep) if k]
-        verdict = self.gate_received(sorted({e.text for _, e in received}), baseline)
+        held = {e.text for e in mine}  # a peer's copy of a lesson node 0 holds already needs no second gate
+        verdict = self.gate_received(sorted({e.text for _, e in received} - held), baseline)
         refused = []
         for signer, exp in received:
-            soup.record_outcome(signer, verdict[exp.text])
-            if not verdict[exp.text] and lib.get(exp.id) is not None:
-                lib.delete(exp.id)
+            ok = verdict.get(exp.text, True)
+            soup.record_outcome(signer, ok)
+            if not ok:  # drop that signer's row only: node 0's own copy of the same id stays
+                lib.apply_tombstones([exp.id], signer=signer)
                 refused.append(exp.text)
         info = {"received": len(received), "deltasoup_dropped": int(sum((~k).sum() for k in result.keep)),
                 "gate_refused": len(refused), "refused": refused,
