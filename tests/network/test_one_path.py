@@ -7,7 +7,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from dsonet.codec import default_profile, make_batch
+from dsonet.codec import make_batch, profile_of
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
 from dsonet.library import Library
@@ -25,7 +25,7 @@ LESSONS = ["When a ratio is asked, simplify the fraction first.",
 
 
 def traffic(encoder) -> list[bytes]:
-    profile = default_profile(encoder.dim, encoder.id)
+    profile = profile_of(encoder)  # the default space with the baseline it ships
     peers = [NodeIdentity.from_seed(f"one-path-{i}".encode()) for i in range(3)]
     vectors = encoder.encode(LESSONS)
     now = None
