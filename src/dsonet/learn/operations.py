@@ -15,10 +15,11 @@ confidence), and an ADD whose nearest library entry is at cosine >= ``DUPLICATE_
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol, Sequence
 
-from dsonet.experience import MAX_WORDS, Experience, normalise_text
+from dsonet.experience import MAX_WORDS, Experience, Provenance, normalise_text
 from dsonet.learn import parse
 
 Op = Literal["ADD", "UPDATE", "DELETE", "NONE"]
@@ -146,11 +147,18 @@ def apply(store: ExperienceStore, operations: Sequence[Operation], provenance=No
         if op.op == "NONE":
             results.append(Applied(op, False, "NONE"))
         elif op.op == "ADD":
-            near = store.search(p.text, k=1, min_similarity=DUPLICATE_COSINE, domain=p.domain)
+            vector = _encode_once(store, p.text)
+            near = store.search(p.text, k=1, min_similarity=DUPLICATE_COSINE, domain=p.domain) if vector is None \
+                else store.search_vector(vector, 1, DUPLICATE_COSINE, p.domain)
             if near:
                 results.append(Applied(replace(op, op="NONE"), False, f"duplicate of {near[0].experience.id[:12]}"))
                 continue
-            exp = store.add(p.text, domain=p.domain, confidence=p.confidence, provenance=provenance)
+            if vector is None:
+                exp = store.add(p.text, domain=p.domain, confidence=p.confidence, provenance=provenance)
+            else:
+                prov = provenance or Provenance(timestamp_ms=int(time.time() * 1000))
+                exp = Experience(p.text, p.domain, p.confidence, prov)
+                store.add_vectors([exp], vector[None, :])
             results.append(Applied(op, True, exp.id))
         elif store.get(op.target) is None:  # an earlier operation in this batch removed it
             results.append(Applied(op, False, f"{op.target[:12]} no longer exists"))
@@ -159,3 +167,11 @@ def apply(store: ExperienceStore, operations: Sequence[Operation], provenance=No
         else:
             results.append(Applied(op, True, store.update(op.target, op.text).id))
     return results
+
+
+def _encode_once(store, text: str):
+    """The lesson's vector, encoded once for both the duplicate check and the ADD, where the store
+    is a library in this process (it has the encoder); None for a remote store (a node encodes)."""
+    if not (hasattr(store, "add_vectors") and hasattr(store, "search_vector") and hasattr(store, "encoder")):
+        return None
+    return store.encoder.encode([text], kind="document")[0]
