@@ -4,6 +4,7 @@ from dsonet.train.default import held_out_texts, reproduce
 
 
 @pytest.mark.slow
+@pytest.mark.recipe
 @pytest.mark.timeout(1800)  # the whole CPU recipe: ~6-8 minutes on 2 idle cores, 28 on a loaded one
 def test_dso_train_default_rebuilds_a_head_whose_neighbours_agree_with_the_shipped_one(tmp_path):
     report = reproduce(tmp_path, log=lambda _msg: None)
