@@ -236,7 +236,7 @@ def test_api_outcomes_count_only_for_retrievals_the_node_issued_and_only_once(ap
         from dsonet.experience import Experience
 
         batch = make_batch([Experience(TEXTS[1], "math", 0.7)], np.array([_vec(2)], np.float32), node.profile, peer)
-        await node._call(node.library.ingest, batch)
+        await node._locked(node.library.ingest, batch)
         before = node.soup.reputation.get(peer.node_id)
         found = (await client.post("/search", json={"vector": _vec(2), "min_similarity": 0.5})).json()
         first = await client.post("/outcomes", json={"retrieval_id": found["retrieval_id"], "helped": False})

@@ -16,8 +16,11 @@ round, and a chunk is acknowledged only after its round is in the library. Fresh
 against the time the stream stored the message, so a node replaying old history does not
 reject it as stale while a fresh replay of an old batch still is.
 
-All library and DeltaSoup work runs on one worker thread: SQLite connections belong to the
-thread that opened them, and encoding must not stall the event loop.
+Threads (see `dsonet.network.access`): DeltaSoup and ingest run on one worker thread, in
+stream order; agents' calls (search, reads, submissions, publishing) run on a small pool of
+reader threads. Both hold the library's `FairLock` for each library call, and ingest holds it
+for one batch's transaction at a time, so a search waits for at most one batch to be stored,
+never for a whole round, and never sees half a batch. Encoding never runs on the event loop.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from dsonet.library import Hit, Library, LibraryError, MergeRule
 from dsonet.library.merge import THETA_DUP
 from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
 from dsonet.library.retrievals import Retrievals
+from dsonet.network.access import FairLock, SerialEncoder
 from dsonet.network.metrics import NodeMetrics
 from dsonet.network.tombstone import TombstoneError, decode_tombstone, make_tombstone
 from dsonet.network.transport import MSG_ID, SENDER, Message, Transport, parse_subject, subject_for
@@ -53,6 +57,7 @@ MAX_PEERS = 1024
 REFERENCE_ROWS = 256  # this node's own rows added to every round's pool (see `_round`)
 MAX_ROUND_ROWS = 4096  # a round closes early once this many rows wait
 MAX_DEFERRED = 10_000  # batches held back from known senders over their rate (see `_defer_or_reject`)
+READERS = 4  # threads answering agents' calls; library calls take turns, query encoding may overlap them
 
 
 class NodeError(DsoError, ValueError):
@@ -105,13 +110,15 @@ class Node:
     def __init__(self, config: NodeConfig, identity: NodeIdentity, transport: Transport, profile: Profile,
                  encoder=None):
         self.config, self.identity, self.transport, self.profile = config, identity, transport, profile
-        self.encoder = encoder
+        self.encoder = None if encoder is None else SerialEncoder(encoder)  # shared by the ingest and reader threads
         self.node_id = identity.node_id
         self.durable = f"node-{self.node_id[:16]}"  # this node's reader of the stream
         self.metrics = NodeMetrics()
         self.peers: dict[str, Peer] = {}
         self.started_ms = int(time.time() * 1000)
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"node-{self.node_id[:8]}")
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"node-{self.node_id[:8]}")  # ingest, in stream order
+        self._readers = ThreadPoolExecutor(READERS, thread_name_prefix=f"node-{self.node_id[:8]}-read")
+        self._state = FairLock()  # held for every library call (see the module doc)
         self._wake = asyncio.Event()
         self._pending = 0
         self._publisher: asyncio.Task | None = None
@@ -136,7 +143,7 @@ class Node:
         if profile is None:
             profile = profile_of(encoder) if encoder else default_profile(config.dim, config.encoder_id)
         node = cls(config, identity, transport, profile, encoder)
-        await node._call(node._open_state)
+        await node._ingest(node._open_state)
         return node
 
     def _open_state(self) -> None:
@@ -175,16 +182,34 @@ class Node:
         except DsoError as exc:
             log.warning("shutdown: %s; the rest is published at the next start", exc)
         await self.transport.close()
-        await self._call(self._close_state)
+        await self._locked(self._close_state)
         self._worker.shutdown(wait=True)
+        self._readers.shutdown(wait=True)
 
     def _close_state(self) -> None:
         close = getattr(self.library, "close", None)
         if close:
             close()
 
-    async def _call(self, fn: Callable, *args, **kwargs):
+    async def _ingest(self, fn: Callable, *args, **kwargs):
+        """Run on the ingest thread (DeltaSoup state belongs to it), after what is queued there."""
         return await asyncio.get_running_loop().run_in_executor(self._worker, lambda: fn(*args, **kwargs))
+
+    async def _locked(self, fn: Callable, *args, **kwargs):
+        """Run a library call on a reader thread, holding the library's lock: it waits for at most the
+        batch being stored, not for the ingest thread's queue."""
+        def call():
+            with self._state:
+                return fn(*args, **kwargs)
+
+        return await asyncio.get_running_loop().run_in_executor(self._readers, call)
+
+    async def _aside(self, fn: Callable, *args):
+        """Run work that touches no shared state (encoding, signing) on a reader thread, off the loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._readers, fn, *args)
+
+    async def _encode(self, texts: list[str], kind: str) -> np.ndarray:
+        return await self._aside(self.encoder.encode, texts, kind)
 
     # ------------------------------------------------------------------ agent-facing API
 
@@ -196,11 +221,12 @@ class Node:
             if self.encoder is None:
                 raise NodeError("vector: this node has no encoder; send the text's vector "
                                 f"({self.profile.dim} numbers in the profile's space)")
-            exp = await self._call(self.library.add, text, domain=domain, confidence=confidence, provenance=prov)
+            exp = Experience(text, domain, confidence, prov)  # checks the text before it is encoded
+            v = (await self._encode([text], "document"))[0]
         else:
             v = self.check_vector(vector, "vector")
             exp = Experience(text, domain, confidence, prov)
-            await self._call(self.library.add_vectors, [exp], v[None, :])
+        await self._locked(self.library.add_vectors, [exp], v[None, :])
         self.metrics.submitted.inc()
         self._pending += 1
         if self._pending >= self.config.batch_size:
@@ -215,12 +241,11 @@ class Node:
         t = time.perf_counter()
         if vector is not None:
             q = self.check_vector(vector, "vector")
-            hits = await self._call(self.library.search_vector, q, k, min_similarity, domain, max_tokens)
         else:
             if self.encoder is None:
                 raise NodeError("query: this node has no encoder; search with a vector instead")
-            hits = await self._call(self.library.search, query, k=k, min_similarity=min_similarity,
-                                    max_tokens=max_tokens, domain=domain)
+            q = (await self._encode([query], "query"))[0]
+        hits = await self._locked(self.library.search_vector, q, k, min_similarity, domain, max_tokens)
         self.metrics.search_seconds.observe(time.perf_counter() - t)
         return hits
 
@@ -242,32 +267,34 @@ class Node:
     async def record_outcome(self, hits: list[Hit], helped: bool) -> None:
         """Whether the experiences of a search helped the task they were retrieved for: counted on
         every merged row (eviction by usefulness) and fed to each peer signer's reputation
-        (DeltaSoup's feedback defence)."""
-        await self._call(self._record_outcome, hits, helped)
+        (DeltaSoup's feedback defence). Reputation belongs to the ingest thread (a round updates it
+        too), so this runs there, in order with the rounds."""
+        await self._ingest(self._record_outcome, hits, helped)
 
     def _record_outcome(self, hits: list[Hit], helped: bool) -> None:
         for hit in hits:
             for exp_id in hit.members or (hit.experience.id,):
-                self.library.record_outcome(exp_id, helped)
+                with self._state:
+                    self.library.record_outcome(exp_id, helped)
             for signer in hit.sources:
                 if signer != self.node_id:
                     self.soup.record_outcome(signer, helped)
 
     async def all(self) -> list[Experience]:
-        return await self._call(self.library.all)
+        return await self._locked(self.library.all)
 
     async def get(self, exp_id: str):
-        return await self._call(self.library.get, exp_id)
+        return await self._locked(self.library.get, exp_id)
 
     async def delete(self, exp_id: str) -> bool:
         """Delete locally and publish a signed tombstone (peers honour it for experiences we authored)."""
-        exp = await self._call(self.library.get, exp_id)
-        removed = await self._call(self.library.delete, exp_id)
+        exp = await self._locked(self.library.get, exp_id)
+        removed = await self._locked(self.library.delete, exp_id)
         if removed:
             tomb = make_tombstone([exp_id], self.identity)
             domain = exp.domain if exp is not None else "general"
             # the outbox keeps it through a stream outage or a restart; `flush` sends what is left
-            await self._call(self.library.queue_outgoing, subject_for(self.config.subject_prefix, TOMBSTONE, domain),
+            await self._locked(self.library.queue_outgoing, subject_for(self.config.subject_prefix, TOMBSTONE, domain),
                              tomb.to_msgpack())
             self.metrics.deleted.inc()
             try:
@@ -280,12 +307,12 @@ class Node:
     async def _send_outgoing(self) -> None:
         """Publish the outbox (signed tombstones), each under an id derived from its signed bytes:
         nobody can predict it, so nobody can make the stream drop it as a duplicate."""
-        for digest, subject, payload in await self._call(self.library.outgoing):
+        for digest, subject, payload in await self._locked(self.library.outgoing):
             await self.transport.publish(payload, subject, {SENDER: self.node_id, MSG_ID: f"tomb-{digest}"})
-            await self._call(self.library.sent, digest)
+            await self._locked(self.library.sent, digest)
 
     async def stats(self) -> dict:
-        lib = await self._call(self.library.stats)
+        lib = await self._locked(self.library.stats)
         return {"node_id": self.node_id, "profile": self.profile.to_dict(), "library": lib,
                 "pending": self._pending, "uptime_s": round(time.time() - self.started_ms / 1000, 1),
                 "published_batches": int(self.metrics.registry.get_sample_value("dso_published_batches_total") or 0),
@@ -293,7 +320,8 @@ class Node:
 
     def peer_list(self) -> list[dict]:
         rep = self.soup.reputation
-        return [{**vars(p), "reputation": round(rep.get(p.node_id), 4)} for p in self.peers.values()]
+        peers = list(self.peers.values())  # one C-level copy: the ingest thread may add peers meanwhile
+        return [{**vars(p), "reputation": round(rep.get(p.node_id), 4)} for p in peers]
 
     def check_vector(self, vector, field_name: str) -> np.ndarray:
         try:
@@ -324,7 +352,7 @@ class Node:
                 pass
             self._wake.clear()
             try:
-                await self._call(self._drain_deferred)
+                await self._ingest(self._drain_deferred)
                 await self.flush()
             except Exception as exc:  # not acknowledged (or a bug): everything stays pending; retry soon
                 log.warning("publish failed: %s", exc, exc_info=not isinstance(exc, DsoError))
@@ -338,18 +366,18 @@ class Node:
             await self._send_outgoing()
             done = 0
             while True:
-                exps, codes = await self._call(self.library.unpublished, self.config.max_batch_experiences)
+                exps, codes = await self._locked(self.library.unpublished, self.config.max_batch_experiences)
                 if not exps:
                     self._pending = 0
                     return done
                 for domain in sorted({e.domain for e in exps}):
                     rows = [i for i, e in enumerate(exps) if e.domain == domain]
-                    batch = await self._call(sign_batch, [exps[i] for i in rows], codes[rows], self.profile,
-                                             self.identity)
+                    batch = await self._aside(sign_batch, [exps[i] for i in rows], codes[rows], self.profile,
+                                              self.identity)
                     payload = batch.to_msgpack()
                     await self.transport.publish(payload, subject_for(self.config.subject_prefix, BATCH, domain),
                                                  {MSG_ID: batch.hash, SENDER: self.node_id})
-                    await self._call(self.library.mark_published, [e.id for e in batch.experiences])
+                    await self._locked(self.library.mark_published, [e.id for e in batch.experiences])
                     self.metrics.published_batches.inc()
                     self.metrics.published_experiences.inc(len(batch))
                     self.metrics.published_bytes.inc(len(payload))
@@ -359,12 +387,13 @@ class Node:
     # ------------------------------------------------------------------ reading
 
     async def _on_messages(self, chunk: list[Message]) -> None:
-        await self._call(self._handle_chunk, chunk)
+        await self._ingest(self._handle_chunk, chunk)
 
     def _handle_chunk(self, chunk: list[Message]) -> None:
-        """Runs on the worker thread: verify every batch into the soup; a tombstone first closes
+        """Runs on the ingest thread: verify every batch into the soup; a tombstone first closes
         the round so far (so it can find what it deletes), then applies. Batches held back from
-        senders over their rate go first, into the same round."""
+        senders over their rate go first, into the same round. The library's lock is taken for
+        each library call only (see the module doc)."""
         last_ms = chunk[-1].timestamp_ms
         resubmitted = self._submit_deferred(last_ms)
         for msg in chunk:
@@ -374,7 +403,8 @@ class Node:
             subject = parse_subject(msg.subject)
             if subject is not None and subject.kind == TOMBSTONE:
                 self._round(msg.timestamp_ms)
-                self._apply_tombstone(msg)
+                with self._state:
+                    self._apply_tombstone(msg)
                 continue
             if self.soup.queued_rows > MAX_ROUND_ROWS - MAX_EXPERIENCES:
                 self._round(msg.timestamp_ms)  # a round's decompressed rows stay within ~125 MB at d = 7680
@@ -385,24 +415,31 @@ class Node:
             except (BatchError, AggregationError) as exc:
                 self._reject(msg.headers.get(SENDER, "unknown"), exc)
         self._round(last_ms)
-        self.library.undefer(resubmitted)  # only once their round is stored
+        with self._state:
+            self.library.undefer(resubmitted)  # only once their round is stored
 
     def _defer_or_reject(self, msg: Message, exc: RateLimited) -> None:
         """A sender this node has admitted before, over its rate, is pushed back, not dropped: the
         batch waits in the library file and is submitted again with later rounds. A new key past
         its budget is dropped."""
         peer = self.peers.get(exc.node_id)
-        if peer is not None and peer.accepted > 0 and len(self.library.deferred()) < MAX_DEFERRED:
-            self.library.defer(msg.data, msg.timestamp_ms)
-            self.metrics.deferred_batches.inc()
-            return
+        if peer is not None and peer.accepted > 0:
+            with self._state:
+                room = len(self.library.deferred()) < MAX_DEFERRED
+                if room:
+                    self.library.defer(msg.data, msg.timestamp_ms)
+            if room:
+                self.metrics.deferred_batches.inc()
+                return
         self._reject(exc.node_id, exc)
 
     def _submit_deferred(self, now_ms: int) -> list[str]:
         """Submit the held-back batches again (fresh as of when they were received); returns the
         digests that left the queue, admitted or refused for good."""
         done = []
-        for digest, payload, received_ms in self.library.deferred():
+        with self._state:
+            deferred = self.library.deferred()
+        for digest, payload, received_ms in deferred:
             try:
                 self.soup.submit(payload, now_ms=now_ms, received_ms=received_ms)
             except RateLimited:
@@ -417,18 +454,22 @@ class Node:
         resubmitted = self._submit_deferred(int(time.time() * 1000))
         if resubmitted:
             self._round(int(time.time() * 1000))
-            self.library.undefer(resubmitted)
+            with self._state:
+                self.library.undefer(resubmitted)
 
     def _round(self, now_ms: int) -> None:
         """One DeltaSoup round, filtered against this node's own rows too (a lone batch is not
         judged by itself alone), then stored batch by batch: a batch whose content the library
         refuses is rejected alone; a storage failure releases the round, so that the chunk, not
         acknowledged, comes again and is admitted again (nothing acknowledged is lost)."""
-        result = self.soup.round(now_ms=now_ms, reference=self.library.reference_vectors(REFERENCE_ROWS))
+        with self._state:
+            reference = self.library.reference_vectors(REFERENCE_ROWS)
+        result = self.soup.round(now_ms=now_ms, reference=reference)  # the heavy part, without the lock
         try:
             for batch, keep in zip(result.batches, result.keep):
                 try:
-                    ingested = self.library.ingest(batch, keep, encode_texts=self.config.encode_texts)
+                    with self._state:  # one batch's transaction a turn: a search waits for one batch at most
+                        ingested = self.library.ingest(batch, keep, encode_texts=self.config.encode_texts)
                 except (LibraryError, BatchError) as exc:
                     self._reject(batch.node_id, exc)
                     continue
