@@ -4,27 +4,40 @@ Production sites each run one nats-server (the Debian package) joined into a clu
 module starts N of them on loopback so that a laptop or a CI runner sees the same topology:
 a replicated JetStream stream survives one server stopping.
 
+With ``auth`` (the default of `dso cluster up`) every client must log in, the routes between
+servers too, and a node may only do what a node needs (`dsonet.network.auth` lists it); `up`
+creates the stream with the admin user, and `add_node` gives a node its user. With ``tls`` the
+servers speak TLS only, to clients and to each other, with certificates from a private CA
+(`dsonet.network.certs`).
+
 Everything lives in a state directory::
 
-    cluster.json           the spec (names and ports), read back by `down` and `status`
-    n1.conf n1.pid n1.log  one config, pid file and log per server
+    cluster.json           the spec (names, ports, auth, tls), read back by `down`, `status`, `add-node`
+    n1.conf n1.pid n1.log  one config (0600: it holds the passwords), pid file and log per server
     n1/jetstream/          the server's JetStream store
+    creds/USER.password    with auth: one password per user (admin, route, node-<id16>), 0600
+    tls/ca.pem ...         with tls: the CA (give ca.pem to every node) and the servers' certificate
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dsonet.errors import DsoError
+from dsonet.network import certs
+from dsonet.network.auth import ADMIN, ROUTE, Credentials, UserCreds, durable_for, render_accounts
+from dsonet.network.jetstream import NatsConfig, NatsTransport
 
 MAX_PAYLOAD = 8 * 1024 * 1024  # above codec.batch.MAX_BATCH_BYTES (4 MiB): any valid batch fits one message
 
@@ -47,10 +60,44 @@ class ClusterSpec:
     servers: tuple[ServerSpec, ...]
     host: str = "127.0.0.1"
     name: str = "dso"
+    auth: bool = False  # users, passwords and per-subject permissions (`dso cluster up` turns it on)
+    tls: bool = False  # TLS only, clients and routes
+    stream: str = "DSO"  # the stream `up` creates with auth, and the one node users are allowed
+    subject_prefix: str = "dso"
 
     @property
     def urls(self) -> list[str]:
-        return [f"nats://{self.host}:{s.client_port}" for s in self.servers]
+        scheme = "tls" if self.tls else "nats"
+        return [f"{scheme}://{self.host}:{s.client_port}" for s in self.servers]
+
+    @property
+    def creds(self) -> Credentials:
+        return Credentials(self.state_dir / "creds")
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.state_dir / "tls"
+
+    @property
+    def ca_file(self) -> Path | None:
+        return self.tls_dir / "ca.pem" if self.tls else None
+
+    def nats_config(self, user: str = ADMIN, **options) -> NatsConfig:
+        """How a client reaches this cluster as ``user`` (its password read from the creds folder)."""
+        login = {}
+        if self.auth:
+            login = {"user": user, "password": self.creds.user(user).password}
+        return NatsConfig(servers=self.urls, stream=self.stream, subject_prefix=self.subject_prefix,
+                          tls_ca=self.ca_file, **login, **options)
+
+    def node_options(self, node: UserCreds | None = None) -> list[str]:
+        """The `dso node start` options, --nats apart, that connect a node as ``node``."""
+        options = ["--stream", self.stream]
+        if node is not None:
+            options += ["--nats-user", node.user, "--nats-password-file", str(node.password_file)]
+        if self.tls:
+            options += ["--nats-tls-ca", str(self.ca_file)]
+        return options
 
     def conf_path(self, server: ServerSpec) -> Path:
         return self.state_dir / f"{server.name}.conf"
@@ -62,7 +109,8 @@ class ClusterSpec:
         return self.state_dir / f"{server.name}.log"
 
     def save(self) -> None:
-        doc = {"host": self.host, "name": self.name, "servers": [asdict(s) for s in self.servers]}
+        doc = {"host": self.host, "name": self.name, "auth": self.auth, "tls": self.tls, "stream": self.stream,
+               "subject_prefix": self.subject_prefix, "servers": [asdict(s) for s in self.servers]}
         (self.state_dir / "cluster.json").write_text(json.dumps(doc, indent=2))
 
     @classmethod
@@ -73,7 +121,8 @@ class ClusterSpec:
         except FileNotFoundError:
             raise ClusterError(f"no cluster in {state_dir}; start one with `dso cluster up --state-dir {state_dir}`") from None
         servers = tuple(ServerSpec(**s) for s in doc["servers"])
-        return cls(state_dir, servers, doc["host"], doc["name"])
+        return cls(state_dir, servers, doc["host"], doc["name"], doc.get("auth", False), doc.get("tls", False),
+                   doc.get("stream", "DSO"), doc.get("subject_prefix", "dso"))
 
 
 def nats_server_binary() -> str:
@@ -104,8 +153,11 @@ def make_spec(
     cluster_port: int | None = 6222,
     http_port: int | None = 8222,
     host: str = "127.0.0.1",
+    auth: bool = False,
+    tls: bool = False,
 ) -> ClusterSpec:
-    """Server i uses base port + i; a base of None picks free ports instead."""
+    """Server i uses base port + i; a base of None picks free ports instead. ``auth`` False: an open
+    cluster, anyone who reaches a port may do anything (tests and benchmarks on loopback)."""
     if n < 1:
         raise ClusterError(f"n: a cluster needs at least 1 server, got {n}")
     spare = iter(free_ports(3 * n, host))
@@ -114,20 +166,26 @@ def make_spec(
         for base in (client_port, cluster_port, http_port)
     ]
     servers = tuple(ServerSpec(f"n{i + 1}", ports[0][i], ports[1][i], ports[2][i]) for i in range(n))
-    return ClusterSpec(Path(state_dir).resolve(), servers, host)
+    return ClusterSpec(Path(state_dir).resolve(), servers, host, auth=auth, tls=tls)
 
 
 def render_config(spec: ClusterSpec, server: ServerSpec) -> str:
     store = spec.state_dir / server.name / "jetstream"
-    routes = ", ".join(f"nats-route://{spec.host}:{s.cluster_port}" for s in spec.servers if s != server)
+    login = f"{ROUTE}:{spec.creds.user(ROUTE).password}@" if spec.auth else ""
+    routes = ", ".join(f"nats-route://{login}{spec.host}:{s.cluster_port}" for s in spec.servers if s != server)
+    tls = _tls_block(spec)
     cluster = ""
     if len(spec.servers) > 1:  # a one-server "cluster" must not declare routes or JetStream waits for peers
+        route_auth = ""
+        if spec.auth:  # without it anyone who reaches the cluster port joins as a server, past every permission
+            route_auth = f'\n  authorization {{ user: "{ROUTE}", password: "{spec.creds.user(ROUTE).password}" }}'
         cluster = f"""
 cluster {{
   name: {spec.name}
-  listen: {spec.host}:{server.cluster_port}
-  routes: [{routes}]
+  listen: {spec.host}:{server.cluster_port}{route_auth}
+  routes: [{routes}]{_indent(tls)}
 }}"""
+    accounts = f"\n{render_accounts(spec.creds, spec.stream, spec.subject_prefix)}" if spec.auth else ""
     return f"""# generated by dsonet.network.cluster; edit the spec, not this file
 server_name: {server.name}
 listen: {spec.host}:{server.client_port}
@@ -138,16 +196,53 @@ jetstream {{
   store_dir: "{store}"
   max_memory_store: 64MB
   max_file_store: 2GB
-}}{cluster}
+}}{tls}{cluster}{accounts}
 """
+
+
+def _tls_block(spec: ClusterSpec) -> str:
+    if not spec.tls:
+        return ""
+    return f"""
+tls {{
+  cert_file: "{spec.tls_dir / 'server.pem'}"
+  key_file: "{spec.tls_dir / 'server-key.pem'}"
+  ca_file: "{spec.ca_file}"
+  timeout: 5
+}}"""
+
+
+def _indent(block: str) -> str:
+    return block.replace("\n", "\n  ")
+
+
+def write_configs(spec: ClusterSpec) -> None:
+    """Each server's config, readable by its owner only (it holds the users' passwords)."""
+    for server in spec.servers:
+        conf = spec.conf_path(server)
+        conf.touch(mode=0o600)
+        conf.chmod(0o600)
+        conf.write_text(render_config(spec, server))
+
+
+def prepare(spec: ClusterSpec) -> None:
+    """The state dir, with the admin's and the routes' passwords and the TLS certificates where asked
+    (kept when they exist: `up` after `down` keeps every client's credentials)."""
+    spec.state_dir.mkdir(parents=True, exist_ok=True)
+    if spec.auth:
+        spec.creds.user(ADMIN, create=True)
+        spec.creds.user(ROUTE, create=True)
+    if spec.tls and not spec.ca_file.exists():
+        ca = certs.make_ca(spec.tls_dir)
+        certs.issue(ca, spec.tls_dir, "server", hosts=sorted({spec.host, "127.0.0.1", "localhost"}))
+    spec.save()
+    write_configs(spec)
 
 
 def start_server(spec: ClusterSpec, server: ServerSpec) -> int:
     """Start one server in the background (its own session, so it outlives the caller); return its pid."""
     binary = nats_server_binary()
-    spec.state_dir.mkdir(parents=True, exist_ok=True)
     conf = spec.conf_path(server)
-    conf.write_text(render_config(spec, server))
     log = open(spec.log_path(server), "ab")
     try:
         proc = subprocess.Popen([binary, "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -158,18 +253,82 @@ def start_server(spec: ClusterSpec, server: ServerSpec) -> int:
 
 
 def up(spec: ClusterSpec, timeout_s: float = 30.0) -> ClusterSpec:
-    """Start every server of the spec and wait until JetStream answers on each."""
+    """Start every server of the spec and wait until JetStream answers on each; with auth, create
+    the stream as the admin (node users may not)."""
     for server in spec.servers:
         if _alive(read_pid(spec, server)):
             raise ClusterError(f"{server.name} already runs (pid file {spec.pid_path(server)}); `dso cluster down` first")
         if _port_open(spec.host, server.client_port):
             raise ClusterError(f"port {server.client_port} on {spec.host} is taken; choose another with --client-port")
-    spec.state_dir.mkdir(parents=True, exist_ok=True)
-    spec.save()
+    prepare(spec)
     for server in spec.servers:
         start_server(spec, server)
     wait_ready(spec, timeout_s)
+    if spec.auth:
+        _in_thread(_create_stream(spec, timeout_s))
     return spec
+
+
+async def _create_stream(spec: ClusterSpec, timeout_s: float) -> None:
+    config = spec.nats_config(ADMIN, replicas=min(3, len(spec.servers)), connect_timeout_s=timeout_s)
+    transport = await NatsTransport.connect(config, name="dso-cluster-admin")
+    await transport.close()
+
+
+def add_node(spec: ClusterSpec, node_id: str) -> UserCreds:
+    """Give the node ``node_id`` its user (a new password, or the one it has) and make the running
+    servers load it; returns the user and its password file."""
+    _require_auth(spec)
+    node = spec.creds.user(durable_for(node_id), create=True)
+    _reconfigure(spec)
+    return node
+
+
+def remove_node(spec: ClusterSpec, node_id: str) -> bool:
+    """Revoke a node's user: the servers refuse its logins from now on (and close its connections)."""
+    _require_auth(spec)
+    removed = spec.creds.remove(durable_for(node_id))
+    _reconfigure(spec)
+    return removed
+
+
+def _require_auth(spec: ClusterSpec) -> None:
+    if not spec.auth:
+        raise ClusterError(f"the cluster in {spec.state_dir} is open (started with --open): it has no users; "
+                           "start it again without --open to give nodes their own")
+
+
+def _reconfigure(spec: ClusterSpec) -> None:
+    write_configs(spec)
+    for server in spec.servers:  # SIGHUP: nats-server reloads its config, users and permissions included
+        pid = read_pid(spec, server)
+        if not _alive(pid):
+            continue
+        before = _config_load_time(spec.host, server.http_port)
+        os.kill(pid, signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while _config_load_time(spec.host, server.http_port) == before:
+            if time.monotonic() > deadline:
+                raise ClusterError(f"{server.name} did not reload {spec.conf_path(server)}; its log ends:\n"
+                                   f"{_tail(spec.log_path(server))}")
+            time.sleep(0.05)
+
+
+def _in_thread(coro) -> None:
+    """Run a coroutine to its end on a loop of its own (the caller may be inside one already)."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(coro)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
 
 
 def wait_ready(spec: ClusterSpec, timeout_s: float = 30.0, servers: list[ServerSpec] | None = None) -> None:
@@ -247,6 +406,14 @@ def _port_open(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)
         return s.connect_ex((host, port)) == 0
+
+
+def _config_load_time(host: str, http_port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://{host}:{http_port}/varz", timeout=1.0) as resp:
+            return json.loads(resp.read()).get("config_load_time")
+    except (OSError, ValueError):
+        return None
 
 
 def _healthy(host: str, http_port: int) -> bool:
