@@ -167,3 +167,47 @@ def test_a_client_without_credentials_with_a_wrong_password_or_revoked_is_refuse
     out = asyncio.run(main())
     assert "refused a client without a user" in out["no user"]
     assert f"refused user '{user.user}'" in out["wrong password"] and f"refused user '{user.user}'" in out["revoked"]
+
+
+def test_a_node_that_may_not_make_the_missing_stream_says_so_and_resumes_once_the_admin_does(secured, tmp_path):
+    identity = NodeIdentity.from_seed(b"lonely")
+    user = cluster.add_node(secured, identity.node_id)
+    peer = NodeIdentity.from_seed(b"lonely-peer")
+
+    async def main():
+        transport = await NatsTransport.connect(secured.nats_config(user.user, **FAST), name="lonely")
+        node = await Node.open(NodeConfig(tmp_path, encoder=None, dim=DIM, rule="mean"), transport, identity=identity)
+        await node.start()
+        admin = await NatsTransport.connect(secured.nats_config(ADMIN), name="admin")
+        batches = [make_batch([Experience(f"When the stream is back {i}, read on.", "math")], _unit(i)[None, :],
+                              node.profile, peer) for i in range(2)]
+
+        await admin.js.delete_consumer("DSO", node.durable)  # the operator may; the node makes it again
+        remade = await _until(lambda: _true(transport.repairs >= 1))
+        await admin.publish(batches[0].to_msgpack(), subject_for("dso", "batch", "math"))
+        first = await _until(lambda: node.get(batches[0].experiences[0].id))
+
+        await admin.js.delete_stream("DSO")
+        missing = await _until(lambda: _true("may not create it" in transport.problem))
+        try:
+            await node.transport.publish(b"x", subject_for("dso", "batch", "math"))
+            refused_publish = ""
+        except TransportError as exc:
+            refused_publish = str(exc)
+        await admin.close()
+        admin = await NatsTransport.connect(secured.nats_config(ADMIN), name="admin")  # makes the stream again
+        await admin.publish(batches[1].to_msgpack(), subject_for("dso", "batch", "math"))
+        second = await _until(lambda: node.get(batches[1].experiences[0].id))
+        problem = transport.problem
+        await admin.close()
+        await node.close()
+        return remade, first, missing, refused_publish, second, problem
+
+    remade, first, missing, refused_publish, second, problem = asyncio.run(main())
+    assert remade and first and missing and second
+    assert "may not create it" in refused_publish
+    assert problem.split(": ", 1)[1].startswith(f"reading with {durable_for(identity.node_id)} again")
+
+
+async def _true(value: bool) -> bool:
+    return value
