@@ -158,14 +158,15 @@ def test_a_client_without_credentials_with_a_wrong_password_or_revoked_is_refuse
     async def main():
         out = {label: await refusal(c) for label, c in configs.items()}
         ok = await NatsTransport.connect(secured.nats_config(user.user))
+        assert await asyncio.to_thread(cluster.remove_node, secured, node_id)
+        out["closed on revoke"] = await _until(lambda: _true(not ok.nc.is_connected), 5)
         await ok.close()
-        assert cluster.remove_node(secured, node_id)
         out["revoked"] = await refusal(NatsConfig(servers=secured.urls, user=user.user, password=password,
                                                   connect_timeout_s=5))
         return out
 
     out = asyncio.run(main())
-    assert "refused a client without a user" in out["no user"]
+    assert out["closed on revoke"] and "refused a client without a user" in out["no user"]
     assert f"refused user '{user.user}'" in out["wrong password"] and f"refused user '{user.user}'" in out["revoked"]
 
 

@@ -101,6 +101,8 @@ def start(data_dir: Path, nats_urls: str, nats_user: str | None, nats_password_f
     from dsonet.network.server import serve_node
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not nats_urls and (nats_user or nats_password_file or nats_tls_ca or nats_tls_cert or nats_tls_key):
+        raise click.UsageError("--nats-user, --nats-password-file and --nats-tls-* need --nats URLS")
     try:
         config = NodeConfig(
             data_dir=data_dir.expanduser(), encoder=None if encoder == "none" else encoder, dim=dim,
@@ -227,22 +229,17 @@ def _node_id(node_id: str | None, key: Path | None) -> str:
     return NodeIdentity.load(key).node_id
 
 
-_node = [
-    click.option("--node-id", default=None, help="The node's id (64 hex digits, printed by `dso keygen`)."),
-    click.option("--key", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-                 help="The node's key file instead (DATA_DIR/node.key; `dso keygen DATA_DIR/node.key` makes one)."),
-]
-
-
-def _node_options(f):
-    for option in reversed(_node):
-        f = option(f)
-    return f
+_node_id_option = click.option("--node-id", default=None,
+                               help="The node's id (64 hex digits, printed by `dso keygen`).")
+_key_option = click.option("--key", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+                           help="The node's key file instead (DATA_DIR/node.key; `dso keygen DATA_DIR/node.key` "
+                                "makes one).")
 
 
 @cluster.command("add-node")
 @_state
-@_node_options
+@_node_id_option
+@_key_option
 @json_option
 def add_node(state_dir: Path, node_id: str | None, key: Path | None, as_json: bool) -> None:
     """Give a node its NATS user, node-<first 16 hex digits of its id>, with a new password in
@@ -271,7 +268,8 @@ def add_node(state_dir: Path, node_id: str | None, key: Path | None, as_json: bo
 
 @cluster.command("remove-node")
 @_state
-@_node_options
+@_node_id_option
+@_key_option
 @json_option
 def remove_node(state_dir: Path, node_id: str | None, key: Path | None, as_json: bool) -> None:
     """Revoke a node's NATS user (a stolen key, a retired node): the running servers reload and

@@ -227,13 +227,15 @@ def write_configs(spec: ClusterSpec) -> None:
 
 def prepare(spec: ClusterSpec) -> None:
     """The state dir, with the admin's and the routes' passwords and the TLS certificates where asked
-    (kept when they exist: `up` after `down` keeps every client's credentials)."""
+    (passwords and CA kept when they exist: `up` after `down` keeps every client's credentials)."""
     spec.state_dir.mkdir(parents=True, exist_ok=True)
     if spec.auth:
         spec.creds.user(ADMIN, create=True)
         spec.creds.user(ROUTE, create=True)
-    if spec.tls and not spec.ca_file.exists():
-        ca = certs.make_ca(spec.tls_dir)
+    if spec.tls:  # the CA stays (nodes hold its ca.pem); the servers' certificate follows --host
+        ca = certs.CertFiles(spec.ca_file, spec.tls_dir / "ca-key.pem")
+        if not ca.cert.exists():
+            ca = certs.make_ca(spec.tls_dir)
         certs.issue(ca, spec.tls_dir, "server", hosts=sorted({spec.host, "127.0.0.1", "localhost"}))
     spec.save()
     write_configs(spec)

@@ -140,16 +140,15 @@ class NatsTransport:
         deadline = time.monotonic() + config.connect_timeout_s
         while not connecting.done() and not fatal and time.monotonic() < deadline:
             await asyncio.wait({connecting}, timeout=0.1)
-        if not connecting.done():
+        if not (connecting.done() and not connecting.cancelled() and connecting.exception() is None):
             connecting.cancel()
             await asyncio.gather(connecting, return_exceptions=True)
             await nc.close()
-        error = fatal[0] if fatal else None if connecting.cancelled() else connecting.exception()
-        if error is not None and "authorization violation" in str(error).lower():
-            who = f"user {config.user!r}" if config.user else "a client without a user"
-            raise TransportError(f"servers: {config.servers} refused {who}: check --nats-user and its password "
-                                 "file (`dso cluster add-node` prints both)")
-        if error is not None or connecting.cancelled():
+            error = fatal[0] if fatal else None if connecting.cancelled() else connecting.exception()
+            if error is not None and "authorization violation" in str(error).lower():
+                who = f"user {config.user!r}" if config.user else "a client without a user"
+                raise TransportError(f"servers: {config.servers} refused {who}: check --nats-user and its password "
+                                     "file (`dso cluster add-node` prints both)")
             raise TransportError(f"servers: cannot reach any of {config.servers} within {config.connect_timeout_s:.0f} s"
                                  f"{f' ({error!r})' if error else ''}; is the cluster up (`dso cluster up`), and do "
                                  "its TLS settings match --nats-tls-*?")
@@ -319,7 +318,10 @@ class NatsTransport:
             await self.nc.flush(timeout=1)  # push out the last acks
         except (nats.errors.Error, asyncio.TimeoutError, OSError):
             pass
-        await self.nc.close()
+        try:
+            await self.nc.close()
+        except OSError as exc:  # the server had closed it (a revoked user, a server gone): closed all the same
+            log.debug("nats: close: %s", exc)
 
 
 _NO_STREAM = (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError, nats.js.errors.NotFoundError)
