@@ -77,7 +77,9 @@ def test_reads_are_answered_while_a_round_is_in_progress_and_see_the_committed_s
     assert after == ["When case 5 comes, do step 5."] and rows == 21
 
 
-def test_a_search_asked_while_a_batch_is_stored_goes_before_the_rest_of_the_round(tmp_path):
+def test_a_search_asked_while_batches_are_stored_goes_before_the_rest_of_the_round(tmp_path):
+    from dsonet.network.node import TURN_ROWS
+
     async def main():
         hub = InProcessHub()
         node = await Node.open(NodeConfig(tmp_path, encoder=None, dim=DIM, rule="mean"), hub.transport())
@@ -86,28 +88,46 @@ def test_a_search_asked_while_a_batch_is_stored_goes_before_the_rest_of_the_roun
         lib = node.library
         real_ingest, real_search = lib.ingest, lib.search_vector
 
-        def ingest(*args, **kwargs):  # runs holding the library's lock
-            order.append("ingest")
+        def ingest(batch, *args, **kwargs):  # runs holding the library's lock
+            order.append(len(batch))
             if len(order) == 1:
                 holding.set()
                 _wait_until(lambda: node._state.waiting >= 1)  # the search below is queued for the lock
-            return real_ingest(*args, **kwargs)
+            return real_ingest(batch, *args, **kwargs)
 
         def search_vector(*args, **kwargs):
             order.append("search")
             return real_search(*args, **kwargs)
 
         lib.ingest, lib.search_vector = ingest, search_vector
-        await _publish(hub, node, range(20))  # one read, one round of 20 batches
+        sender = hub.transport()
+        for p in range(6):  # one read, one round of six batches of 400 rows: turns of two batches
+            peer = NodeIdentity.from_seed(f"turns-{p}".encode())
+            exps = [Experience(f"When turn case {p}.{i} comes, do step {i}.", "math") for i in range(400)]
+            vectors = np.concatenate([_unit(1000 * p + i) for i in range(400)])
+            await sender.publish(make_batch(exps, vectors, node.profile, peer).to_msgpack(),
+                                 subject_for("dso", "batch", "math"))
         await asyncio.get_running_loop().run_in_executor(None, holding.wait, WAIT_S)
         hits = await node.search(vector=_unit(0)[0], min_similarity=0.9)
         await hub.drained([node.durable])
+        held = len(node.library)
         await node.close()
-        return order, hits
+        return order, hits, held
 
-    order, hits = asyncio.run(main())
-    assert order == ["ingest", "search"] + ["ingest"] * 19  # after one batch, not after the round of 20
-    assert [h.experience.text for h in hits] == ["When case 0 comes, do step 0."]  # the committed batch
+    order, hits, held = asyncio.run(main())
+    assert order == [400, 400, "search", 400, 400, 400, 400] and 2 * 400 <= TURN_ROWS < 3 * 400
+    texts = [h.experience.text for h in hits]
+    assert texts[0] == "When turn case 0.0 comes, do step 0."
+    assert all(t.startswith(("When turn case 0.", "When turn case 1.")) for t in texts)  # the committed turn only
+    assert held == 2400
+
+
+def test_turns_group_small_batches_and_never_split_one():
+    from dsonet.network.node import _turns
+
+    assert _turns([1] * 5, rows=3) == [[0, 1, 2], [3, 4]]
+    assert _turns([400, 400, 400, 1000, 5], rows=1000) == [[0, 1], [2], [3], [4]]
+    assert _turns([], rows=10) == []
 
 
 def test_the_fair_lock_hands_turns_out_in_the_order_they_were_asked_for():

@@ -55,44 +55,86 @@ class MergedView:
     """Clusters of index rows per domain, recomputed lazily for the domains whose rows changed.
 
     ``reconstruct(rows)`` gives ê of index rows; ``key(row)`` its (id, signer); ``domain_rows(d)``
-    the live index rows of a domain."""
+    the live index rows of a domain; ``live(rows)`` which of some rows are still held.
+
+    Rebuilding a domain's clusters costs seconds at tens of thousands of rows (d = 7680). A node
+    that ingests while it answers searches therefore `defer`s the domains its writes change
+    instead of `touch`ing them: searches keep the clusters of the last build (rows added since
+    then show alone, rows removed since then drop out of their cluster), while the ingest thread
+    takes the rows to cluster (`pending`, under the node's lock), clusters them without the lock
+    (`build`) and `install`s the result (under the lock again). The clusters are always those
+    of a set of rows the library held, so every node still converges on the same view."""
 
     def __init__(self, rule: MergeRule, reconstruct: Callable[[np.ndarray], np.ndarray],
-                 key: Callable[[int], tuple[str, str]], domain_rows: Callable[[str], np.ndarray], dim: int):
+                 key: Callable[[int], tuple[str, str]], domain_rows: Callable[[str], np.ndarray], dim: int,
+                 live: Callable[[np.ndarray], np.ndarray] | None = None):
         self.rule, self._reconstruct, self._key, self._domain_rows, self.dim = rule, reconstruct, key, domain_rows, dim
+        self._live = live
         self._clusters: dict[str, list[np.ndarray]] = {}  # domain -> clusters (index rows, sorted by key)
         self._cluster_of: dict[int, tuple[str, int]] = {}  # index row -> (domain, cluster number)
-        self._dirty: set[str] = set()
+        self._dirty: set[str] = set()  # rebuilt at the next read
+        self._deferred: set[str] = set()  # rebuilt by `pending` / `build` / `install`
 
     def touch(self, domains) -> None:
         self._dirty.update(domains)
 
+    def defer(self, domains) -> None:
+        self._deferred.update(domains)
+
     def cluster(self, row: int) -> np.ndarray:
         """The index rows merged with ``row`` (itself included)."""
         self._update()
-        domain, c = self._cluster_of[row]
-        return self._clusters[domain][c]
+        place = self._cluster_of.get(row)
+        if place is None:  # added after the last build of a deferred domain: alone until the next
+            return np.array([row], np.int64)
+        rows = self._clusters[place[0]][place[1]]
+        if self._live is not None:
+            rows = rows[self._live(rows)]  # a member removed since the last build drops out
+        return rows if len(rows) else np.array([row], np.int64)
 
     def clusters(self, domain: str | None = None) -> list[np.ndarray]:
         self._update()
         domains = sorted(self._clusters) if domain is None else [domain]
         return [c for d in domains for c in self._clusters.get(d, [])]
 
+    def pending(self) -> dict[str, np.ndarray]:
+        """The deferred domains' rows, in the order `build` needs (call it under the lock that guards
+        the index); they count as built from now on."""
+        jobs = {domain: self._sorted_rows(domain) for domain in sorted(self._deferred - self._dirty)}
+        self._deferred.clear()
+        return jobs
+
+    def build(self, rows: np.ndarray) -> list[np.ndarray]:
+        """One domain's clusters from its rows (as `pending` gave them); reads only rows that exist."""
+        if len(rows) == 0:
+            return []
+        reps = duplicate_clusters_by_rows(lambda idx: self._reconstruct(rows[idx]), len(rows), self.dim,
+                                          [""] * len(rows), self.rule.theta_dup)
+        _, labels = np.unique(reps, return_inverse=True)
+        order = np.argsort(labels, kind="stable")
+        members, bounds = rows[order], np.r_[0, np.cumsum(np.bincount(labels))]
+        return [members[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def install(self, built: dict[str, list[np.ndarray]]) -> None:
+        """Show built clusters (under the lock); a domain touched meanwhile is rebuilt at the next read anyway."""
+        for domain, clusters in built.items():
+            if domain not in self._dirty:
+                self._set(domain, clusters)
+
+    def _sorted_rows(self, domain: str) -> np.ndarray:
+        rows = self._domain_rows(domain)
+        keys = [self._key(r) for r in rows.tolist()]
+        return rows[sorted(range(len(rows)), key=keys.__getitem__)]  # the set decides, not the arrival order
+
+    def _set(self, domain: str, clusters: list[np.ndarray]) -> None:
+        for c in self._clusters.pop(domain, []):
+            for r in c.tolist():
+                self._cluster_of.pop(r, None)
+        if clusters:
+            self._clusters[domain] = clusters
+            self._cluster_of.update((r, (domain, c)) for c, rows in enumerate(clusters) for r in rows.tolist())
+
     def _update(self) -> None:
         for domain in sorted(self._dirty):
-            for c in self._clusters.pop(domain, []):
-                for r in c.tolist():
-                    self._cluster_of.pop(r, None)
-            rows = self._domain_rows(domain)
-            if len(rows) == 0:
-                continue
-            keys = [self._key(r) for r in rows.tolist()]
-            rows = rows[sorted(range(len(rows)), key=keys.__getitem__)]  # the set decides, not the arrival order
-            reps = duplicate_clusters_by_rows(lambda idx: self._reconstruct(rows[idx]), len(rows), self.dim,
-                                              [domain] * len(rows), self.rule.theta_dup)
-            _, labels = np.unique(reps, return_inverse=True)
-            order = np.argsort(labels, kind="stable")
-            members, bounds = rows[order], np.r_[0, np.cumsum(np.bincount(labels))]
-            self._clusters[domain] = [members[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-            self._cluster_of.update(zip(members.tolist(), ((domain, c) for c in labels[order].tolist())))
+            self._set(domain, self.build(self._sorted_rows(domain)))
         self._dirty.clear()

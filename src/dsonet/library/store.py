@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -52,21 +53,24 @@ class Hit:
 class Library:
     def __init__(self, path: str | Path, encoder=None, profile: Profile | None = None, capacity: int | None = None,
                  support: np.ndarray | None = None, merge: MergeRule = MergeRule(),
-                 trust: Callable[[str], float] | None = None):
+                 trust: Callable[[str], float] | None = None, defer_merge: bool = False):
         """``support``: vectors spanning the subspace the encoder's outputs lie in (e.g.
         `ZenReranker.support()`); turns on the index's stage 3. ``trust``: a signer's weight in
-        the merged view (a node passes its reputation); every signer weighs 1 without it."""
+        the merged view (a node passes its reputation); every signer weighs 1 without it.
+        ``defer_merge``: writes leave the merged view to `rebuild_merged` instead of the next
+        read (a node that searches while it ingests; see `MergedView`)."""
         self.path = Path(path).expanduser()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._encoder = encoder
         self.trust = trust
+        self.defer_merge = defer_merge
         self.rows = RowStore(self.path, capacity)
         self.profile: Profile | None = None  # known once bound to the file's profile
         self.profile = self._bind_profile(profile)
         self.search_index = RowIndex(self.rows, self.profile, support)
         idx = self.search_index
         self.view = MergedView(merge, idx.index.reconstruct, lambda r: (idx.ids[r], idx.signers[r]), idx.domain_rows,
-                               self.profile.dim)
+                               self.profile.dim, live=lambda rows: idx.index.live[rows])
         self.view.touch(set(idx.domains))
 
     # ------------------------------------------------------------------ setup
@@ -187,8 +191,21 @@ class Library:
 
     def _write(self, exps, signer, signs, scales, baseline, vectors, received: bool) -> IngestResult:
         written = self.rows.write(exps, signer, signs, scales, baseline, vectors, received)
-        self.view.touch(self.search_index.refresh(written.changed, written.removed))
+        changed = self.search_index.refresh(written.changed, written.removed)
+        (self.view.defer if self.defer_merge else self.view.touch)(changed)
         return written.result
+
+    def rebuild_merged(self, lock: AbstractContextManager) -> None:
+        """Cluster the domains writes changed since the last rebuild (``defer_merge``), holding
+        ``lock`` (the one every other call on this library holds) only to read which rows and to
+        show the result: the clustering itself, seconds at tens of thousands of rows, runs
+        without it. Only the index's rows present when it started are read, and rows are
+        only ever appended or masked, so reading them needs no lock."""
+        with lock:
+            jobs = self.view.pending()
+        built = {domain: self.view.build(rows) for domain, rows in jobs.items()}
+        with lock:
+            self.view.install(built)
 
     def update(self, exp_id: str, text: str) -> Experience:
         """New text for an experience (UPDATE): re-encoded, same lineage; the old id is tombstoned."""

@@ -3,16 +3,17 @@
 A node reads the stream on one thread (DeltaSoup rounds, then storing what they admit) and
 answers agents on others (searches, reads, submissions). Both touch the library: one SQLite
 connection, and the in-memory code index and merged view, which are not safe to read while a
-write changes them. So every library call holds `FairLock`, and ingest holds it one batch's
-transaction at a time, never for a whole round: the verification, decompression, filter and
-re-encoding of a round run without it. A search therefore waits for at most one batch to be
-stored, whatever the size of the round in progress, and always sees the library as of a
-committed batch (never half of one).
+write changes them. So every library call holds `FairLock`, and ingest holds it for one turn
+of at most 1,000 rows (one full batch, or several small ones), never for a whole round: the
+verification, decompression, filter and re-encoding of a round run without it, and so does
+re-clustering the merged view (seconds at tens of thousands of rows; see `MergedView`). A
+search therefore waits for at most one turn, whatever the size of the round in progress, and
+always sees the library as of committed batches (never half of one).
 
 We chose this over a second read-only connection with a snapshot of the index: the index and
 the merged view live in memory and change with every write, so a snapshot would mean copying
 them (hundreds of MB at 7680 dims) or making them persistent structures; a lock held for one
-batch's write bounds the wait just as well and keeps one copy.
+bounded turn bounds the wait just as well and keeps one copy.
 
 `SerialEncoder` does the same for the encoder, which the ingest thread (re-encoding peers'
 texts) and the readers (encoding queries) share: one call at a time (tokenizers are not safe

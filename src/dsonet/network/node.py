@@ -19,8 +19,10 @@ reject it as stale while a fresh replay of an old batch still is.
 Threads (see `dsonet.network.access`): DeltaSoup and ingest run on one worker thread, in
 stream order; agents' calls (search, reads, submissions, publishing) run on a small pool of
 reader threads. Both hold the library's `FairLock` for each library call, and ingest holds it
-for one batch's transaction at a time, so a search waits for at most one batch to be stored,
-never for a whole round, and never sees half a batch. Encoding never runs on the event loop.
+for one turn of at most `TURN_ROWS` rows (one full batch, or several small ones, each its own
+transaction), so a search waits for at most one turn, never for a whole round, and never sees
+half a batch. Near-duplicates among new rows are merged after each read of the stream, off
+the lock (`Library.rebuild_merged`). Encoding never runs on the event loop.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any, Callable
 import numpy as np
 
 from dsonet.aggregate import AggregationError, DeltaSoup, DeltaSoupConfig, RateLimited, RoundResult
-from dsonet.codec import Profile, default_profile, profile_of, sign_batch
+from dsonet.codec import CompressedBatch, Profile, default_profile, profile_of, sign_batch
 from dsonet.codec.batch import MAX_EXPERIENCES
 from dsonet.errors import BatchError, DsoError
 from dsonet.experience import Experience, Provenance
@@ -57,6 +59,7 @@ MAX_PEERS = 1024
 REFERENCE_ROWS = 256  # this node's own rows added to every round's pool (see `_round`)
 MAX_ROUND_ROWS = 4096  # a round closes early once this many rows wait
 MAX_DEFERRED = 10_000  # batches held back from known senders over their rate (see `_defer_or_reject`)
+TURN_ROWS = MAX_EXPERIENCES  # rows stored per turn on the library's lock: a search waits for at most this many
 READERS = 4  # threads answering agents' calls; library calls take turns, query encoding may overlap them
 
 
@@ -152,7 +155,7 @@ class Node:
         self.soup = DeltaSoup(config=soup_config, profiles=[self.profile], rule=self.config.rule, encoder=self.encoder)
         self.library = Library(self.config.data_dir / "library.sqlite", encoder=self.encoder, profile=self.profile,
                                capacity=self.config.capacity, merge=MergeRule(self.config.theta_dup),
-                               trust=self._trust)
+                               trust=self._trust, defer_merge=True)
         self._pending = self.library.count_unpublished()
 
     def _trust(self, signer: str) -> float:
@@ -182,8 +185,8 @@ class Node:
         except DsoError as exc:
             log.warning("shutdown: %s; the rest is published at the next start", exc)
         await self.transport.close()
+        self._worker.shutdown(wait=True)  # what is queued there (a merge after a submit) runs first
         await self._locked(self._close_state)
-        self._worker.shutdown(wait=True)
         self._readers.shutdown(wait=True)
 
     def _close_state(self) -> None:
@@ -227,6 +230,7 @@ class Node:
             v = self.check_vector(vector, "vector")
             exp = Experience(text, domain, confidence, prov)
         await self._locked(self.library.add_vectors, [exp], v[None, :])
+        self._worker.submit(self._merge).add_done_callback(_log_failure)  # in turn with the rounds; not awaited
         self.metrics.submitted.inc()
         self._pending += 1
         if self._pending >= self.config.batch_size:
@@ -417,6 +421,7 @@ class Node:
         self._round(last_ms)
         with self._state:
             self.library.undefer(resubmitted)  # only once their round is stored
+        self._merge()
 
     def _defer_or_reject(self, msg: Message, exc: RateLimited) -> None:
         """A sender this node has admitted before, over its rate, is pushed back, not dropped: the
@@ -456,6 +461,7 @@ class Node:
             self._round(int(time.time() * 1000))
             with self._state:
                 self.library.undefer(resubmitted)
+            self._merge()
 
     def _round(self, now_ms: int) -> None:
         """One DeltaSoup round, filtered against this node's own rows too (a lone batch is not
@@ -466,18 +472,10 @@ class Node:
             reference = self.library.reference_vectors(REFERENCE_ROWS)
         result = self.soup.round(now_ms=now_ms, reference=reference)  # the heavy part, without the lock
         try:
-            for batch, keep in zip(result.batches, result.keep):
-                try:
-                    with self._state:  # one batch's transaction a turn: a search waits for one batch at most
-                        ingested = self.library.ingest(batch, keep, encode_texts=self.config.encode_texts)
-                except (LibraryError, BatchError) as exc:
-                    self._reject(batch.node_id, exc)
-                    continue
-                peer = self._peer(batch.node_id)
-                peer.accepted += 1
-                peer.last_seen_ms = batch.timestamp_ms
-                self.metrics.ingested_experiences.inc(int(np.count_nonzero(keep)))
-                log.debug("ingested %s from %s", ingested, batch.node_id[:8])
+            for turn in _turns([len(b) for b in result.batches]):
+                with self._state:  # a few batches' transactions a turn: a search waits for one turn at most
+                    for i in turn:
+                        self._store(result.batches[i], result.keep[i])
         except BaseException:
             self.soup.release(result.batches)
             raise
@@ -487,6 +485,24 @@ class Node:
         self.metrics.accepted_batches.inc(len(result.batches))
         if self.on_round is not None:
             self.on_round(result)
+
+    def _store(self, batch: CompressedBatch, keep: np.ndarray) -> None:
+        """One admitted batch into the library, in its own transaction (the caller holds the lock)."""
+        try:
+            ingested = self.library.ingest(batch, keep, encode_texts=self.config.encode_texts)
+        except (LibraryError, BatchError) as exc:
+            self._reject(batch.node_id, exc)
+            return
+        peer = self._peer(batch.node_id)
+        peer.accepted += 1
+        peer.last_seen_ms = batch.timestamp_ms
+        self.metrics.ingested_experiences.inc(int(np.count_nonzero(keep)))
+        log.debug("ingested %s from %s", ingested, batch.node_id[:8])
+
+    def _merge(self) -> None:
+        """Cluster what the last writes added (the lock is held only to read and to show; see
+        `Library.rebuild_merged`): searches meanwhile show the new rows unmerged."""
+        self.library.rebuild_merged(self._state)
 
     def _apply_tombstone(self, msg: Message) -> None:
         try:
@@ -513,6 +529,25 @@ class Node:
                 peer = self.peers.get(node_id)
             peer = peer or self.peers.setdefault(node_id, Peer(node_id))
         return peer
+
+
+def _log_failure(future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.error("merging the library's new rows failed", exc_info=future.exception())
+
+
+def _turns(sizes: list[int], rows: int = TURN_ROWS) -> list[list[int]]:
+    """Consecutive batches grouped into turns of at most ``rows`` rows (a larger batch alone):
+    many small batches are stored in few turns, and no turn is longer than one full batch."""
+    turns: list[list[int]] = []
+    used = rows
+    for i, n in enumerate(sizes):
+        if used + n > rows:
+            turns.append([])
+            used = 0
+        turns[-1].append(i)
+        used += n
+    return turns
 
 
 def _load_encoder(spec: str | None):
