@@ -55,7 +55,7 @@ def test_nodes_that_trust_the_ca_exchange_batches_over_tls_and_others_are_refuse
         await b.close()
         try:  # the system's roots do not know the cluster's CA
             await NatsTransport.connect(NatsConfig(servers=tls_cluster.urls, user=users[0].user,
-                                                   password=users[0].password, connect_timeout_s=10))
+                                                   password=users[0].password, connect_timeout_s=20))
             untrusted = "connected"
         except TransportError as exc:
             untrusted = str(exc)
@@ -123,3 +123,31 @@ def test_a_node_process_logs_in_with_its_password_file_over_tls(tmp_path):
         if proc is not None:
             proc.stop(10)
         runner.invoke(cli, ["cluster", "down", "--state-dir", str(state)])
+
+
+def test_with_tls_verify_a_client_needs_the_certificate_add_node_issued(tmp_path):
+    spec = cluster.make_spec(tmp_path / "mtls", n=1, client_port=None, cluster_port=None, http_port=None,
+                             auth=True, tls_verify=True)
+    try:
+        cluster.up(spec)
+        user = cluster.add_node(spec, NodeIdentity.from_seed(b"mtls").node_id)
+        with_cert = spec.nats_config(user.user, replicas=1)
+        without = NatsConfig(servers=spec.urls, user=user.user, password=user.password, tls_ca=spec.ca_file,
+                             replicas=1, connect_timeout_s=20)
+
+        async def main():
+            t = await NatsTransport.connect(with_cert)
+            seq = await t.publish(b"mutual", subject_for("dso", "batch", "math"))
+            await t.close()
+            try:
+                await NatsTransport.connect(without)
+                refused = "connected"
+            except TransportError as exc:
+                refused = str(exc)
+            return seq, refused
+
+        seq, refused = asyncio.run(main())
+    finally:
+        cluster.down(spec.state_dir)
+    assert with_cert.tls_cert.name == f"{user.user}.pem" and seq == 1
+    assert "cannot reach" in refused and "SSLError" in refused  # the server's alert, at once

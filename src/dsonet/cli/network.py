@@ -182,9 +182,11 @@ _state = click.option("--state-dir", type=click.Path(file_okay=False, path_type=
               help="No users: anyone who reaches a port may publish, purge or delete (development on loopback only).")
 @click.option("--tls", is_flag=True, help="TLS only, for clients and routes, with a private CA written to "
                                           "STATE_DIR/tls (nodes need its ca.pem: --nats-tls-ca).")
+@click.option("--tls-verify", is_flag=True, help="--tls, and every client must also show a certificate from the "
+                                                 "CA (mutual TLS): add-node writes one per node.")
 @json_option
 def up(state_dir: Path, n: int, host: str, client_port: int, cluster_port: int, http_port: int, open_: bool,
-       tls: bool, as_json: bool) -> None:
+       tls: bool, tls_verify: bool, as_json: bool) -> None:
     """Write one nats-server config per server (STATE_DIR/n1.conf ...: listen addresses, JetStream
     store, cluster routes to the others), start the servers in the background and wait until
     JetStream is ready. For real sites, copy one config to each site and put the other sites'
@@ -202,7 +204,8 @@ def up(state_dir: Path, n: int, host: str, client_port: int, cluster_port: int, 
     """
     from dsonet.network import cluster as c
 
-    spec = c.up(c.make_spec(state_dir, n, client_port, cluster_port, http_port, host=host, auth=not open_, tls=tls))
+    spec = c.up(c.make_spec(state_dir, n, client_port, cluster_port, http_port, host=host, auth=not open_, tls=tls,
+                            tls_verify=tls_verify))
     configs = [str(spec.conf_path(s)) for s in spec.servers]
     admin = str(spec.creds.user(c.ADMIN).password_file) if spec.auth else None
     if as_json:
@@ -216,7 +219,8 @@ def up(state_dir: Path, n: int, host: str, client_port: int, cluster_port: int, 
     else:
         click.echo("OPEN cluster: no users, any client may purge or delete the stream")
     if spec.tls:
-        click.echo(f"TLS: nodes check the servers with --nats-tls-ca {spec.ca_file}")
+        click.echo(f"TLS: nodes check the servers with --nats-tls-ca {spec.ca_file}"
+                   + (" and show the client certificate add-node writes" if spec.tls_verify else ""))
 
 
 def _node_id(node_id: str | None, key: Path | None) -> str:

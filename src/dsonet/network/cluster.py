@@ -8,7 +8,8 @@ With ``auth`` (the default of `dso cluster up`) every client must log in, the ro
 servers too, and a node may only do what a node needs (`dsonet.network.auth` lists it); `up`
 creates the stream with the admin user, and `add_node` gives a node its user. With ``tls`` the
 servers speak TLS only, to clients and to each other, with certificates from a private CA
-(`dsonet.network.certs`).
+(`dsonet.network.certs`); with ``tls_verify`` as well, every client must show a certificate from
+that CA (mutual TLS), which `prepare` and `add_node` issue.
 
 Everything lives in a state directory::
 
@@ -16,7 +17,8 @@ Everything lives in a state directory::
     n1.conf n1.pid n1.log  one config (0600: it holds the passwords), pid file and log per server
     n1/jetstream/          the server's JetStream store
     creds/USER.password    with auth: one password per user (admin, route, node-<id16>), 0600
-    tls/ca.pem ...         with tls: the CA (give ca.pem to every node) and the servers' certificate
+    tls/ca.pem ...         with tls: the CA (give ca.pem to every node) and the servers' certificate;
+                           with tls_verify: USER.pem and USER-key.pem, one client certificate per user
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class ClusterSpec:
     name: str = "dso"
     auth: bool = False  # users, passwords and per-subject permissions (`dso cluster up` turns it on)
     tls: bool = False  # TLS only, clients and routes
+    tls_verify: bool = False  # and clients must show a certificate from the cluster's CA (mutual TLS)
     stream: str = "DSO"  # the stream `up` creates with auth, and the one node users are allowed
     subject_prefix: str = "dso"
 
@@ -87,8 +90,14 @@ class ClusterSpec:
         login = {}
         if self.auth:
             login = {"user": user, "password": self.creds.user(user).password}
+        if self.tls_verify:
+            cert = self.client_cert(user)
+            login |= {"tls_cert": cert.cert, "tls_key": cert.key}
         return NatsConfig(servers=self.urls, stream=self.stream, subject_prefix=self.subject_prefix,
                           tls_ca=self.ca_file, **login, **options)
+
+    def client_cert(self, user: str) -> certs.CertFiles:
+        return certs.CertFiles(self.tls_dir / f"{user}.pem", self.tls_dir / f"{user}-key.pem")
 
     def node_options(self, node: UserCreds | None = None) -> list[str]:
         """The `dso node start` options, --nats apart, that connect a node as ``node``."""
@@ -97,6 +106,9 @@ class ClusterSpec:
             options += ["--nats-user", node.user, "--nats-password-file", str(node.password_file)]
         if self.tls:
             options += ["--nats-tls-ca", str(self.ca_file)]
+        if self.tls_verify and node is not None:
+            cert = self.client_cert(node.user)
+            options += ["--nats-tls-cert", str(cert.cert), "--nats-tls-key", str(cert.key)]
         return options
 
     def conf_path(self, server: ServerSpec) -> Path:
@@ -109,8 +121,9 @@ class ClusterSpec:
         return self.state_dir / f"{server.name}.log"
 
     def save(self) -> None:
-        doc = {"host": self.host, "name": self.name, "auth": self.auth, "tls": self.tls, "stream": self.stream,
-               "subject_prefix": self.subject_prefix, "servers": [asdict(s) for s in self.servers]}
+        doc = {"host": self.host, "name": self.name, "auth": self.auth, "tls": self.tls, "tls_verify": self.tls_verify,
+               "stream": self.stream, "subject_prefix": self.subject_prefix,
+               "servers": [asdict(s) for s in self.servers]}
         (self.state_dir / "cluster.json").write_text(json.dumps(doc, indent=2))
 
     @classmethod
@@ -122,7 +135,7 @@ class ClusterSpec:
             raise ClusterError(f"no cluster in {state_dir}; start one with `dso cluster up --state-dir {state_dir}`") from None
         servers = tuple(ServerSpec(**s) for s in doc["servers"])
         return cls(state_dir, servers, doc["host"], doc["name"], doc.get("auth", False), doc.get("tls", False),
-                   doc.get("stream", "DSO"), doc.get("subject_prefix", "dso"))
+                   doc.get("tls_verify", False), doc.get("stream", "DSO"), doc.get("subject_prefix", "dso"))
 
 
 def nats_server_binary() -> str:
@@ -155,6 +168,7 @@ def make_spec(
     host: str = "127.0.0.1",
     auth: bool = False,
     tls: bool = False,
+    tls_verify: bool = False,
 ) -> ClusterSpec:
     """Server i uses base port + i; a base of None picks free ports instead. ``auth`` False: an open
     cluster, anyone who reaches a port may do anything (tests and benchmarks on loopback)."""
@@ -166,14 +180,15 @@ def make_spec(
         for base in (client_port, cluster_port, http_port)
     ]
     servers = tuple(ServerSpec(f"n{i + 1}", ports[0][i], ports[1][i], ports[2][i]) for i in range(n))
-    return ClusterSpec(Path(state_dir).resolve(), servers, host, auth=auth, tls=tls)
+    return ClusterSpec(Path(state_dir).resolve(), servers, host, auth=auth, tls=tls or tls_verify,
+                       tls_verify=tls_verify)
 
 
 def render_config(spec: ClusterSpec, server: ServerSpec) -> str:
     store = spec.state_dir / server.name / "jetstream"
     login = f"{ROUTE}:{spec.creds.user(ROUTE).password}@" if spec.auth else ""
     routes = ", ".join(f"nats-route://{login}{spec.host}:{s.cluster_port}" for s in spec.servers if s != server)
-    tls = _tls_block(spec)
+    tls = _tls_block(spec, clients=False)
     cluster = ""
     if len(spec.servers) > 1:  # a one-server "cluster" must not declare routes or JetStream waits for peers
         route_auth = ""
@@ -196,19 +211,21 @@ jetstream {{
   store_dir: "{store}"
   max_memory_store: 64MB
   max_file_store: 2GB
-}}{tls}{cluster}{accounts}
+}}{_tls_block(spec, clients=True)}{cluster}{accounts}
 """
 
 
-def _tls_block(spec: ClusterSpec) -> str:
+def _tls_block(spec: ClusterSpec, clients: bool) -> str:
+    """Routes always check each other's certificate against the CA; clients only with tls_verify."""
     if not spec.tls:
         return ""
+    verify = "\n  verify: true" if clients and spec.tls_verify else ""
     return f"""
 tls {{
   cert_file: "{spec.tls_dir / 'server.pem'}"
   key_file: "{spec.tls_dir / 'server-key.pem'}"
   ca_file: "{spec.ca_file}"
-  timeout: 5
+  timeout: 5{verify}
 }}"""
 
 
@@ -233,10 +250,12 @@ def prepare(spec: ClusterSpec) -> None:
         spec.creds.user(ADMIN, create=True)
         spec.creds.user(ROUTE, create=True)
     if spec.tls:  # the CA stays (nodes hold its ca.pem); the servers' certificate follows --host
-        ca = certs.CertFiles(spec.ca_file, spec.tls_dir / "ca-key.pem")
+        ca = _ca(spec)
         if not ca.cert.exists():
             ca = certs.make_ca(spec.tls_dir)
         certs.issue(ca, spec.tls_dir, "server", hosts=sorted({spec.host, "127.0.0.1", "localhost"}))
+        if spec.tls_verify and not spec.client_cert(ADMIN).cert.exists():
+            certs.issue(ca, spec.tls_dir, ADMIN)
     spec.save()
     write_configs(spec)
 
@@ -282,6 +301,8 @@ def add_node(spec: ClusterSpec, node_id: str) -> UserCreds:
     servers load it; returns the user and its password file."""
     _require_auth(spec)
     node = spec.creds.user(durable_for(node_id), create=True)
+    if spec.tls_verify and not spec.client_cert(node.user).cert.exists():
+        certs.issue(_ca(spec), spec.tls_dir, node.user)
     _reconfigure(spec)
     return node
 
@@ -289,9 +310,17 @@ def add_node(spec: ClusterSpec, node_id: str) -> UserCreds:
 def remove_node(spec: ClusterSpec, node_id: str) -> bool:
     """Revoke a node's user: the servers refuse its logins from now on (and close its connections)."""
     _require_auth(spec)
-    removed = spec.creds.remove(durable_for(node_id))
+    user = durable_for(node_id)
+    removed = spec.creds.remove(user)
+    cert = spec.client_cert(user)  # still signed by the CA, but useless without the password
+    cert.cert.unlink(missing_ok=True)
+    cert.key.unlink(missing_ok=True)
     _reconfigure(spec)
     return removed
+
+
+def _ca(spec: ClusterSpec) -> certs.CertFiles:
+    return certs.CertFiles(spec.tls_dir / "ca.pem", spec.tls_dir / "ca-key.pem")
 
 
 def _require_auth(spec: ClusterSpec) -> None:
