@@ -17,6 +17,7 @@ from dsonet.asgi import check_exposure
 from dsonet.network.api import DEFAULT_MAX_BODY, create_app
 from dsonet.network.jetstream import NatsConfig, NatsTransport
 from dsonet.network.node import Node, NodeConfig
+from dsonet.network.protocol import guarded_protocol
 from dsonet.network.transport import InProcessHub
 
 log = logging.getLogger(__name__)
@@ -37,9 +38,12 @@ async def serve_node(config: NodeConfig, nats: NatsConfig | None, host: str = "1
     transport = await NatsTransport.connect(nats, name=f"dso-{config.data_dir.name}") if nats else InProcessHub().transport()
     node = await Node.open(config, transport)
     app = create_app(node, token=token, max_body_bytes=max_body_bytes)
-    # bounded connections and idle time: slow or idle clients cannot hold the node's sockets
+    # slow or idle clients cannot hold the node's sockets: a deadline on headers, a cap on connections
+    # that closes the slowest first (`dsonet.network.protocol`), and 5 s of keep-alive. uvicorn's own
+    # limit_concurrency is off: it counts connections still sending headers, so those could make
+    # every real request 503; requests in flight are bounded by the connection cap.
     server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
-                                    timeout_graceful_shutdown=10, limit_concurrency=256, timeout_keep_alive=5))
+                                    timeout_graceful_shutdown=10, http=guarded_protocol(), timeout_keep_alive=5))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
