@@ -18,10 +18,15 @@ library's merged view: the one merge a node runs). The 7680-dim vectors are real
 the questions short enough to be experiences (the rest of the 10,000 rows are some of those
 texts sent a second time, by another node, so the merge has duplicates to find), lifted by a
 fixed random orthonormal map, as in `dso bench codec`.
+
+Then the attacks that go around DeltaSoup, against one real node while 20 clients search it
+(`dsonet.bench.node_attacks`): a volume attack, a Sybil flood, a poisoned batch among honest
+ones, a takeover attempt; honest rows lost, attacker rows admitted, memory and search latency.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -125,6 +130,20 @@ class _NoEncoder:
         self.dim = dim
 
 
+def node_section(quick: bool) -> dict:
+    """The attacks on the node alone (see `dsonet.bench.node_attacks`)."""
+    from dsonet.bench import node_attacks
+    from dsonet.encoders import minilm
+    from dsonet.sim import corpus as corpus_mod
+
+    encoder = minilm()
+    corpus = corpus_mod.load(encoder)
+    t = time.perf_counter()
+    out = node_attacks.run(quick, corpus.docs, corpus.d_vectors, corpus.q_vectors, encoder.id)
+    click.echo(f"  attacks on the node: {time.perf_counter() - t:.0f} s", err=True)
+    return out
+
+
 def run(quick: bool, repeats: int) -> dict:
     from dsonet.encoders import minilm
     from dsonet.encoders.cache import cached_encode
@@ -176,7 +195,8 @@ def run(quick: bool, repeats: int) -> dict:
                 special["tampered"] += out.tampered_admitted
                 special["replayed"] += out.replayed_admitted
         click.echo(f"  {name}: {time.perf_counter() - t:.0f} s", err=True)
-    return {"rows": rows, "forged_admitted": special["forged"], "tampered_admitted": special["tampered"],
+    return {"rows": rows, "node_attacks": node_section(quick),
+            "forged_admitted": special["forged"], "tampered_admitted": special["tampered"],
             "replayed_admitted": special["replayed"], "round_seconds_100x100_7680": timing["total_seconds"],
             "timing": timing, "paper": PAPER, "fleet": spec.__dict__, "quick": quick,
             "definitions": {"accuracy": "share of held-out questions whose top-5 holds a sentence of their own "
@@ -221,19 +241,46 @@ def plot(result: dict, path) -> None:
     plt.close(fig)
 
 
+NODE_COLUMNS = ["attack", "attacker_rows_sent", "attacker_rows", "honest_rows_lost", "honest_rows_filtered",
+                "rss_growth_mb", "attack_seconds", "search_p50_ms", "search_p99_ms", "quiet_p50_ms", "quiet_p99_ms"]
+
+
+def print_node_attacks(section: dict) -> None:
+    click.echo(f"\nAttacks on the node (one real Node, d = {section['dim']}, {section['clients']} clients searching; "
+               "quiet = the same clients before the attack; target: 0 honest rows lost, search p99 < 1 s):")
+    click.echo(format_table(section["rows"], NODE_COLUMNS))
+    limits = section["limits"]
+    click.echo(f"Limits: {limits['new_keys_per_window']} new keys per window, {limits['new_key_rate_limit']} batches per "
+               f"new key per window, {limits['max_batch_experiences']} rows per batch, {limits['capacity']:,} rows kept.")
+
+
 @click.command()
-@click.option("--quick", is_flag=True, help="300 GSM8K items, f ∈ {0, 30%}, four rules (about a minute).")
+@click.option("--quick", is_flag=True, help="300 GSM8K items, f ∈ {0, 30%}, four rules; smaller attacks on the node "
+                                            "(about two minutes).")
 @click.option("--repeats", default=3, show_default=True, help="Repeats of the 7680-dim round timing (median).")
-def cli(quick: bool, repeats: int) -> None:
+@click.option("--node-only", is_flag=True, help="Only the attacks on the node (under a minute with --quick); their "
+                                                "section replaces the one in the results file, the rest is kept.")
+def cli(quick: bool, repeats: int, node_only: bool) -> None:
     """Byzantine robustness: retrieval accuracy against the share of attacking nodes, one line
-    per rule, one panel per attack; writes bench/results/robustness.json and robustness.png
-    (robustness-quick.* with --quick).
+    per rule, one panel per attack; then attacks on one real node (volume, Sybil, a poisoned
+    batch, a takeover) while clients search it. Writes bench/results/robustness.json and
+    robustness.png (robustness-quick.* with --quick).
 
     \b
     Example:
       dso bench robustness --quick
+      dso bench robustness --node-only
     """
     start = time.perf_counter()
+    if node_only:
+        section = node_section(quick)
+        print_node_attacks(section)
+        path = RESULTS_DIR / ("robustness-quick.json" if quick else "robustness.json")
+        kept = json.loads(path.read_text()) if path.exists() else {}
+        kept.pop("machine", None)
+        path = write_results("robustness", {**kept, "node_attacks": section}, quick=quick)
+        click.echo(f"wrote {path}")
+        return
     result = run(quick, repeats)
     at30 = [r for r in result["rows"] if abs(r["byzantine_fraction"] - 0.3) < 1e-9]
     attacks = list(dict.fromkeys(r["attack"] for r in at30))
@@ -254,6 +301,7 @@ def cli(quick: bool, repeats: int) -> None:
     click.echo(f"Forged admitted {result['forged_admitted']}, tampered {result['tampered_admitted']}, "
                f"replayed {result['replayed_admitted']} (target 0); round {result['round_seconds_100x100_7680']:.2f} s "
                f"(target ≤ 2 s; paper < 50 ms for one median over 100 × 7680).")
+    print_node_attacks(result["node_attacks"])
     name = "robustness-quick" if quick else "robustness"
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     plot(result, RESULTS_DIR / f"{name}.png")

@@ -119,6 +119,16 @@ def headline(results: Path) -> str:
             rows.append(["verify + DeltaSoup round + store and merge in the node's library, 100 × 100 × 7680",
                          "< 50 ms (one median alone)", f"{robust['round_seconds_100x100_7680']:.2f} s"
                          + (f" (load average {load:.0f} on 2 cores)" if load else ""), "–", "robustness"])
+        attacks = robust.get("node_attacks", {}).get("rows", [])
+        volume = _pick(attacks, attack="volume")
+        if attacks:
+            rows.append([f"honest rows lost, attacks on a node ({', '.join(r['attack'] for r in attacks)})", "– (target 0)",
+                         str(sum(r["honest_rows_lost"] for r in attacks)), "–", "robustness"])
+        if volume:
+            rows.append([f"search p99, {robust['node_attacks']['clients']} clients, during a volume attack "
+                         f"({volume['attacker_keys']} keys × {volume['attacker_rows_sent'] // volume['attacker_keys']:,} rows)",
+                         "– (target < 1 s)", f"{volume['search_p99_ms']:.0f} ms (quiet {volume['quiet_p99_ms']:.0f} ms)",
+                         "–", "robustness"])
     net = _load(results, "network")
     if net:
         wide = next((w for w in net.get("wire_by_dim", []) if w["dim"] == 7680), None)
@@ -197,6 +207,26 @@ def _rotation_line(verdict: dict | None) -> str:
             f"largest loss {verdict['largest_loss']:+.5f}, largest gain {verdict['largest_gain']:+.4f} in mean cosine.")
 
 
+def _node_attacks_section(section: dict) -> str:
+    """The attacks on one real node: what got in, what was lost, and whether search kept answering."""
+    columns = ["attack", "attacker_keys", "attacker_rows_sent", "attacker_rows", "honest_rows_sent", "honest_rows_lost",
+               "honest_rows_filtered", "rss_growth_mb", "attack_seconds", "search_p50_ms", "search_p99_ms",
+               "quiet_p50_ms", "quiet_p99_ms"]
+    limits = section["limits"]
+    text = (f"### Attacks on the node\n\nOne real `Node` (its DeltaSoup at the production defaults, SQLite library and "
+            f"merge; d = {section['dim']}) read each attack from an in-process log while {section['clients']} clients "
+            "searched it back to back; `quiet_*` is the same clients before the attack. Twelve honest peers had sent six "
+            "batches each first (trusted, as long-running peers are) and send one more during the attack. "
+            "`honest_rows_lost` counts honest rows sent and not stored for any reason but the content filter's verdict "
+            "(`honest_rows_filtered`, the median rule's false positives, with or without an attack). Hostile rows are "
+            "plausible (mixes of two honest sentences, encoded as their senders claim), the worst case for what is "
+            f"stored. The limits they meet: {limits['new_keys_per_window']} keys not yet trusted per window, "
+            f"{limits['new_key_rate_limit']} batches per such key, {limits['capacity']:,} rows kept (lowest quality "
+            "evicted). Searches take turns with ingest one turn of at most 1,000 stored rows at a time, and new rows "
+            "are clustered off the lock after each read of the stream.\n\n")
+    return text + _table(columns, [[r.get(c) for c in columns] for r in section["rows"]])
+
+
 def _rows_section(data: dict, columns: list[str]) -> str:
     return _table(columns, [[r.get(c) for c in columns] for r in data["rows"]])
 
@@ -228,6 +258,8 @@ def write_report(results: Path) -> Path:
             sections.append(f"Forged admitted: {data.get('forged_admitted')}, tampered: {data.get('tampered_admitted')}, "
                             f"replayed: {data.get('replayed_admitted')}; one DeltaSoup round over 100 batches × 100 "
                             f"experiences at d = 7680: {data.get('round_seconds_100x100_7680')} s. Plot: `results/robustness.png`.")
+            if data.get("node_attacks"):
+                sections.append(_node_attacks_section(data["node_attacks"]))
     for name, title in (("network", "Network (`dso bench network`); paper: ~29 KB per round of 100 at d = 768, 964 B per 7680-dim experience"),
                         ("train", "Zen head training (`dso bench train`); paper: stage 1 cosine 96.3%, pairwise distance 1.62 → 1.87")):
         data = _load(results, name)

@@ -1,0 +1,27 @@
+"""`dso bench robustness`'s attacks on the node, the quick sizes: no honest row lost in any
+attack, and what the attacker got in stays within the node's limits."""
+
+import pytest
+
+from dsonet.aggregate import DeltaSoupConfig
+from dsonet.bench import node_attacks
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_quick_attacks_lose_no_honest_row_and_admit_only_what_the_limits_allow(minilm):
+    from dsonet.sim import corpus as corpus_mod
+
+    corpus = corpus_mod.load(minilm)
+    out = node_attacks.run(True, corpus.docs, corpus.d_vectors, corpus.q_vectors, minilm.id)
+    rows = {r["attack"]: r for r in out["rows"]}
+    sizes, soup = node_attacks.Sizes.of(True), DeltaSoupConfig()
+    assert set(rows) == set(node_attacks.ATTACKS)
+    assert all(r["honest_rows_lost"] == 0 for r in rows.values()), rows
+    assert all(r["honest_peers_trusted"] == node_attacks.HONEST_PEERS for r in rows.values())
+    assert rows["volume"]["attacker_rows"] <= sizes.volume_keys * sizes.volume_rows
+    assert sizes.sybil_keys > soup.new_keys_per_window >= rows["sybil"]["attacker_rows"] > 0  # the newcomer budget bit
+    assert rows["poisoned batch"]["attacker_rows"] == 0  # a scale of 3e38 is refused at verification
+    assert rows["takeover"]["attacker_rows"] == 0  # its copy was a row of its own, and its tombstone removed only that
+    assert rows["takeover"]["victim_row_held"] == [True, True]  # the author's row survived the copy and the tombstone
+    assert all(r["searches_during"] > 0 for r in rows.values())  # search kept answering through every attack
