@@ -45,9 +45,11 @@ def secured(tmp_path_factory):
             cluster.stop_server(spec, server, timeout_s=5)
 
 
-def test_secrets_and_configs_are_readable_by_their_owner_only(tmp_path):
+def test_secrets_and_configs_are_readable_by_their_owner_only(tmp_path, monkeypatch):
     spec = cluster.make_spec(tmp_path, n=3, client_port=5000, cluster_port=6000, http_port=7000, auth=True)
     cluster.prepare(spec)
+    monkeypatch.chdir(tmp_path.parent)  # `add-node --state-dir rel` rewrites configs with the same absolute paths
+    assert cluster.ClusterSpec.load(tmp_path.name) == spec
     spec.creds.user(durable_for("ab" * 32), create=True)
     cluster.write_configs(spec)
     conf = spec.conf_path(spec.servers[0]).read_text()

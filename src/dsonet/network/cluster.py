@@ -128,7 +128,7 @@ class ClusterSpec:
 
     @classmethod
     def load(cls, state_dir: str | Path) -> "ClusterSpec":
-        state_dir = Path(state_dir)
+        state_dir = Path(state_dir).resolve()  # configs rewritten from it must name the same absolute paths
         try:
             doc = json.loads((state_dir / "cluster.json").read_text())
         except FileNotFoundError:

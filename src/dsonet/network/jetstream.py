@@ -123,7 +123,8 @@ class NatsTransport:
                 fatal.append(exc)
 
         async def on_disconnect() -> None:
-            log.warning("nats: disconnected; reconnecting")
+            if transport is None or not transport.closed:
+                log.warning("nats: disconnected; reconnecting")
 
         async def on_reconnect() -> None:
             log.info("nats: reconnected to %s", nc.connected_url.netloc if nc.connected_url else "?")
