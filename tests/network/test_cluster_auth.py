@@ -197,6 +197,10 @@ def test_a_node_that_may_not_make_the_missing_stream_says_so_and_resumes_once_th
             refused_publish = ""
         except TransportError as exc:
             refused_publish = str(exc)
+        late = await NatsTransport.connect(secured.nats_config(user.user, **FAST), name="late")  # starts all the same
+        await late.subscribe(node.durable, lambda chunk: asyncio.sleep(0))
+        at_start = late.problem
+        await late.close()
         await admin.close()
         admin = await NatsTransport.connect(secured.nats_config(ADMIN), name="admin")  # makes the stream again
         await admin.publish(batches[1].to_msgpack(), subject_for("dso", "batch", "math"))
@@ -204,11 +208,11 @@ def test_a_node_that_may_not_make_the_missing_stream_says_so_and_resumes_once_th
         problem = transport.problem
         await admin.close()
         await node.close()
-        return remade, first, missing, refused_publish, second, problem
+        return remade, first, missing, refused_publish, at_start, second, problem
 
-    remade, first, missing, refused_publish, second, problem = asyncio.run(main())
+    remade, first, missing, refused_publish, at_start, second, problem = asyncio.run(main())
     assert remade and first and missing and second
-    assert "may not create it" in refused_publish
+    assert "may not create it" in refused_publish and "is missing" in at_start
     assert problem.split(": ", 1)[1].startswith(f"reading with {durable_for(identity.node_id)} again")
 
 
