@@ -76,7 +76,12 @@ class CenterRule:
     def admit(self, vectors: np.ndarray, pool: np.ndarray, floor: np.ndarray | None = None) -> Admission:
         c = self._center(pool)
         dist = robust.cosine_distance(vectors, c)
-        return Admission(~robust.robust_outliers(dist, self.z_max), dist, c)
+        # the crowd's spread is the pool's (a sample of the round plus any trusted reference rows), so a
+        # batch alone in its round is measured against the reference, not against itself
+        crowd = robust.cosine_distance(pool, c)
+        med = float(np.median(crowd))
+        sigma = 1.4826 * float(np.median(np.abs(crowd - med)))
+        return Admission(dist <= med + self.z_max * max(sigma, 1e-12), dist, c)
 
 
 def median_center(pool: np.ndarray) -> np.ndarray:

@@ -334,11 +334,18 @@ class Library:
         rows = self.search_index.rows_of(exp_id)
         return next((r for r in rows if self.search_index.signers[r] == exp.provenance.node_id), rows[0])
 
-    def reference_vectors(self, limit: int) -> np.ndarray | None:
-        """Up to ``limit`` of this node's own float vectors (the newest): trusted rows a round of
-        received batches is judged beside. None when the node has none."""
-        rows = self.search_index.own_rows()[-limit:]
-        return self.search_index.vectors(rows) if len(rows) else None
+    def reference_vectors(self, limit: int, min_trust: float | None = None) -> np.ndarray | None:
+        """Up to ``limit`` trusted rows a round of received batches is judged beside: this node's
+        own (the newest), then, where it holds fewer than ``limit`` and ``min_trust`` is given, the
+        newest rows of signers the library's ``trust`` puts at ``min_trust`` or more (their ê).
+        None when there are none."""
+        idx = self.search_index
+        rows = idx.own_rows()[-limit:]
+        if len(rows) < limit and min_trust is not None and self.trust is not None:
+            trusted = {s: self.trust(s) >= min_trust for s in {idx.signers[r] for r in idx.live_rows().tolist()}}
+            peers = [r for r in sorted(idx.live_rows().tolist(), reverse=True) if not idx.own[r] and trusted[idx.signers[r]]]
+            rows = np.concatenate([rows, np.array(peers[: limit - len(rows)], np.int64)])
+        return idx.vectors(rows) if len(rows) else None
 
     def vectors(self, ids: list[str]) -> np.ndarray:
         """Each id's vector: the float where held, else its reconstruction ê, (len(ids), d)."""

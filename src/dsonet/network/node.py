@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 
 BATCH, TOMBSTONE = "batch", "tombstone"
 MAX_PEERS = 1024
-REFERENCE_ROWS = 256  # this node's own rows added to every round's pool (see `_round`)
+REFERENCE_ROWS = 256  # trusted rows (own, then trusted peers') added to every round's pool (see `_round`)
 MAX_ROUND_ROWS = 4096  # a round closes early once this many rows wait
 MAX_DEFERRED = 10_000  # batches held back from known senders over their rate (see `_defer_or_reject`)
 TURN_ROWS = MAX_EXPERIENCES  # rows stored per turn on the library's lock: a search waits for at most this many
@@ -464,12 +464,13 @@ class Node:
             self._merge()
 
     def _round(self, now_ms: int) -> None:
-        """One DeltaSoup round, filtered against this node's own rows too (a lone batch is not
-        judged by itself alone), then stored batch by batch: a batch whose content the library
+        """One DeltaSoup round, filtered against this node's own rows and trusted peers' rows too
+        (a lone batch is not judged by itself alone, unless the node holds nothing trusted yet:
+        a fresh, empty node can only check a lone batch's bounds and signature), then stored batch by batch: a batch whose content the library
         refuses is rejected alone; a storage failure releases the round, so that the chunk, not
         acknowledged, comes again and is admitted again (nothing acknowledged is lost)."""
-        with self._state:
-            reference = self.library.reference_vectors(REFERENCE_ROWS)
+        with self._state:  # own rows, topped up with trusted peers' on a node that has written little itself
+            reference = self.library.reference_vectors(REFERENCE_ROWS, min_trust=self.soup.config.trusted)
         result = self.soup.round(now_ms=now_ms, reference=reference)  # the heavy part, without the lock
         try:
             for turn in _turns([len(b) for b in result.batches]):
