@@ -175,3 +175,22 @@ def test_a_query_waits_for_one_chunk_of_a_long_encode_not_for_all_of_it():
     long.join(WAIT_S)
     assert calls == [("document", 8), ("query", 1)] + [("document", 8)] * 4
     assert q.shape == (1, 4) and shared.dim == 4 and shared.id == "recording"
+
+
+def test_a_burst_of_submissions_is_merged_once_and_its_rows_are_searchable_before(tmp_path):
+    async def main():
+        node = await Node.open(NodeConfig(tmp_path, encoder=None, dim=DIM), InProcessHub().transport())
+        merges, busy = [], threading.Event()
+        real = node.library.rebuild_merged
+        node.library.rebuild_merged = lambda lock: (merges.append(1), real(lock))
+        node._worker.submit(busy.wait, WAIT_S)  # the ingest thread is busy (a long round)
+        for i in range(5):
+            await node.submit(f"When burst case {i} comes, do step {i}.", "math", vector=_unit(i)[0])
+        found = await node.search(vector=_unit(3)[0], min_similarity=0.9)  # answered while the ingest thread is busy
+        busy.set()
+        await node.close()
+        return len(merges), [h.experience.text for h in found]
+
+    merges, found = asyncio.run(main())
+    assert merges == 1
+    assert found[0] == "When burst case 3 comes, do step 3."

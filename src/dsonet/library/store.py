@@ -191,9 +191,11 @@ class Library:
 
     def _write(self, exps, signer, signs, scales, baseline, vectors, received: bool) -> IngestResult:
         written = self.rows.write(exps, signer, signs, scales, baseline, vectors, received)
-        changed = self.search_index.refresh(written.changed, written.removed)
-        (self.view.defer if self.defer_merge else self.view.touch)(changed)
+        self._view_changed(self.search_index.refresh(written.changed, written.removed))
         return written.result
+
+    def _view_changed(self, domains: set[str]) -> None:
+        (self.view.defer if self.defer_merge else self.view.touch)(domains)
 
     def rebuild_merged(self, lock: AbstractContextManager) -> None:
         """Cluster the domains writes changed since the last rebuild (``defer_merge``), holding
@@ -230,7 +232,7 @@ class Library:
         """Record tombstones and drop the rows they cover: ``signer``'s rows only (a peer's signed
         tombstone), or every row (`ANY_SIGNER`, a local delete). Returns the ids that had a row."""
         held, removed = self.rows.tombstone(ids, signer)
-        self.view.touch(self.search_index.refresh([], removed))
+        self._view_changed(self.search_index.refresh([], removed))
         return held
 
     def tombstones(self) -> list[str]:

@@ -122,6 +122,7 @@ class Node:
         self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"node-{self.node_id[:8]}")  # ingest, in stream order
         self._readers = ThreadPoolExecutor(READERS, thread_name_prefix=f"node-{self.node_id[:8]}-read")
         self._state = FairLock()  # held for every library call (see the module doc)
+        self._merge_queued = False
         self._wake = asyncio.Event()
         self._pending = 0
         self._publisher: asyncio.Task | None = None
@@ -230,7 +231,7 @@ class Node:
             v = self.check_vector(vector, "vector")
             exp = Experience(text, domain, confidence, prov)
         await self._locked(self.library.add_vectors, [exp], v[None, :])
-        self._worker.submit(self._merge).add_done_callback(_log_failure)  # in turn with the rounds; not awaited
+        self._schedule_merge()
         self.metrics.submitted.inc()
         self._pending += 1
         if self._pending >= self.config.batch_size:
@@ -295,6 +296,7 @@ class Node:
         exp = await self._locked(self.library.get, exp_id)
         removed = await self._locked(self.library.delete, exp_id)
         if removed:
+            self._schedule_merge()
             tomb = make_tombstone([exp_id], self.identity)
             domain = exp.domain if exp is not None else "general"
             # the outbox keeps it through a stream outage or a restart; `flush` sends what is left
@@ -501,9 +503,17 @@ class Node:
         log.debug("ingested %s from %s", ingested, batch.node_id[:8])
 
     def _merge(self) -> None:
-        """Cluster what the last writes added (the lock is held only to read and to show; see
-        `Library.rebuild_merged`): searches meanwhile show the new rows unmerged."""
+        """Cluster what the last writes changed (the lock is held only to read and to show; see
+        `Library.rebuild_merged`): searches meanwhile show new rows unmerged."""
+        self._merge_queued = False  # first: a write from now on queues another merge
         self.library.rebuild_merged(self._state)
+
+    def _schedule_merge(self) -> None:
+        """A merge on the ingest thread, in turn with the rounds, not awaited; one queued at a time,
+        so a burst of submissions costs one re-clustering, not one each."""
+        if not self._merge_queued:
+            self._merge_queued = True
+            self._worker.submit(self._merge).add_done_callback(_log_failure)
 
     def _apply_tombstone(self, msg: Message) -> None:
         try:
