@@ -108,7 +108,8 @@ class NatsTransport:
 
     @classmethod
     async def connect(cls, config: NatsConfig, name: str = "dsonet") -> "NatsTransport":
-        """Connect to the cluster and make sure the stream exists (creating it on first use)."""
+        """Connect (and log in) to the cluster and make sure the stream exists, creating it on first use
+        where this user may; where it may not, the transport opens all the same and ``problem`` says so."""
 
         transport: NatsTransport | None = None
         fatal: list[Exception] = []  # errors that retrying cannot mend: a refused login, a certificate not trusted
