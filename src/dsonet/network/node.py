@@ -201,7 +201,7 @@ class Node:
 
     async def _locked(self, fn: Callable, *args, **kwargs):
         """Run a library call on a reader thread, holding the library's lock: it waits for at most the
-        batch being stored, not for the ingest thread's queue."""
+        turn being stored, not for the ingest thread's queue."""
         def call():
             with self._state:
                 return fn(*args, **kwargs)
@@ -467,8 +467,9 @@ class Node:
 
     def _round(self, now_ms: int) -> None:
         """One DeltaSoup round, filtered against this node's own rows and trusted peers' rows too
-        (a lone batch is not judged by itself alone, unless the node holds nothing trusted yet:
-        a fresh, empty node can only check a lone batch's bounds and signature), then stored batch by batch: a batch whose content the library
+        (a lone batch is not judged by itself alone, unless the node holds nothing trusted yet: a
+        fresh, empty node can only check a lone batch's bounds and signature), then stored batch
+        by batch, a few batches a turn on the lock (see `_turns`): a batch whose content the library
         refuses is rejected alone; a storage failure releases the round, so that the chunk, not
         acknowledged, comes again and is admitted again (nothing acknowledged is lost)."""
         with self._state:  # own rows, topped up with trusted peers' on a node that has written little itself
