@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dsonet.bench.learn import CONDITIONS, KEPT, POISON, neutral_notes, paired, summarise, threshold
+from dsonet.bench.learn import CONDITIONS, KEPT, neutral_notes, paired, summarise, threshold
 from dsonet.learn.evaluate import Run
 from dsonet.learn.tasks import FAMILIES
 
@@ -22,9 +22,13 @@ def test_the_threshold_is_the_protocols_when_half_pass_else_a_measured_percentil
     assert threshold(np.array([])) == 0.6
 
 
-def test_every_kept_family_has_a_poison_and_a_definition():
-    assert set(KEPT) <= set(POISON) <= set(FAMILIES)
-    assert all(len(p) == 3 and all(t.startswith("When") for t in p) for p in POISON.values())
+def test_every_kept_family_has_a_poison_and_a_correct_reference_lesson():
+    assert set(KEPT) <= set(FAMILIES)
+    benched = [f for f in FAMILIES.values() if f.poison]
+    assert {"aiw", *KEPT} <= {f.generator for f in benched}
+    for f in benched:
+        assert len(f.poison) == 3 and all(t.startswith("When") for t in f.poison)
+        assert f.reference.startswith("When") and len(f.reference.split()) <= 32 and f.reference not in f.poison
 
 
 def _run(correct, injected=False):

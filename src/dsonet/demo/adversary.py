@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dsonet.bench.learn import POISON
 from dsonet.codec import Profile, decode, make_batch
 from dsonet.codec.batch import claims
 from dsonet.demo.fleet import is_batch
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
+from dsonet.learn.tasks import FAMILIES
 from dsonet.network.transport import MSG_ID, SENDER, Message, Transport, subject_for
 from dsonet.sim.attacks import Attack, Forgery, RandomSignsScales, Replay, SimNode, Tampering, TargetedHijack, View
 from dsonet.sim.texts import harmful_texts
@@ -85,7 +85,8 @@ def classic_plan(byz: list[SimNode]) -> list[tuple[SimNode, Attack]]:
 
 def wrong_lessons(domain: str) -> list[str]:
     """The poison for a task domain: `dso bench learn`'s for its families, else arithmetic poison."""
-    return list(POISON.get(domain.removeprefix("reasoning."), ARITHMETIC_POISON))
+    family = FAMILIES.get(domain.removeprefix("reasoning."))
+    return list(family.poison if family and family.poison else ARITHMETIC_POISON)
 
 
 def poison_plan(byz: list[SimNode], encoder, domain: str, model: str) -> list[tuple[SimNode, Attack]]:
