@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import tempfile
 import threading
 import time
@@ -142,7 +143,8 @@ class Bench:
         """One signed batch of ``n`` plausible rows: each an honest sentence tagged, encoded as a mix of two."""
         a = self.rng.choice(self.short, size=n, replace=n > len(self.short))
         b = self.rng.choice(len(self.docs), size=n)
-        texts = [self.encoder.learn(f"{self.docs[i]} ({tag} {j})", int(i), int(k)) for j, (i, k) in enumerate(zip(a, b))]
+        texts = [self.encoder.learn(f"{self.docs[i]} ({tag} {j})", int(i), int(k))
+                 for j, (i, k) in enumerate(zip(a, b))]
         return self.batch(identity, list(zip(a.tolist(), b.tolist())), texts, confidence=1.0)
 
 
@@ -297,6 +299,7 @@ async def run_attack(bench: Bench, sizes: Sizes, name: str) -> dict:
             "searches_during": len(loud), "search_p50_ms": _ms(loud, 0.5), "search_p99_ms": _ms(loud, 0.99),
             "search_max_ms": _ms(loud, 1.0), "searches_quiet": len(quiet), "quiet_p50_ms": _ms(quiet, 0.5),
             "quiet_p99_ms": _ms(quiet, 0.99),
+            "load_average_1min": round(os.getloadavg()[0], 1),  # the machine is shared: how busy it was
         }
         if victim_key is not None:  # the author's row, before the copy and after the copier's tombstone
             result["victim_row_held"] = [victim_key in held_before, victim_key in held]

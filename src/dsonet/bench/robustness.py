@@ -242,7 +242,8 @@ def plot(result: dict, path) -> None:
 
 
 NODE_COLUMNS = ["attack", "attacker_rows_sent", "attacker_rows", "honest_rows_lost", "honest_rows_filtered",
-                "rss_growth_mb", "attack_seconds", "search_p50_ms", "search_p99_ms", "quiet_p50_ms", "quiet_p99_ms"]
+                "rss_growth_mb", "attack_seconds", "search_p50_ms", "search_p99_ms", "quiet_p50_ms", "quiet_p99_ms",
+                "load_average_1min"]
 
 
 def print_node_attacks(section: dict) -> None:
@@ -250,8 +251,9 @@ def print_node_attacks(section: dict) -> None:
                "quiet = the same clients before the attack; target: 0 honest rows lost, search p99 < 1 s):")
     click.echo(format_table(section["rows"], NODE_COLUMNS))
     limits = section["limits"]
-    click.echo(f"Limits: {limits['new_keys_per_window']} new keys per window, {limits['new_key_rate_limit']} batches per "
-               f"new key per window, {limits['max_batch_experiences']} rows per batch, {limits['capacity']:,} rows kept.")
+    click.echo(f"Limits: {limits['new_keys_per_window']} new keys per window, {limits['new_key_rate_limit']} "
+               f"batches per new key per window, {limits['max_batch_experiences']} rows per batch, "
+               f"{limits['capacity']:,} rows kept.")
 
 
 @click.command()

@@ -122,13 +122,14 @@ def headline(results: Path) -> str:
         attacks = robust.get("node_attacks", {}).get("rows", [])
         volume = _pick(attacks, attack="volume")
         if attacks:
-            rows.append([f"honest rows lost, attacks on a node ({', '.join(r['attack'] for r in attacks)})", "– (target 0)",
+            names = ", ".join(r["attack"] for r in attacks)
+            rows.append([f"honest rows lost, attacks on a node ({names})", "– (target 0)",
                          str(sum(r["honest_rows_lost"] for r in attacks)), "–", "robustness"])
         if volume:
+            per_key = volume["attacker_rows_sent"] // volume["attacker_keys"]
             rows.append([f"search p99, {robust['node_attacks']['clients']} clients, during a volume attack "
-                         f"({volume['attacker_keys']} keys × {volume['attacker_rows_sent'] // volume['attacker_keys']:,} rows)",
-                         "– (target < 1 s)", f"{volume['search_p99_ms']:.0f} ms (quiet {volume['quiet_p99_ms']:.0f} ms)",
-                         "–", "robustness"])
+                         f"({volume['attacker_keys']} keys × {per_key:,} rows)", "– (target < 1 s)",
+                         f"{volume['search_p99_ms']:.0f} ms (quiet {volume['quiet_p99_ms']:.0f} ms)", "–", "robustness"])
     net = _load(results, "network")
     if net:
         wide = next((w for w in net.get("wire_by_dim", []) if w["dim"] == 7680), None)
@@ -211,11 +212,12 @@ def _node_attacks_section(section: dict) -> str:
     """The attacks on one real node: what got in, what was lost, and whether search kept answering."""
     columns = ["attack", "attacker_keys", "attacker_rows_sent", "attacker_rows", "honest_rows_sent", "honest_rows_lost",
                "honest_rows_filtered", "rss_growth_mb", "attack_seconds", "search_p50_ms", "search_p99_ms",
-               "quiet_p50_ms", "quiet_p99_ms"]
+               "quiet_p50_ms", "quiet_p99_ms", "load_average_1min"]
     limits = section["limits"]
     text = (f"### Attacks on the node\n\nOne real `Node` (its DeltaSoup at the production defaults, SQLite library and "
             f"merge; d = {section['dim']}) read each attack from an in-process log while {section['clients']} clients "
-            "searched it back to back; `quiet_*` is the same clients before the attack. Twelve honest peers had sent six "
+            "searched it back to back; `quiet_*` is the same clients before the attack. Twelve honest peers had "
+            "sent six "
             "batches each first (trusted, as long-running peers are) and send one more during the attack. "
             "`honest_rows_lost` counts honest rows sent and not stored for any reason but the content filter's verdict "
             "(`honest_rows_filtered`, the median rule's false positives, with or without an attack). Hostile rows are "

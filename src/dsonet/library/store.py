@@ -345,7 +345,8 @@ class Library:
         rows = idx.own_rows()[-limit:]
         if len(rows) < limit and min_trust is not None and self.trust is not None:
             trusted = {s: self.trust(s) >= min_trust for s in {idx.signers[r] for r in idx.live_rows().tolist()}}
-            peers = [r for r in sorted(idx.live_rows().tolist(), reverse=True) if not idx.own[r] and trusted[idx.signers[r]]]
+            peers = [r for r in sorted(idx.live_rows().tolist(), reverse=True)
+                     if not idx.own[r] and trusted[idx.signers[r]]]
             rows = np.concatenate([rows, np.array(peers[: limit - len(rows)], np.int64)])
         return idx.vectors(rows) if len(rows) else None
 
