@@ -35,11 +35,12 @@ def test_demo_refuses_a_workdir_that_already_holds_nodes(tmp_path):
 
 @pytest.mark.parametrize("task", ["letter_counting", "rg:chain_sum"])
 def test_training_slices_and_held_out_tasks_never_share_a_question(task):
-    tasks, train, held_out = split_tasks(task, train_slices=6, train_per_slice=2, eval_tasks=60, seed=0)
+    tasks, train, validation, held_out = split_tasks(task, train_slices=6, train_per_slice=2, eval_tasks=60, seed=0,
+                                                     validation=12)
 
-    questions = [t.question for s in train for t in s.tasks] + [t.question for t in held_out.tasks]
-    assert [len(s.tasks) for s in train] == [2] * 6 and len(held_out.tasks) == 60
-    assert len(set(questions)) == 72 == len(tasks.tasks)
+    questions = [t.question for s in (*train, validation, held_out) for t in s.tasks]
+    assert [len(s.tasks) for s in train] == [2] * 6 and len(validation.tasks) == 12 and len(held_out.tasks) == 60
+    assert len(set(questions)) == 84 == len(tasks.tasks)
 
 
 def test_conditions_are_paired_with_the_answers_without_lessons():

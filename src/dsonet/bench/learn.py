@@ -103,14 +103,6 @@ def neutral_notes(word_counts: list[int]) -> list[str]:
     return out
 
 
-def threshold(scores: np.ndarray, protocol: float = 0.6) -> float:
-    """The retrieval threshold measured on validation questions' best-lesson scores (see the docstring)."""
-    scores = np.asarray(scores, float)
-    if scores.size == 0 or (scores >= protocol).mean() >= 0.5:
-        return protocol
-    return float(np.round(np.percentile(scores, 20), 4))
-
-
 def paired(a: np.ndarray, b: np.ndarray) -> dict:
     from dsonet.learn.evaluate import mcnemar, paired_bootstrap
 
@@ -226,7 +218,7 @@ class Fleet:
 
 def run_family(llm, family: str, plan: Plan, seed: int, root: Path, encoder, log=print, reflector=None) -> dict:
     """Every condition's per-item correctness (and the run's facts) for one family and seed."""
-    from dsonet.learn.context import Retrieval
+    from dsonet.learn.context import Retrieval, best_scores, measured_threshold
     from dsonet.learn.evaluate import answer
 
     t0 = time.perf_counter()
@@ -237,8 +229,8 @@ def run_family(llm, family: str, plan: Plan, seed: int, root: Path, encoder, log
     libs, stats = fleet.learn(learn_retrieval)
     own = libs[0]
     val_vecs = encoder.encode([t.question for t in fleet.val.tasks], kind="query")
-    best = [max([h.score for h in own.search_vector(v, 1, -1.0, fleet.val.tasks[0].domain)] or [0.0]) for v in val_vecs]
-    retrieval = Retrieval(k=plan.k, min_similarity=threshold(np.array(best)))
+    best = best_scores(own, [t.question for t in fleet.val.tasks], fleet.val.tasks[0].domain, val_vecs)
+    retrieval = Retrieval(k=plan.k, min_similarity=measured_threshold(best))
     baseline = answer(llm, fleet.val, None, max_tokens=plan.answer_tokens).correct
     log(f"  threshold {retrieval.min_similarity} (validation best-lesson scores: median {np.median(best):.3f}); sharing")
     fleet_lib, fleet_info = fleet.share(own, libs[1:], False, baseline)

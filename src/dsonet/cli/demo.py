@@ -19,8 +19,12 @@ import click
 @click.option("--eval-tasks", default=60, show_default=True, help="Held-out tasks answered with and without experiences.")
 @click.option("--rollouts", default=4, show_default=True, help="Rollouts per query (G).")
 @click.option("--max-tokens", default=48, show_default=True, help="Tokens per rollout and per answer.")
-@click.option("--min-similarity", default=0.3, show_default=True,
-              help="Retrieval threshold (the paper's 0.6 suits wider encoders than MiniLM).")
+@click.option("--validation-tasks", default=12, show_default=True,
+              help="Training tasks held apart: a new lesson is kept only if accuracy on them with it is not lower "
+                   "than without, and the retrieval threshold is measured on their questions (0: no gate).")
+@click.option("--min-similarity", type=click.FloatRange(-1, 1), default=None,
+              help="Retrieval threshold [default: measured on the validation questions: the protocol's 0.6 when "
+                   "half of them have a lesson above it, else their 20th percentile].")
 @click.option("--llm", "llm_url", default=None, help="OpenAI-compatible server URL (vLLM, Ollama, llama.cpp; env "
               "OPENAI_BASE_URL); default: the embedded model on llama.cpp.")
 @click.option("--model", "llm_model", default=None, help="Served model name (with --llm URL); locally an embedded "

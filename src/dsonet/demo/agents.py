@@ -24,7 +24,7 @@ import numpy as np
 
 from dsonet.errors import DsoError
 from dsonet.learn import evaluate
-from dsonet.learn.context import Retrieval, messages, split_own
+from dsonet.learn.context import MIN_SIMILARITY, Retrieval, best_scores, measured_threshold, messages, split_own
 from dsonet.learn.grpo import LearnConfig, Learner
 from dsonet.learn.llm import ChatLLM, Message, open_llm
 from dsonet.learn.tasks import FAMILIES, Task, TaskSet, family_tasks, load_tasks
@@ -38,7 +38,8 @@ class Workload:
     llm: ChatLLM
     tasks: TaskSet  # every task used: the task set's prompt and verifier
     train: list[TaskSet]  # honest node i's own training tasks
-    held_out: TaskSet  # no question of it is in any training slice
+    validation: TaskSet  # training items held apart: the gate on new lessons and the measured threshold
+    held_out: TaskSet  # no question of it is in any training slice or in validation
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class NodeLearning:
     mixed_groups: int
     proposals: int
     skipped: int  # LLM outputs that were not a usable lesson or operation
+    gated_out: int  # candidates that lowered accuracy on the validation slice
 
 
 @dataclass(frozen=True)
@@ -88,16 +90,19 @@ class Progress:
 
 
 def load(task: str, train_slices: int, train_per_slice: int, eval_tasks: int, seed: int, llm_url: str | None,
-         llm_model: str | None) -> Workload:
-    """The LLM, ``train_slices`` slices of training tasks and the held-out tasks (see `split_tasks`)."""
+         llm_model: str | None, validation: int = 0) -> Workload:
+    """The LLM, ``train_slices`` slices of training tasks, a validation slice and the held-out tasks
+    (see `split_tasks`)."""
     llm = open_llm(llm_url, llm_model)
-    return Workload(llm, *split_tasks(task, train_slices, train_per_slice, eval_tasks, seed))
+    return Workload(llm, *split_tasks(task, train_slices, train_per_slice, eval_tasks, seed, validation))
 
 
-def split_tasks(task: str, train_slices: int, train_per_slice: int, eval_tasks: int,
-                seed: int) -> tuple[TaskSet, list[TaskSet], TaskSet]:
-    """(all the tasks, the training slices, the held-out tasks): no question appears twice."""
-    need = train_slices * train_per_slice + eval_tasks
+def split_tasks(task: str, train_slices: int, train_per_slice: int, eval_tasks: int, seed: int,
+                validation: int = 0) -> tuple[TaskSet, list[TaskSet], TaskSet, TaskSet]:
+    """(all the tasks, the training slices, the validation slice, the held-out tasks): no question
+    appears twice."""
+    n_train = train_slices * train_per_slice
+    need = n_train + validation + eval_tasks
     # reasoning-gym repeats small items, so draw more and keep the first of each question. A family of
     # `dso bench learn` comes with its generator settings and its answer-only prompt.
     family = task.removeprefix("rg:")
@@ -105,10 +110,11 @@ def split_tasks(task: str, train_slices: int, train_per_slice: int, eval_tasks: 
     tasks = _distinct(pool.tasks)[:need]
     if len(tasks) < need:
         raise DsoError(f"task: {task} gives {len(tasks)} distinct tasks, but {need} are needed "
-                       f"({train_slices} nodes × {train_per_slice} to train on, {eval_tasks} held out); "
-                       "lower --train-per-node or --eval-tasks")
+                       f"({train_slices} nodes × {train_per_slice} to train on, {validation} to validate, "
+                       f"{eval_tasks} held out); lower --train-per-node, --validation-tasks or --eval-tasks")
     slices = [tasks[i * train_per_slice:(i + 1) * train_per_slice] for i in range(train_slices)]
-    return pool.subset(tasks), [pool.subset(s) for s in slices], pool.subset(tasks[-eval_tasks:])
+    return (pool.subset(tasks), [pool.subset(s) for s in slices], pool.subset(tasks[n_train:n_train + validation]),
+            pool.subset(tasks[-eval_tasks:]))
 
 
 def learn(work: Workload, stores: Sequence, node_ids: Sequence[str], rollouts: int, max_tokens: int,
@@ -123,19 +129,32 @@ def learn(work: Workload, stores: Sequence, node_ids: Sequence[str], rollouts: i
         before = pooled.stats.completion_tokens
         groups += pooled.rollouts(work.tasks, part, seed=seed * 100_003 + start)
         progress.step(len(part) * rollouts, pooled.stats.completion_tokens - before)
-    nodes, tokens, offset = [], pooled.stats.tokens, 0
+    nodes, tokens, offset, baseline = [], pooled.stats.tokens, 0, None
     for i, (store, node_id, own) in enumerate(zip(stores, node_ids, work.train)):
         mine, offset = groups[offset:offset + len(own.tasks)], offset + len(own.tasks)
         learner = Learner(work.llm, store, config, node_id=node_id)
+        learner.use_validation(work.validation, baseline)  # every node gates on one slice: measure "without" once
+        baseline = learner.baseline
         results = learner.learn_groups(mine)
         kept = [r.operation.text or r.operation.proposal.text for r in results
                 if r.applied and r.operation.op in ("ADD", "UPDATE")]
-        nodes.append(NodeLearning(kept, [r for g in mine for r in g.rewards], len(mine), learner.stats.mixed_groups,
-                                  learner.stats.proposals, learner.stats.skipped))
-        tokens += learner.stats.tokens
-        echo(f"      node{i}: {learner.stats.mixed_groups}/{len(mine)} groups with mixed rewards, "
-             f"{learner.stats.proposals} proposals, {len(kept)} lessons kept")
+        s = learner.stats
+        nodes.append(NodeLearning(kept, [r for g in mine for r in g.rewards], len(mine), s.mixed_groups,
+                                  s.proposals, s.skipped, s.gated_out))
+        tokens += s.tokens
+        echo(f"      node{i}: {s.mixed_groups}/{len(mine)} groups with mixed rewards, {s.proposals} proposals, "
+             f"{s.gated_out} refused by the validation gate, {len(kept)} lessons kept")
     return Learned(nodes, tokens)
+
+
+def threshold(work: Workload, stores: Sequence) -> float:
+    """The retrieval threshold measured on the validation questions against the nodes' own lessons
+    (`dsonet.learn.context.measured_threshold`); the protocol's 0.6 without a validation slice."""
+    questions = [t.question for t in work.validation.tasks]
+    if not questions:
+        return MIN_SIMILARITY
+    domain = work.validation.tasks[0].domain
+    return measured_threshold(np.concatenate([best_scores(s, questions, domain) for s in stores if s.all()] or [[]]))
 
 
 def answer(work: Workload, stores: Sequence, node_ids: Sequence[str], max_tokens: int, retrieval: Retrieval,

@@ -43,6 +43,7 @@ class Learning:
     mixed_groups: int
     proposals: int
     skipped: int  # LLM outputs that were not a usable lesson or operation
+    gated_out: int  # candidates that lowered accuracy on the validation slice, refused
     kept: int  # lessons added or rewritten, all nodes together
     tokens: int
 
@@ -150,7 +151,8 @@ def learning(learned: Learned) -> Learning:
     rewards = [r for n in learned.nodes for r in n.rewards]
     return Learning(len(rewards), _r(np.mean(rewards)) if rewards else 0.0, sum(n.groups for n in learned.nodes),
                     sum(n.mixed_groups for n in learned.nodes), sum(n.proposals for n in learned.nodes),
-                    sum(n.skipped for n in learned.nodes), sum(len(n.kept) for n in learned.nodes), learned.tokens)
+                    sum(n.skipped for n in learned.nodes), sum(n.gated_out for n in learned.nodes),
+                    sum(len(n.kept) for n in learned.nodes), learned.tokens)
 
 
 def lessons(learned: Learned, names: list[str], count: int = 5) -> list[Lesson]:
@@ -253,7 +255,7 @@ def format_report(report: DemoReport) -> str:
     ln = report.learning
     lines += ["", f"== Learning == {ln.rollouts} rollouts, mean reward {ln.mean_reward:.2f}, {ln.mixed_groups}/"
               f"{ln.groups} groups with mixed rewards, {ln.proposals} proposals, {ln.skipped} malformed LLM outputs "
-              f"skipped, {ln.kept} lessons kept, {ln.tokens:,} tokens"]
+              f"skipped, {ln.gated_out} refused by the validation gate, {ln.kept} lessons kept, {ln.tokens:,} tokens"]
     lines += [f"  {lesson.node}: {lesson.text}" for lesson in report.lessons]
     w = report.wire
     lines += ["", f"== Wire == {w.honest_batches} honest batches, {w.honest_bytes:,} bytes: {w.bytes_per_experience:.0f} "

@@ -25,7 +25,8 @@ class DemoConfig:
     eval_tasks: int = 60  # held-out tasks: enough that one task moves accuracy by under 2 points
     rollouts: int = 4  # G per query (the federated paper's 4; Training-free GRPO uses 5)
     max_tokens: int = 48  # per rollout and per answer; small on purpose for 2 CPU cores
-    min_similarity: float = 0.3  # MiniLM scores lessons against questions lower than the paper's 0.6 assumes
+    validation_tasks: int = 12  # training items held apart: the gate on new lessons, and the threshold's measure
+    min_similarity: float | None = None  # None: measured on the validation questions (`agents.threshold`)
     llm_url: str | None = None  # an OpenAI-compatible server instead of the embedded model
     llm_model: str | None = None  # the served model, or an embedded model's key (see `dsonet.learn.llm.open_llm`)
     nats: bool = False  # node processes on a local three-server NATS cluster instead of in-process nodes
@@ -35,8 +36,8 @@ class DemoConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.byzantine < self.nodes - self.byzantine:
             raise DsoError(f"byzantine: {self.byzantine} of {self.nodes} nodes; honest nodes must be the majority")
-        if self.train_per_node < 1 or self.eval_tasks < 1:
-            raise DsoError("train_per_node and eval_tasks must be at least 1")
+        if self.train_per_node < 1 or self.eval_tasks < 1 or self.validation_tasks < 0:
+            raise DsoError("train_per_node and eval_tasks must be at least 1, validation_tasks at least 0")
 
 
 async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> DemoReport:
@@ -51,12 +52,11 @@ async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> Dem
     clock = _Clock()
     honest = config.nodes - config.byzantine
     workdir = _fresh(config.workdir)
-    retrieval = Retrieval(min_similarity=config.min_similarity)
 
     echo(f"[1/7] Loading the LLM ({config.llm_url or 'embedded'}) and {config.task}: {config.train_per_node} "
          f"training tasks for each of {honest} honest nodes and {config.eval_tasks} held out")
     work = agents.load(config.task, honest, config.train_per_node, config.eval_tasks, config.seed, config.llm_url,
-                       config.llm_model)
+                       config.llm_model, config.validation_tasks)
     domain = work.held_out.tasks[0].domain
     questions = [t.question for t in work.held_out.tasks]
     clock.lap("load")
@@ -77,7 +77,12 @@ async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> Dem
         echo(f"[3/7] Each honest node learns on its own tasks: G = {config.rollouts} rollouts at T = 0.7, "
              "the semantic advantage -> 'When X, do Y' -> ADD / UPDATE / DELETE / NONE")
         learned = await asyncio.to_thread(agents.learn, work, fleet.stores, fleet.node_ids, config.rollouts,
-                                          config.max_tokens, retrieval, config.seed, echo)
+                                          config.max_tokens, Retrieval(), config.seed, echo)
+        measured = await asyncio.to_thread(agents.threshold, work, fleet.stores)
+        retrieval = Retrieval(min_similarity=measured if config.min_similarity is None else config.min_similarity)
+        echo(f"      retrieval threshold {retrieval.min_similarity:.3f} ("
+             + ("measured on the validation questions" if config.min_similarity is None else "--min-similarity")
+             + "; prompts with no lesson above it get none)")
         clock.lap("learn")
 
         echo("[4/7] Held-out tasks without lessons, then with each node's own")
@@ -110,7 +115,7 @@ async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> Dem
         wire_row, fidelity = report.wire_and_fidelity(wire, set(fleet.node_ids), fleet.profile, fleet.encoder)
         node_names = [names[n] for n in fleet.node_ids]
         return DemoReport(
-            config=asdict(config) | {"workdir": str(workdir)},
+            config=asdict(config) | {"workdir": str(workdir), "min_similarity_used": retrieval.min_similarity},
             fleet=fleet.kind,
             n_eval=len(work.held_out.tasks),
             conditions=report.conditions(answers, {b.node_id for b in byz}),

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from dsonet.learn.llm import Message
 from dsonet.library.policy import K, MIN_SIMILARITY
 from dsonet.library.policy import MAX_TOKENS as CONTEXT_TOKENS
 from dsonet.library.policy import RetrievalPolicy as Retrieval  # one policy object, defined by the library
 
-__all__ = ["CONTEXT_TOKENS", "K", "MIN_SIMILARITY", "Retrieval", "Injection", "inject", "messages", "system_text"]
+__all__ = ["CONTEXT_TOKENS", "K", "MIN_SIMILARITY", "Retrieval", "Injection", "best_scores", "inject",
+           "measured_threshold", "messages", "system_text"]
 
 SYSTEM = "You are a careful problem solver."
 OWN_NOTES = "Notes from your earlier practice on similar problems. Use them where they apply; do not repeat them in your reply."
@@ -80,3 +83,23 @@ def inject(store, query: str, prompt: str, retrieval: Retrieval = Retrieval(), n
     own, peers = split_own(hits, node_id)
     return Injection(messages(prompt, own, peers), hits)
 
+
+
+def best_scores(store, queries: list[str], domain: str | None = None, vectors=None) -> np.ndarray:
+    """Each query's best lesson score in ``store`` (0 where it holds none); ``vectors``: the queries'
+    encodings, when already made."""
+    best = Retrieval(k=1, min_similarity=-1.0)
+    return np.array([max([h.score for h in retrieve(store, q, best, domain, None if vectors is None else vectors[i])]
+                         or [0.0]) for i, q in enumerate(queries)])
+
+
+def measured_threshold(scores: np.ndarray, protocol: float = MIN_SIMILARITY) -> float:
+    """The retrieval threshold, measured on training questions' best-lesson scores: the protocol's
+    0.6 when at least half of them pass it, else their 20th percentile, so that about 80% of such
+    prompts receive lessons. A small encoder scores a general lesson against a concrete question
+    lower than the paper's 0.6 assumes; lowering the threshold until something passes would
+    instead inject lessons everywhere, which is why the share that receives lessons is reported."""
+    scores = np.asarray(scores, float)
+    if scores.size == 0 or (scores >= protocol).mean() >= 0.5:
+        return protocol
+    return float(np.round(np.percentile(scores, 20), 4))

@@ -327,6 +327,21 @@ class Learner:
                 out.append((epoch, [tasks.tasks[i] for i in order[start:start + self.config.batch_size]]))
         return out
 
+    def use_validation(self, validation: TaskSet | None, baseline: np.ndarray | None = None) -> None:
+        """Gate new lessons on ``validation`` (training items held apart; None: no gate). ``baseline``:
+        its per-item correctness without lessons, when already measured (nodes sharing one slice)."""
+        self.validation = validation if validation is not None and validation.tasks else None
+        if self.validation is None:
+            return
+        self._baseline = baseline if baseline is not None else self.validation_correct()[0]
+        if not self.stats.validation:
+            self.stats.validation.append(round(float(self._baseline.mean()), 4))
+
+    @property
+    def baseline(self) -> np.ndarray | None:
+        """Validation correctness without lessons (None without a validation slice)."""
+        return self._baseline if self.validation is not None else None
+
     def run(self, tasks: TaskSet, progress: bool = True, validation: TaskSet | None = None) -> Stats:
         """Learn from ``tasks``; with ``validation`` (training items held apart), gate every new lesson
         and keep the library of the best validation epoch."""
@@ -334,13 +349,9 @@ class Learner:
 
         if not tasks.tasks:
             raise LearnError(f"tasks: {tasks.name} has no tasks to learn from")
-        self.validation = validation if validation is not None and validation.tasks else None
         state = self._load_state(tasks)
         start, added = state["next"], state["added"]
-        if self.validation is not None:
-            self._baseline, _ = self.validation_correct()
-            if not self.stats.validation:
-                self.stats.validation.append(round(float(self._baseline.mean()), 4))
+        self.use_validation(validation)
         plan = self.schedule(tasks)
         bar = tqdm(total=len(plan), initial=start, desc=f"learn {tasks.name}", unit="step", disable=not progress)
         for index in range(start, len(plan)):
