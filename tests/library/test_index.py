@@ -94,3 +94,39 @@ def test_search_skips_removed_rows_and_respects_the_allowed_mask():
     allowed = np.zeros(500, bool)
     allowed[400:] = True
     assert (index.search(x[10], 5, 64, allowed)[0] >= 400).all()
+
+
+def _low_rank(n: int, seed: int, lift: np.ndarray) -> np.ndarray:
+    """Unit vectors in the 48 directions ``lift`` spans, with a shared mean and a decaying spectrum, as embeddings."""
+    z = np.random.default_rng(seed).standard_normal((n, 48)).astype(np.float32) / np.sqrt(np.arange(1, 49, dtype=np.float32))
+    z[:, 0] += 1.0
+    return (z / np.linalg.norm(z, axis=1, keepdims=True)) @ lift
+
+
+def test_stage_2b_runs_where_the_deltas_lie_in_few_directions_and_not_in_a_flat_space():
+    """The consistency step is only as good as the directions learned from the codes: it turns on
+    where the top `SUBSPACE_DIM` hold nearly all of the deltas' signal, not where they hold a fraction."""
+    from dsonet.library.index import SUBSPACE_DIM, SUBSPACE_SHARE
+
+    lift = np.linalg.qr(np.random.default_rng(1).standard_normal((2048, 48)))[0].T.astype(np.float32)
+    for x, on in ((_low_rank(2100, 2, lift), True), (unit(2100, 3, dim=2048), False)):
+        index = CodeIndex(2048, 2048, 3)
+        codes = compress(x, 2048, rotation_seed=3)
+        index.add(codes.signs, codes.scales, np.full(len(x), index.add_baseline(codes.baseline), np.int32))
+        assert (index.subspace.held >= SUBSPACE_SHARE) is on
+        assert index.subspace.codes.shape == ((SUBSPACE_DIM if on else 0), 2048)
+        q = x[7]
+        rows, scores = index.search(q, 10, 64)
+        assert rows[0] == 7 and np.all(np.diff(scores) <= 0)
+        if on:  # the best candidates' estimates moved, the others kept the κ estimate
+            assert not np.allclose(scores[:20], np.sort(index.score(q, rows[:20]))[::-1])
+            np.testing.assert_allclose(scores[20:], index.score(q, rows[20:]), atol=1e-6)
+
+
+def test_small_spaces_and_small_libraries_keep_the_linear_estimate():
+    lift = np.linalg.qr(np.random.default_rng(1).standard_normal((2048, 48)))[0].T.astype(np.float32)
+    for dim, x in ((384, unit(3000, 4)), (2048, _low_rank(1500, 5, lift))):  # d < 8·K; fewer rows than a fit needs
+        index = CodeIndex(dim, dim, 3)
+        codes = compress(x, dim, rotation_seed=3)
+        index.add(codes.signs, codes.scales, np.full(len(x), index.add_baseline(codes.baseline), np.int32))
+        assert index.subspace is None

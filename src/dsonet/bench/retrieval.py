@@ -12,14 +12,17 @@ Indexes, measured in the same run, one query at a time:
                    codes made in batches of 1,000 (each with its own baseline, as they arrive
                    from the network); coarse pass over a 64-byte principal-direction sketch of
                    each code (int8, scanned in C), then the κ-corrected asymmetric estimate of
-                   q·e on 2,048 candidates, or 1/32 of the library past 65k. Nothing is
-                   decompressed at query time.
+                   q·e on 2,048 candidates, or 1/32 of the library past 65k, then stage 2b where
+                   the library's deltas lie in few directions (the Zen space's do, the lift's
+                   384 do not): the best 20 re-decoded consistently with their signs inside the
+                   128 principal directions learned from the codes. `CodeIndex.search`, what
+                   `Library.rank` runs for a node's search. Nothing is decompressed in full.
   dsonet-support   the same, plus stage 3 (`library.index.Support`): the best 20 candidates
                    decoded again knowing the subspace the encoder's outputs lie in (here the
                    lift's 384 dimensions; the Zen head's lie in d_hidden + 2). Codes only; its
                    bytes include the 11.8 MB basis, which is the encoder's, spread over n.
-  dsonet-full-scan the same estimate over every code: the recall the 964-byte codes
-                   allow, so the coarse stage's own loss is the difference.
+  dsonet-full-scan the κ estimate alone over every code (no coarse stage, no stage 2b): what the
+                   linear estimate of the 964-byte codes allows.
   dsonet-own       a real SQLite `Library` of experiences this node encoded itself (n ≤ 100k):
                    the same codes in memory, the float vectors in the file, and the best
                    64 candidates rescored exactly from it (`Library.rank`). What a node gets
@@ -35,8 +38,9 @@ The default space (rows with space = "zen"): the same rows, but through the prot
 instead of the lift: the real MiniLM vectors, then the synthetic draws, each passed through the
 shipped Zen head (`encoder.head.project`); queries likewise. Codes are made as a node makes them
 in protocol v2, against the profile's fixed baseline (`encoder.baseline`), in batches of 1,000.
-Exact top-10 is computed in 7680 dims as the rows are made. Rows dsonet-zen (codes only),
-dsonet-zen-support (+ the head's support, 290 dims), faiss-binary and faiss-rabitq as above.
+Exact top-10 is computed in 7680 dims as the rows are made. Rows dsonet-zen (codes only:
+the node's path, stage 2b included), dsonet-zen-support (+ the head's support, 290 dims),
+faiss-binary and faiss-rabitq as above.
 bytes_per_experience: bytes the index holds in memory per experience (codes + scales +
 bookkeeping; the text is extra). disk_bytes_per_experience: the SQLite library file, text and
 all, divided by n (dsonet: built by ingesting signed batches at 10k; dsonet-own: with floats).

@@ -1,0 +1,41 @@
+import numpy as np
+
+from dsonet.codec import Profile, make_batch
+from dsonet.library import Library
+from dsonet.library.search import OVERSAMPLE
+from lib_helpers import experiences
+
+DIM = 2048
+
+
+class _NoEncoder:
+    """The rows arrive as peers' codes; nothing is encoded."""
+
+    dim = DIM
+    id = "test:low-rank"
+
+    def encode(self, texts, kind="document"):
+        raise AssertionError("peers' rows are not encoded")
+
+
+def test_a_nodes_ranking_of_peers_codes_is_the_index_search_with_stage_2b(tmp_path, identity):
+    """`Library.rank`, what a node's search runs over rows it holds only as codes, is
+    `CodeIndex.search` with the consistency step of its best candidates (stage 2b): the same
+    rows and scores, no other path."""
+    lift = np.linalg.qr(np.random.default_rng(1).standard_normal((DIM, 48)))[0].T.astype(np.float32)
+    z = np.random.default_rng(2).standard_normal((2100, 48)).astype(np.float32) / np.sqrt(np.arange(1, 49, dtype=np.float32))
+    z[:, 0] += 1.0
+    x = (z / np.linalg.norm(z, axis=1, keepdims=True)) @ lift  # embedding-like: few directions, a shared mean
+    profile = Profile(DIM, DIM, _NoEncoder.id, rotation_seed=3)
+    exps = experiences(len(x))
+    with Library(tmp_path / "peers.sqlite", encoder=_NoEncoder(), profile=profile) as lib:
+        for part in np.array_split(np.arange(len(x)), 3):
+            assert lib.ingest(make_batch([exps[i] for i in part], x[part], profile, identity)).rejected == 0
+        index = lib.search_index.index
+        assert index.subspace is not None and len(index.subspace.codes) > 0
+        for q in x[[5, 900, 2000]]:
+            rows, scores = lib.rank(q, 10)
+            expected_rows, expected_scores = index.search(q, 10, OVERSAMPLE)
+            np.testing.assert_array_equal(rows, expected_rows)
+            np.testing.assert_allclose(scores, expected_scores, atol=1e-6)
+            assert not np.allclose(scores[:20], np.sort(index.score(q, rows[:20]))[::-1])  # the step moved them
