@@ -27,12 +27,21 @@ Stages over what the index holds (≈ 1.1 KB an experience at d = 7680):
 Rows whose float vector the node holds are then rescored exactly by the caller. Rows are
 appended as experiences arrive and masked out when deleted, so the index grows
 incrementally; the library rebuilds it from SQLite on open.
+
+Stages 1 and 2b are fitted to the library and fitted again as it grows (`refit_due`): at 2,048
+rows and every ×4 after for 2b, at 16,384 and every ×4 for the sketch, seconds each at d = 7680.
+An index made with ``defer_refit`` leaves that work to its owner: `fit` reads only the rows
+present when the refit fell due (rows are only ever appended or masked), so it runs without
+the lock searches take, and `install` then shows the new fit, the sketch catching up on the rows
+added meanwhile; until then searches use the previous fit, which covers every row (new rows are
+sketched as they arrive) and stays exact, only less sharp.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
@@ -83,11 +92,32 @@ def matvec(m: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.einsum("ij,j->i", m, v).astype(np.float32, copy=False)
 
 
+@dataclass(frozen=True)
+class Refit:
+    """A refit that fell due: the stages to fit again, on the first ``rows`` rows and ``baselines`` baselines."""
+
+    rows: int
+    baselines: int
+    subspace: bool
+    sketch: bool
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """What `CodeIndex.fit` computed, for `CodeIndex.install`: None for a stage not refitted."""
+
+    subspace: _Subspace | None
+    sketch: _Sketch | None
+
+
 class CodeIndex:
-    def __init__(self, dim: int, group_size: int, rotation_seed: int | None, support: np.ndarray | None = None):
+    def __init__(self, dim: int, group_size: int, rotation_seed: int | None, support: np.ndarray | None = None,
+                 defer_refit: bool = False):
         """``support``: (k, dim) vectors spanning the subspace the encoder's outputs lie in (see
-        `Support`), when the encoder knows it; it turns on stage 3."""
+        `Support`), when the encoder knows it; it turns on stage 3. ``defer_refit``: `add` leaves
+        refits to the owner (`refit_due`, `fit`, `install`; see the module doc)."""
         self.dim, self.group_size, self.rotation_seed = dim, group_size, rotation_seed
+        self.defer_refit = defer_refit
         self.n_groups = dim // group_size
         self.code_bytes = self.n_groups * words_per_group(group_size) * 4
         self.rotation = get_rotation(dim, rotation_seed, group_size) if rotation_seed is not None else None
@@ -141,13 +171,33 @@ class CodeIndex:
         for start in range(0, m, 4096):  # bounded temporaries
             r = rows[start : start + 4096]
             self.kappa[r] = self._kappa(r)
-        if self.dim >= SUBSPACE_MIN_DIM and self.n >= SUBSPACE_MIN_ROWS and (self.subspace is None or self.n >= _REFIT_GROWTH * self.subspace.fitted_at):
-            self.subspace = _Subspace.fit(self)
-        if self.n >= SKETCH_MIN_ROWS and (self.sketch is None or self.n >= _REFIT_GROWTH * self.sketch.fitted_at):
-            self.sketch = _Sketch.fit(self)
-        elif self.sketch is not None:
-            self.sketch.add(self, rows)
+        if self.sketch is not None:
+            self.sketch.add(self, rows)  # the current sketch keeps covering every row until a new one is installed
+        due = self.refit_due()
+        if due is not None and not self.defer_refit:
+            self.install(self.fit(due))
         return rows
+
+    def refit_due(self) -> Refit | None:
+        """The stages the library has outgrown (see the module doc), or None; ask holding the lock."""
+        subspace = self.dim >= SUBSPACE_MIN_DIM and self.n >= SUBSPACE_MIN_ROWS and (
+            self.subspace is None or self.n >= _REFIT_GROWTH * self.subspace.fitted_at)
+        sketch = self.n >= SKETCH_MIN_ROWS and (self.sketch is None or self.n >= _REFIT_GROWTH * self.sketch.fitted_at)
+        return Refit(self.n, self.n_baselines, subspace, sketch) if subspace or sketch else None
+
+    def fit(self, due: Refit) -> Fitted:
+        """Fit the stages ``due`` names on its rows only: needs no lock while writes only append
+        rows and baselines or mask rows (arrays that grow are copied, never changed in place)."""
+        return Fitted(_Subspace.fit(self, due.rows) if due.subspace else None,
+                      _Sketch.fit(self, due.rows, due.baselines) if due.sketch else None)
+
+    def install(self, fitted: Fitted) -> None:
+        """Show a fit (holding the lock): the new sketch first sketches the rows and baselines added since."""
+        if fitted.subspace is not None:
+            self.subspace = fitted.subspace
+        if fitted.sketch is not None:
+            fitted.sketch.catch_up(self)
+            self.sketch = fitted.sketch
 
     def _reserve(self, size: int) -> None:
         if size <= len(self.scales):
@@ -359,9 +409,9 @@ class _Subspace:
         self.fitted_at = fitted_at
 
     @classmethod
-    def fit(cls, index: CodeIndex) -> "_Subspace":
-        """The top directions of a sample of κΔ̂, kept only where they hold nearly all of the signal."""
-        sample = np.linspace(0, index.n - 1, min(SKETCH_FIT_ROWS, index.n)).astype(np.int64)
+    def fit(cls, index: CodeIndex, n: int) -> "_Subspace":
+        """The top directions of a sample of the first ``n`` rows' κΔ̂, kept only where they hold nearly all of the signal."""
+        sample = np.linspace(0, n - 1, min(SKETCH_FIT_ROWS, n)).astype(np.int64)
         x = index.deltas(sample) * index.kappa[sample, None]  # (s, d) κΔ̂ in the codes' frame
         x -= x.mean(0)
         eigvals, eigvecs = np.linalg.eigh(x @ x.T / len(x))  # the small (s × s) Gram matrix: s ≪ d
@@ -375,7 +425,7 @@ class _Subspace:
         held = (float(eigvals[top].sum()) - len(top) * noise * index.dim / len(x)) / max(signal, 1e-12)
         directions = eigvecs[:, top].T @ x
         directions /= np.maximum(np.linalg.norm(directions, axis=1, keepdims=True), 1e-12)
-        return cls(directions if held >= SUBSPACE_SHARE else directions[:0], index.n, held)
+        return cls(directions if held >= SUBSPACE_SHARE else directions[:0], n, held)
 
     def score(self, index: CodeIndex, rotated_q: np.ndarray, rows: np.ndarray, scores: np.ndarray) -> np.ndarray:
         """The candidates' estimates (``scores``, from the codes) after one consistency step inside V."""
@@ -403,13 +453,15 @@ class _Sketch:
     P q = (P Rᵀ)(R q), so only P Rᵀ is kept and a row costs one dequantize and one (d × K) product.
     """
 
-    def __init__(self, index: CodeIndex, rotated: np.ndarray, mean: np.ndarray, step: np.ndarray):
+    def __init__(self, index: CodeIndex, rotated: np.ndarray, mean: np.ndarray, step: np.ndarray, fitted_at: int,
+                 baselines: int):
+        """Projects the first ``baselines`` baselines; `add` sketches rows, `catch_up` the rest."""
         self.rotated, self.step = rotated, step  # (K, d) P Rᵀ; (K,) int8 step per direction
         self.mean_proj = self._project(index, mean)
         self.base_proj = np.zeros((0, len(rotated)), np.float32)
-        for base in index.baselines:
+        for base in index.baselines[:baselines]:
             self.add_baseline(index, base)
-        self.fitted_at = index.n
+        self.fitted_at = fitted_at
         self.n = 0
         self.codes = np.zeros((0, len(rotated)), np.int8)
 
@@ -418,8 +470,9 @@ class _Sketch:
         return matvec(self.rotated, index._rotate(np.asarray(v, np.float32)))
 
     @classmethod
-    def fit(cls, index: CodeIndex) -> "_Sketch":
-        sample = np.linspace(0, index.n - 1, min(SKETCH_FIT_ROWS, index.n)).astype(np.int64)
+    def fit(cls, index: CodeIndex, n: int, baselines: int) -> "_Sketch":
+        """Fitted on, and sketching, the first ``n`` rows (coded against the first ``baselines`` baselines)."""
+        sample = np.linspace(0, n - 1, min(SKETCH_FIT_ROWS, n)).astype(np.int64)
         x = index.reconstruct(sample)
         mean = x.mean(0)
         x -= mean
@@ -432,9 +485,15 @@ class _Sketch:
         rotated = directions if index.rotation is None else index.rotation.apply(directions)
         spread = np.abs(x @ directions.T).max(0)  # the sample's range along each direction
         step = (np.maximum(spread, 1e-6) * 1.5 / 127).astype(np.float32)  # 50% headroom, then clipped
-        sketch = cls(index, np.ascontiguousarray(rotated), mean.astype(np.float32), step)
-        sketch.add(index, np.arange(index.n))
+        sketch = cls(index, np.ascontiguousarray(rotated), mean.astype(np.float32), step, n, baselines)
+        sketch.add(index, np.arange(n))
         return sketch
+
+    def catch_up(self, index: CodeIndex) -> None:
+        """Project the baselines and sketch the rows the index gained since this sketch was fitted."""
+        for base in index.baselines[len(self.base_proj) :]:
+            self.add_baseline(index, base)
+        self.add(index, np.arange(self.n, index.n))
 
     def add_baseline(self, index: CodeIndex, base: np.ndarray) -> None:
         proj = self._project(index, base) - self.mean_proj

@@ -304,6 +304,10 @@ class RowStore:
         """(digest, payload, received ms) of every deferred payload, oldest first."""
         return self.db.execute("SELECT digest, payload, received_ms FROM deferred ORDER BY received_ms").fetchall()
 
+    def count_deferred(self) -> int:
+        """How many payloads are deferred, without reading them (each up to 4 MiB)."""
+        return self.db.execute("SELECT COUNT(*) FROM deferred").fetchone()[0]
+
     def undefer(self, digests: list[str]) -> None:
         self.db.executemany("DELETE FROM deferred WHERE digest = ?", [(d,) for d in digests])
 

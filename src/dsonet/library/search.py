@@ -23,7 +23,9 @@ RESCORE = 64  # best candidates rescored exactly where this node holds the float
 class RowIndex:
     """Index row r is file row ``seqs[r]``; a changed row is appended again and its old row masked."""
 
-    def __init__(self, store: RowStore, profile: Profile, support: np.ndarray | None = None):
+    def __init__(self, store: RowStore, profile: Profile, support: np.ndarray | None = None, defer_refit: bool = False):
+        """``defer_refit``: once the file's rows are loaded (and fitted), writes leave the index's
+        refits to the owner (see `CodeIndex`)."""
         self.store, self.profile = store, profile
         self.index = CodeIndex(profile.dim, profile.group_size, profile.rotation_seed, support=support)
         self._baseline_rows: dict[int, int] = {}  # file baseline id -> index baseline row
@@ -41,6 +43,7 @@ class RowIndex:
         self._dom_cache_n = -1  # len(self.domains) when the domain-code array was last built
         for chunk in store.index_rows():
             self._append(chunk)
+        self.index.defer_refit = defer_refit  # nobody searches while the file loads: it was fitted as it went
 
     def __len__(self) -> int:
         return len(self._rows_of_id)

@@ -58,7 +58,8 @@ class Library:
         `ZenReranker.support()`); turns on the index's stage 3. ``trust``: a signer's weight in
         the merged view (a node passes its reputation); every signer weighs 1 without it.
         ``defer_merge``: writes leave the merged view to `rebuild_merged` instead of the next
-        read (a node that searches while it ingests; see `MergedView`)."""
+        read, and the index's refits to `refit_index` (a node that searches while it ingests; see
+        `MergedView` and `dsonet.library.index`)."""
         self.path = Path(path).expanduser()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._encoder = encoder
@@ -67,7 +68,7 @@ class Library:
         self.rows = RowStore(self.path, capacity)
         self.profile: Profile | None = None  # known once bound to the file's profile
         self.profile = self._bind_profile(profile)
-        self.search_index = RowIndex(self.rows, self.profile, support)
+        self.search_index = RowIndex(self.rows, self.profile, support, defer_refit=defer_merge)
         idx = self.search_index
         self.view = MergedView(merge, idx.index.reconstruct, lambda r: (idx.ids[r], idx.signers[r]), idx.domain_rows,
                                self.profile.dim, live=lambda rows: idx.index.live[rows])
@@ -209,6 +210,21 @@ class Library:
         with lock:
             self.view.install(built)
 
+    def refit_index(self, lock: AbstractContextManager) -> bool:
+        """Fit the index's coarse sketch and subspace stage again where the library has outgrown
+        them (``defer_merge``), holding ``lock`` only to see what is due and to install the new
+        fit: the fit itself (seconds at d = 7680 past 16k rows) reads only rows present when it
+        fell due. Searches meanwhile use the previous fit. Returns whether anything was refitted."""
+        index = self.search_index.index
+        with lock:
+            due = index.refit_due()
+        if due is None:
+            return False
+        fitted = index.fit(due)
+        with lock:
+            index.install(fitted)
+        return True
+
     def update(self, exp_id: str, text: str) -> Experience:
         """New text for an experience (UPDATE): re-encoded, same lineage; the old id is tombstoned."""
         old = self.get(exp_id)
@@ -267,6 +283,9 @@ class Library:
     def deferred(self) -> list[tuple[str, bytes, int]]:
         """(digest, payload, received ms) of the batches held back, oldest first."""
         return self.rows.deferred()
+
+    def count_deferred(self) -> int:
+        return self.rows.count_deferred()
 
     def undefer(self, digests: list[str]) -> None:
         self.rows.undefer(digests)

@@ -1,0 +1,118 @@
+"""Refits of the index's sketch and subspace stage deferred to the owner (a node that searches
+while it ingests): fitted without the lock, they give the index an eager refit gives, and the
+rows written during the fit are covered."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from dsonet.codec import compress
+from dsonet.library import Library, index as index_module
+from dsonet.library.index import CodeIndex
+from lib_helpers import experiences, unit
+
+
+@pytest.fixture
+def small_thresholds(monkeypatch):
+    """Both stages due at a few hundred rows of 96 dims (the real thresholds need 16k rows, 1024 dims)."""
+    monkeypatch.setattr(index_module, "SKETCH_MIN_ROWS", 1024)
+    monkeypatch.setattr(index_module, "SUBSPACE_MIN_ROWS", 512)
+    monkeypatch.setattr(index_module, "SUBSPACE_MIN_DIM", 64)
+    monkeypatch.setattr(index_module, "SUBSPACE_DIM", 8)
+    monkeypatch.setattr(index_module, "SKETCH_DIM", 8)
+
+
+def _vectors(n: int, seed: int) -> np.ndarray:
+    """Unit vectors in 8 directions of 96 coordinates: the subspace stage holds their signal."""
+    lift = np.linalg.qr(np.random.default_rng(1).standard_normal((96, 8)))[0].T.astype(np.float32)
+    x = unit(n, seed, dim=8) @ lift
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _add(index: CodeIndex, x: np.ndarray) -> None:
+    codes = compress(x, 32, rotation_seed=7)
+    index.add(codes.signs, codes.scales, np.full(len(x), index.add_baseline(codes.baseline), np.int32))
+
+
+def test_a_deferred_refit_installs_what_an_eager_one_fits(small_thresholds):
+    x, queries = _vectors(1500, 2), _vectors(20, 3)
+    eager, deferred = CodeIndex(96, 32, 7), CodeIndex(96, 32, 7, defer_refit=True)
+    _add(eager, x)
+    _add(deferred, x)
+    assert eager.sketch is not None and len(eager.subspace.codes)
+    assert deferred.sketch is None and deferred.subspace is None  # searches scan in full meanwhile
+    unfitted = [deferred.search(q, 10, 40) for q in queries]
+    due = deferred.refit_due()
+    assert (due.rows, due.subspace, due.sketch) == (1500, True, True)
+    deferred.install(deferred.fit(due))
+    assert deferred.refit_due() is None
+    for q in queries:
+        rows, scores = deferred.search(q, 10, 40)
+        want_rows, want_scores = eager.search(q, 10, 40)
+        np.testing.assert_array_equal(rows, want_rows)
+        np.testing.assert_allclose(scores, want_scores, atol=1e-6)
+    truth = [set(np.argsort(-(x @ q))[:10].tolist()) for q in queries]
+    recall = np.mean([len(t & set(r[:10].tolist())) / 10 for t, (r, _) in zip(truth, unfitted)])
+    assert recall > 0.7  # what searches got before the fit was installed: a full scan, right if less sharp
+
+
+def test_rows_written_while_the_fit_runs_are_sketched_when_it_is_installed(small_thresholds):
+    index = CodeIndex(96, 32, 7, defer_refit=True)
+    _add(index, _vectors(1100, 4))
+    due = index.refit_due()
+    late = _vectors(300, 5)
+    _add(index, late)  # a write between "due" and the fit: a new baseline and 300 rows
+    fitted = index.fit(due)
+    assert fitted.sketch.n == 1100 and fitted.sketch.fitted_at == 1100
+    index.install(fitted)
+    assert index.sketch.n == index.n == 1400 and len(index.sketch.base_proj) == index.n_baselines == 2
+    for i in (0, 150, 299):  # a late row is found through the sketch (the pool is far under 1,400 rows)
+        rows, _ = index.search(late[i], 1, 40)
+        assert rows[0] == 1100 + i
+
+
+def test_the_library_refits_without_holding_the_lock(tmp_path, encoder, profile, monkeypatch):
+    """Ordered with events, not timed: while the fit runs, another thread takes the lock, searches
+    and writes; the fit then installs and covers those writes."""
+    monkeypatch.setattr(index_module, "SKETCH_MIN_ROWS", 64)
+    started, release = threading.Event(), threading.Event()
+    fit = CodeIndex.fit
+
+    def held_fit(self, due):
+        started.set()
+        assert release.wait(30)
+        return fit(self, due)
+
+    monkeypatch.setattr(CodeIndex, "fit", held_fit)
+    lock = threading.Lock()
+    with Library(tmp_path / "lib.sqlite", encoder=encoder, profile=profile, defer_merge=True) as lib:
+        vectors = unit(100, 1)
+        lib.add_vectors(experiences(100, seed=1), vectors)
+        index = lib.search_index.index
+        assert index.sketch is None and index.refit_due().sketch
+        refit = threading.Thread(target=lib.refit_index, args=(lock,))
+        refit.start()
+        assert started.wait(30)
+        assert lock.acquire(timeout=30)  # free while the fit runs
+        try:
+            assert lib.search_vector(vectors[3], k=1, min_similarity=0.5)[0].score > 0.9  # the unfitted index answers
+            late = unit(5, 2)
+            late_ids = lib.add_vectors(experiences(5, seed=2), late)
+        finally:
+            lock.release()
+        release.set()
+        refit.join(30)
+        assert not refit.is_alive() and index.sketch is not None
+        assert index.sketch.n == index.n == 105 and index.refit_due() is None
+        assert [lib.search_vector(v, k=1, min_similarity=0.5)[0].experience.id for v in late] == late_ids
+        assert lib.refit_index(lock) is False  # nothing due: nothing fitted
+
+
+def test_an_eager_library_refits_as_it_writes(tmp_path, encoder, profile, monkeypatch):
+    monkeypatch.setattr(index_module, "SKETCH_MIN_ROWS", 64)
+    with Library(tmp_path / "lib.sqlite", encoder=encoder, profile=profile) as lib:
+        lib.add_vectors(experiences(100, seed=1), unit(100, 1))
+        assert lib.search_index.index.sketch.n == 100
+    with Library(tmp_path / "lib.sqlite", encoder=encoder, profile=profile, defer_merge=True) as lib:
+        assert lib.search_index.index.sketch.n == 100  # a deferring library opens fitted
