@@ -20,7 +20,7 @@ Stages over what the index holds (≈ 1.1 KB an experience at d = 7680):
    recall@10 0.9465).
 2b. where the library's deltas lie (almost) in a few principal directions, as the default Zen
    space's do: the best candidates decoded again, consistently with their sign bits, inside
-   the directions learned from the codes (`_Subspace`; Zen space at 10k rows: 0.9495 → 0.959).
+   the directions learned from the codes (`_Subspace`; Zen space: 0.9495 → 0.956 at 10k rows).
 3. optional, when the encoder knows the subspace its outputs lie in: the best candidates decoded
    again, consistently with their sign bits, inside that subspace (`Support`).
 
@@ -392,9 +392,12 @@ class _Subspace:
     the coordinates whose sign disagrees with the code, keeping their length, and its estimate
     moves by ⟨V Rq, c − c₀⟩ (the part of q outside V keeps the linear estimate). One step on the
     best 20 candidates is three (20 × d) · (d × 128) products, a few ms. Measured on the default
-    Zen space, whose top 128 directions hold 0.99 of the deltas' signal: recall@10 0.9495 → 0.959
-    at 10k rows and 0.9535 → 0.960 at 100k (the encoder's own 290-dim support, 3 steps: 0.972 at
-    30 ms; more steps in the learned directions gain nothing, being estimated from 1-bit codes).
+    Zen space, whose top 128 directions hold 0.99 of the deltas' signal (`dso bench retrieval`):
+    recall@10 0.9495 → 0.956 at 10k rows and 0.9535 → 0.959 at 100k. The gain varies with the
+    library: over the first 2.5k–9k of those rows it is 0 to +0.0085 (−0.0075 at 3k), +0.004 on
+    average. The encoder's own 290-dim support, 3 steps, gives 0.972 at 30 ms; more steps in the
+    learned directions, or directions refitted on refined rows, gain nothing (they are estimated
+    from 1-bit codes).
     In lifted MiniLM (384 flat-ish dims) the top 128 hold 0.87 of the signal and the step gains
     nothing (0.9465 → 0.9435), so it runs only where they hold `SUBSPACE_SHARE`.
     """
