@@ -119,7 +119,9 @@ def test_a_flood_in_one_read_is_cut_into_rounds_of_bounded_size(tmp_path):
 
     async def main():
         hub = InProcessHub()
-        node = await Node.open(NodeConfig(tmp_path, encoder=None, dim=DIM, rule="mean"), hub.transport())
+        # the subject is rounds, not the newcomers' row budgets
+        config = NodeConfig(tmp_path, encoder=None, dim=DIM, rule="mean", soup={"new_keys_row_limit": None})
+        node = await Node.open(config, hub.transport())
         rounds = []
         node.on_round = lambda result: rounds.append(sum(len(b) for b in result.batches))
         await node.start()

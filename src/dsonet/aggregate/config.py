@@ -24,6 +24,18 @@ class DeltaSoupConfig:
     rate_window_ms: int = 3_600_000
     new_key_rate_limit: int = 20  # batches per window for a key not yet trusted (see `trusted`)
     new_keys_per_window: int = 1000  # distinct keys not yet trusted admitted per window: bounds Sybil floods
+    # Rows as well as batches: a batch may hold 1,000 rows, so batch limits alone let 40 fresh keys
+    # land 40,000 rows in a minute (issue 14, finding 5). An honest learner publishes tens of
+    # lessons an hour, in batches of at most 100 (`NodeConfig.max_batch_experiences`), and is
+    # trusted after six admitted batches: 1,000 rows a key (ten full batches, or one of the
+    # protocol's largest) covers a newcomer's way to trust even after a long outage. The shared
+    # budget counts only rows past each key's first 50 in the window, so a newcomer publishing
+    # normally never draws on it and a flood that drains it cannot starve one; 5,000 such rows is
+    # five newcomers catching up on a thousand lessons each in one hour. A key this node has
+    # admitted before is deferred past either budget, not dropped (`Node`). None: no budget.
+    new_key_row_limit: int | None = 1000  # rows per window from one key not yet trusted
+    new_key_free_rows: int = 50  # rows per window of such a key that do not draw on the shared budget
+    new_keys_row_limit: int | None = 5000  # rows per window past their free rows, all such keys together
     max_batch_bytes: int = MAX_BATCH_BYTES  # payloads above this are refused before parsing
     max_batch_experiences: int = MAX_EXPERIENCES
     # --- speed: the median and MAD are taken on a seeded sample of rows. Sampling rows uniformly
@@ -42,4 +54,5 @@ class DeltaSoupConfig:
     @classmethod
     def paper(cls, **overrides) -> "DeltaSoupConfig":
         """The paper's DeltaSoup alone: every defence of ours off."""
-        return replace(cls(reencode_per_batch=0, feedback=False, max_source_share=None, scale_floor=False), **overrides)
+        return replace(cls(reencode_per_batch=0, feedback=False, max_source_share=None, scale_floor=False,
+                           new_key_row_limit=None, new_keys_row_limit=None), **overrides)

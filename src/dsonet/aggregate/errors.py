@@ -20,6 +20,7 @@ class RateLimited(AggregationError):
     """A verified batch whose sender is over its rate: nothing is wrong with it but its timing, so
     a receiver may hold it and submit it again later (`Node` does, for senders it knows)."""
 
-    def __init__(self, node_id: str, problem: str):
-        super().__init__("rate", problem)
+    def __init__(self, node_id: str, problem: str, field: str = "rate"):
+        """``field``: "rate" (batches over the window), "rows" (a newcomer's row budget)."""
+        super().__init__(field, problem)
         self.node_id = node_id

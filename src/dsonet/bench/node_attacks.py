@@ -323,5 +323,7 @@ def run(quick: bool, docs, doc_vectors: np.ndarray, query_vectors: np.ndarray, e
     soup = DeltaSoupConfig()
     return {"rows": rows, "sizes": sizes.__dict__, "clients": CLIENTS, "dim": DIM,
             "limits": {"new_keys_per_window": soup.new_keys_per_window, "new_key_rate_limit": soup.new_key_rate_limit,
+                       "new_key_row_limit": soup.new_key_row_limit, "new_key_free_rows": soup.new_key_free_rows,
+                       "new_keys_row_limit": soup.new_keys_row_limit,
                        "rate_window_ms": soup.rate_window_ms, "max_batch_experiences": soup.max_batch_experiences,
                        "capacity": NodeConfig(Path(".")).capacity}}

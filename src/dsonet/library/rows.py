@@ -10,8 +10,10 @@ Convergence (a CRDT): the rows are a function of the *set* of delivered items an
 whatever the order or the number of deliveries. For one (id, signer) delivered twice with
 different codes, this node's own row wins (it holds the float), then the higher confidence,
 then the smaller code digest. A tombstone wins over its (id, signer) forever; a local delete
-tombstones the id for every signer. Capacity eviction drops the lowest-quality rows and
-remembers them, so a re-delivery does not bring them back.
+tombstones the id for every signer. Capacity eviction drops rows and remembers them, so a
+re-delivery does not bring them back: first the rows of signers the owner does not trust yet
+(``evict_first``; a flood from new keys cannot push out trusted rows, whatever confidence it
+claims), then other peers' rows, and this node's own rows last; within each, lowest quality first.
 
 Every write is one transaction: a crash loses nothing acknowledged and leaves no half batch.
 """
@@ -23,7 +25,7 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -91,8 +93,9 @@ class Written:
 
 
 class RowStore:
-    def __init__(self, path: Path, capacity: int | None = None):
-        self.path, self.capacity = path, capacity
+    def __init__(self, path: Path, capacity: int | None = None, evict_first: Callable[[str], bool] | None = None):
+        """``evict_first``: whether a peer's rows go before other peers' at capacity (see the module doc)."""
+        self.path, self.capacity, self.evict_first = path, capacity, evict_first
         self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")  # an acknowledged commit survives power loss too
@@ -250,10 +253,20 @@ class RowStore:
         (n,) = self.db.execute("SELECT COUNT(*) FROM experiences").fetchone()
         if n <= self.capacity:
             return []
-        # quality: confidence, scaled by the observed help rate (Laplace-smoothed); ties by id
+        first = []
+        if self.evict_first is not None:
+            first = [(s,) for (s,) in self.db.execute("SELECT DISTINCT signer FROM experiences WHERE received = 1")
+                     if self.evict_first(s)]
+        self.db.execute("CREATE TEMP TABLE IF NOT EXISTS evict_first (signer TEXT PRIMARY KEY)")
+        self.db.execute("DELETE FROM evict_first")
+        self.db.executemany("INSERT INTO evict_first VALUES (?)", first)
+        # standing (untrusted peers, peers, own rows), then quality: confidence scaled by the observed
+        # help rate (Laplace-smoothed); ties by id
         doomed = self.db.execute(
-            "SELECT id, signer, seq FROM experiences ORDER BY confidence * (helped + 1.0) / (uses + 2.0) ASC,"
-            " id DESC, signer DESC LIMIT ?", (n - self.capacity,)).fetchall()
+            "SELECT id, signer, seq FROM experiences ORDER BY CASE WHEN received = 0 THEN 2"
+            " WHEN signer IN (SELECT signer FROM evict_first) THEN 0 ELSE 1 END,"
+            " confidence * (helped + 1.0) / (uses + 2.0) ASC, id DESC, signer DESC LIMIT ?",
+            (n - self.capacity,)).fetchall()
         self.db.executemany("INSERT OR IGNORE INTO evicted VALUES (?, ?)", [(i, s) for i, s, _ in doomed])
         self.db.executemany("DELETE FROM experiences WHERE seq = ?", [(q,) for _, _, q in doomed])
         return [(i, q) for i, _, q in doomed]

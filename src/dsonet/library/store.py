@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -53,10 +53,13 @@ class Hit:
 class Library:
     def __init__(self, path: str | Path, encoder=None, profile: Profile | None = None, capacity: int | None = None,
                  support: np.ndarray | None = None, merge: MergeRule = MergeRule(),
-                 trust: Callable[[str], float] | None = None, defer_merge: bool = False):
+                 trust: Callable[[str], float] | None = None, defer_merge: bool = False,
+                 trusted: float | None = None):
         """``support``: vectors spanning the subspace the encoder's outputs lie in (e.g.
         `ZenReranker.support()`); turns on the index's stage 3. ``trust``: a signer's weight in
         the merged view (a node passes its reputation); every signer weighs 1 without it.
+        ``trusted``: past ``capacity``, rows of signers ``trust`` puts under this are evicted
+        before other peers' (this library's own rows always last; see `RowStore`).
         ``defer_merge``: writes leave the merged view to `rebuild_merged` instead of the next
         read, and the index's refits to `refit_index` (a node that searches while it ingests; see
         `MergedView` and `dsonet.library.index`)."""
@@ -65,7 +68,8 @@ class Library:
         self._encoder = encoder
         self.trust = trust
         self.defer_merge = defer_merge
-        self.rows = RowStore(self.path, capacity)
+        untrusted = None if trust is None or trusted is None else (lambda signer: trust(signer) < trusted)
+        self.rows = RowStore(self.path, capacity, evict_first=untrusted)
         self.profile: Profile | None = None  # known once bound to the file's profile
         self.profile = self._bind_profile(profile)
         self.search_index = RowIndex(self.rows, self.profile, support, defer_refit=defer_merge)
@@ -157,32 +161,46 @@ class Library:
         p = self.profile
         return compress(vectors, p.group_size, baseline=p.baseline, rotation_seed=p.rotation_seed)
 
-    def ingest(self, batch: CompressedBatch, keep: np.ndarray | None = None, encode_texts: bool = False) -> IngestResult:
+    def ingest(self, batch: CompressedBatch, keep: np.ndarray | None = None, encode_texts: bool = False,
+               vectors: list[np.ndarray | None] | None = None) -> IngestResult:
         """Store the codes of an already-verified batch, rows admitted by ``keep`` only, as rows of its
         signer (whatever provenance the rows claim). Idempotent.
 
         ``encode_texts``: also encode the admitted texts with this library's encoder and keep the
         floats in the file, so searches rank peers' experiences as exactly as this node's own;
         costs the encoder's time and 4·d bytes a row on disk. The codes stay the peer's, so the
-        merged view is the same on every node.
+        merged view is the same on every node. ``vectors``: those floats, encoded beforehand by
+        `encode_admitted` (a node encodes without holding the lock its searches take).
         """
+        rows = self._admitted(batch, keep)
+        exps = [batch.experiences[i] for i in rows]
+        if encode_texts and vectors is None:
+            vectors = self.encode_admitted(batch, keep, nullcontext())
+        if vectors is not None and len(vectors) != len(exps):
+            raise LibraryError(f"vectors: {len(vectors)} for {len(exps)} admitted rows; give one (or None) per row")
+        result = self._write(exps, batch.node_id, batch.codes.signs[rows], batch.codes.scales[rows],
+                             batch.codes.baseline, vectors if exps else None, received=True)
+        return IngestResult(result.added, result.duplicates, result.rejected + len(batch) - len(rows), result.evicted)
+
+    def _admitted(self, batch: CompressedBatch, keep: np.ndarray | None) -> np.ndarray:
+        """The rows of a batch ``keep`` admits, once the batch is known to fit this library."""
         if batch.profile != self.profile:
             raise LibraryError(f"batch.profile: {batch.profile.to_dict()} is not this library's {self.profile.to_dict()}")
         if keep is not None and len(keep) != len(batch):
             raise LibraryError(f"keep: {len(keep)} entries for a batch of {len(batch)}; give one boolean per row")
-        rows = np.arange(len(batch)) if keep is None else np.flatnonzero(np.asarray(keep, bool))
-        exps = [batch.experiences[i] for i in rows]
-        vectors = self._encode_missing(exps, batch.node_id) if encode_texts and exps else None
-        result = self._write(exps, batch.node_id, batch.codes.signs[rows], batch.codes.scales[rows],
-                             batch.codes.baseline, vectors, received=True)
-        return IngestResult(result.added, result.duplicates, result.rejected + len(batch) - len(rows), result.evicted)
+        return np.arange(len(batch)) if keep is None else np.flatnonzero(np.asarray(keep, bool))
 
-    def _encode_missing(self, exps: list[Experience], signer: str) -> list[np.ndarray | None]:
-        """Our encoding of each text that needs one: not again where the row's float is held already
-        (a stream replay), nor where the row is tombstoned or evicted."""
-        blocked = self.rows.blocked((e.id, signer) for e in exps)
-        idx = self.search_index
-        held = {(e.id, signer) for e in exps for r in idx.rows_of(e.id) if idx.signers[r] == signer and idx.held[r]}
+    def encode_admitted(self, batch: CompressedBatch, keep: np.ndarray | None,
+                        lock: AbstractContextManager) -> list[np.ndarray | None]:
+        """Our encoding of each admitted text that needs one, for `ingest` (``vectors``): not again
+        where the row's float is held already (a stream replay), nor where the row is tombstoned or
+        evicted. ``lock`` is held only to find those; the encoding runs without it."""
+        exps = [batch.experiences[i] for i in self._admitted(batch, keep)]
+        signer = batch.node_id
+        with lock:
+            blocked = self.rows.blocked((e.id, signer) for e in exps)
+            idx = self.search_index
+            held = {(e.id, signer) for e in exps for r in idx.rows_of(e.id) if idx.signers[r] == signer and idx.held[r]}
         todo = [i for i, e in enumerate(exps) if (e.id, signer) not in blocked and (e.id, signer) not in held]
         out: list[np.ndarray | None] = [None] * len(exps)
         if todo:

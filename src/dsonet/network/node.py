@@ -21,8 +21,9 @@ stream order; agents' calls (search, reads, submissions, publishing) run on a sm
 reader threads. Both hold the library's `FairLock` for each library call, and ingest holds it
 for one turn of at most `TURN_ROWS` rows (one full batch, or several small ones, each its own
 transaction), so a search waits for at most one turn, never for a whole round, and never sees
-half a batch. Near-duplicates among new rows are merged after each read of the stream, off
-the lock (`Library.rebuild_merged`). Encoding never runs on the event loop.
+half a batch. Near-duplicates among new rows are merged after each read of the stream, and
+the index's sketch and subspace are fitted again as the library outgrows them, both off the
+lock (`Library.rebuild_merged`, `Library.refit_index`). Encoding never runs on the event loop.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ class NodeConfig:
     batch_size: int = 10  # ... or after 10 new experiences
     max_batch_experiences: int = 100  # a long outage is published in batches of at most this many
     subject_prefix: str = "dso"
-    capacity: int | None = 200_000  # rows kept (lowest quality evicted first): a flood cannot fill the disk
+    # rows kept (those of signers not yet trusted evicted first, own rows last): a flood cannot fill the disk
+    capacity: int | None = 200_000
     soup: dict[str, Any] = field(default_factory=dict)  # DeltaSoupConfig overrides
     # The paper's coordinate-wise MAD rule ("deltasoup") drops 90-100 % of honest rows on real
     # BitDelta codes (MiniLM, g = d: each ê is ē + α·s, so per-coordinate MADs are tiny); "median"
@@ -156,7 +158,7 @@ class Node:
         self.soup = DeltaSoup(config=soup_config, profiles=[self.profile], rule=self.config.rule, encoder=self.encoder)
         self.library = Library(self.config.data_dir / "library.sqlite", encoder=self.encoder, profile=self.profile,
                                capacity=self.config.capacity, merge=MergeRule(self.config.theta_dup),
-                               trust=self._trust, defer_merge=True)
+                               trust=self._trust, defer_merge=True, trusted=soup_config.trusted)
         self._pending = self.library.count_unpublished()
 
     def _trust(self, signer: str) -> float:
@@ -432,7 +434,7 @@ class Node:
         peer = self.peers.get(exc.node_id)
         if peer is not None and peer.accepted > 0:
             with self._state:
-                room = len(self.library.deferred()) < MAX_DEFERRED
+                room = self.library.count_deferred() < MAX_DEFERRED
                 if room:
                     self.library.defer(msg.data, msg.timestamp_ms)
             if room:
@@ -477,23 +479,36 @@ class Node:
         result = self.soup.round(now_ms=now_ms, reference=reference)  # the heavy part, without the lock
         try:
             for turn in _turns([len(b) for b in result.batches]):
+                floats = {i: self._encode_admitted(result.batches[i], result.keep[i]) for i in turn}
                 with self._state:  # a few batches' transactions a turn: a search waits for one turn at most
                     for i in turn:
-                        self._store(result.batches[i], result.keep[i])
+                        self._store(result.batches[i], result.keep[i], floats[i])
         except BaseException:
             self.soup.release(result.batches)
             raise
         self.soup.settle(result.batches)
+        self.library.refit_index(self._state)  # a flood can outgrow the index's fit within one read
         for node_id, _, reason in result.rejected:
             self.metrics.rejected_experiences.labels(reason=reason.split(":")[0]).inc()
         self.metrics.accepted_batches.inc(len(result.batches))
         if self.on_round is not None:
             self.on_round(result)
 
-    def _store(self, batch: CompressedBatch, keep: np.ndarray) -> None:
-        """One admitted batch into the library, in its own transaction (the caller holds the lock)."""
+    def _encode_admitted(self, batch: CompressedBatch, keep: np.ndarray) -> list | None:
+        """With ``encode_texts``, our floats for a batch's admitted rows, encoded before its turn on the
+        lock (up to 1,000 texts, seconds): the lock is taken only to see which rows need one."""
+        if not self.config.encode_texts:
+            return None
         try:
-            ingested = self.library.ingest(batch, keep, encode_texts=self.config.encode_texts)
+            return self.library.encode_admitted(batch, keep, self._state)
+        except (LibraryError, BatchError):
+            return None  # the library refuses the batch when it is stored, and says why
+
+    def _store(self, batch: CompressedBatch, keep: np.ndarray, floats: list | None = None) -> None:
+        """One admitted batch into the library, in its own transaction (the caller holds the lock);
+        ``floats``: our encodings of its admitted rows (`_encode_admitted`)."""
+        try:
+            ingested = self.library.ingest(batch, keep, vectors=floats)
         except (LibraryError, BatchError) as exc:
             self._reject(batch.node_id, exc)
             return
@@ -508,6 +523,7 @@ class Node:
         `Library.rebuild_merged`): searches meanwhile show new rows unmerged."""
         self._merge_queued = False  # first: a write from now on queues another merge
         self.library.rebuild_merged(self._state)
+        self.library.refit_index(self._state)
 
     def _schedule_merge(self) -> None:
         """A merge on the ingest thread, in turn with the rounds, not awaited; one queued at a time,
