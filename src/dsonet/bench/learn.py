@@ -323,17 +323,26 @@ def summarise(llm_name: str, family: str, per_seed: list[dict]) -> dict:
 
 
 def pilot(llm, families, n: int, tokens: int, log=print) -> dict:
-    """Accuracy without lessons on ``n`` training items of each family: which families to keep."""
-    from dsonet.learn.evaluate import answer
+    """On ``n`` training items of each family: accuracy without lessons (is the model partly right?),
+    with the family's hand-written correct lesson alone and with neutral text of its length (can a
+    lesson change its answers at all?): which families to keep."""
+    from dsonet.learn.evaluate import answer, mcnemar
     from dsonet.learn.tasks import family_splits
 
     out = {}
     for family in families:
         (train,) = family_splits(family, [n])
+        lesson = FAMILIES[family].reference
         run = answer(llm, train, None, max_tokens=tokens)
-        out[family] = {"n": n, "accuracy": round(run.accuracy, 4), "parse_failures": run.parse_failures,
-                       "s_per_item": round(run.wall_s / n, 2), "kept": family in KEPT}
-        log(f"  pilot {family}: {out[family]}")
+        row = {"n": n, "accuracy": round(run.accuracy, 4), "parse_failures": run.parse_failures,
+               "s_per_item": round(run.wall_s / n, 2), "kept": family in KEPT}
+        if lesson:
+            ref = answer(llm, train, notes=lambda t: ([lesson], []), max_tokens=tokens)
+            neutral = answer(llm, train, notes=lambda t: (neutral_notes([len(lesson.split())]), []), max_tokens=tokens)
+            row |= {"accuracy_reference": round(ref.accuracy, 4), "accuracy_neutral": round(neutral.accuracy, 4),
+                    "p_mcnemar_reference": round(mcnemar(ref.correct, run.correct), 4)}
+        out[family] = row
+        log(f"  pilot {family}: {row}")
     return out
 
 
@@ -343,14 +352,15 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [c for c in CONDITIONS if all(c in r["wilson"] for r in rows)]  # older rows lack "reference"
+    names = [c for c in CONDITIONS if any(c in r["wilson"] for r in rows)]  # older rows lack "reference"
     fig, ax = plt.subplots(figsize=(2.2 + 2.4 * len(rows), 3.6))
     width = 0.8 / len(names)
     for j, name in enumerate(names):
         xs = np.arange(len(rows)) + (j - len(names) / 2 + 0.5) * width
-        acc = np.array([r["wilson"][name] for r in rows])
-        mid = np.array([r["accuracy_with" if name == "own" else f"accuracy_{name}"] for r in rows])
-        ax.bar(xs, mid, width, label=name, yerr=[mid - acc[:, 0], acc[:, 1] - mid], capsize=2)
+        acc = np.array([r["wilson"].get(name, [np.nan, np.nan]) for r in rows])
+        mid = np.array([r.get("accuracy_with" if name == "own" else f"accuracy_{name}", np.nan) for r in rows])
+        ax.bar(xs, np.nan_to_num(mid), width, label=name, capsize=2,
+               yerr=np.nan_to_num([mid - acc[:, 0], acc[:, 1] - mid]))
     ax.set_xticks(np.arange(len(rows)), [f"{r['task']}\nn={r['n_eval']}×{r['seeds']}" for r in rows], fontsize=8)
     ax.set_ylabel("held-out accuracy (Wilson 95%)")
     ax.set_title(f"Lessons on held-out tasks: {rows[0]['llm']}", fontsize=9)
@@ -371,7 +381,9 @@ def plot(rows: list[dict], path: Path) -> None:
 @click.option("--reflector", default=None,
               help="A second embedded model that writes the lessons (summaries, advantage, library update) "
                    "while --model answers, e.g. qwen2.5-coder-1.5b.")
-@click.option("--pilot", "pilot_n", type=int, default=0, help="Only run the family pilot on N training items each.")
+@click.option("--pilot", "pilot_n", type=int, default=0,
+              help="Only run the family pilot on N training items each: accuracy without lessons, with the family's "
+                   "hand-written correct lesson, and with neutral text of its length.")
 @click.option("--out", "out_name", default=None, help="Results name under bench/results (default learn / learn-quick).")
 @click.option("--combine", default=None, metavar="NAME,NAME",
               help="Only merge the rows of earlier runs' results (e.g. one per family) into learn.json and its plot.")
@@ -411,8 +423,15 @@ def cli(quick, families, seeds, held_out, url, model, reflector, pilot_n, out_na
     row_llm = base.name + (f" (lessons by {teacher.name})" if teacher else "")
     log = lambda msg: click.echo(f"[{time.strftime('%H:%M:%S')}] {msg}")  # noqa: E731
     if pilot_n:
-        data = pilot(llm, list(FAMILIES), pilot_n, plan.answer_tokens, log)
-        (RESULTS_DIR / "learn-pilot.json").write_text(json.dumps({"llm": base.name, "families": data}, indent=1))
+        data = pilot(llm, list(families) or [f for f, v in FAMILIES.items() if v.poison], pilot_n, plan.answer_tokens, log)
+        path = RESULTS_DIR / "learn-pilot.json"
+        before = json.loads(path.read_text()) if path.exists() else {}
+        kept = before.get("families", {}) if before.get("llm") == base.name else {}
+        path.write_text(json.dumps({
+            "llm": base.name, "items": f"the first {pilot_n} training items of each family (family_splits)",
+            "prompt": "system 'You are a careful problem solver.' (+ the lesson or the neutral text as a note), "
+                      f"question + answer-only format, greedy, {plan.answer_tokens} tokens",
+            "families": kept | data}, indent=1))
         return
     families = list(families) or (["letter_counting"] if quick else list(KEPT))
     for f in families:

@@ -146,8 +146,9 @@ def headline(results: Path) -> str:
             rows.append([f"accuracy without → with experiences ({r['llm']}, {r['task']})", "AIME24 80.0 → 82.7 (DeepSeek-V3.1)",
                          f"{100 * r['accuracy_without']:.1f}% → {100 * r['accuracy_with']:.1f}% (n = {r['n_eval']}, "
                          f"95% CI of the difference {r['ci95']}, coverage {r.get('coverage')})",
-                         f"neutral text of the same length: {100 * r['accuracy_neutral']:.1f}%" if "accuracy_neutral" in r
-                         else "–", "learn"])
+                         f"neutral text of the same length: {100 * r['accuracy_neutral']:.1f}%"
+                         + (f"; a hand-written correct lesson: {100 * r['accuracy_reference']:.1f}%"
+                            if "accuracy_reference" in r else "") if "accuracy_neutral" in r else "–", "learn"])
     if not rows:
         return "No benchmark results yet: run `dso bench all`."
     return _table(["claim", "paper", "dsonet (measured here)", "alternative, same run", "benchmark"], rows)
@@ -158,13 +159,16 @@ def _learn_notes(learn: dict) -> str:
     refused, which families the pilot tried, a few lessons."""
     lines = ["Conditions on the same held-out items, greedy, answer-only prompts: without lessons; own (node 0's); "
              "neutral text of the same length (control); fleet (peers' lessons through DeltaSoup); poisoned fleet "
-             "(a node publishing plausible but wrong lessons with honest vectors); the poison alone. "
+             "(a node publishing plausible but wrong lessons with honest vectors); the poison alone; and, where measured, "
+             "the family's hand-written correct lesson alone (can any lesson help this model here?). "
              "95% CIs are paired bootstrap intervals of each condition − without; p is McNemar's exact test."]
     for r in learn.get("rows", []):
         per = r.get("per_seed", [{}])[0]
         lines.append(f"- **{r['task']}** (n = {r['n_eval']} × {r.get('seeds', 1)} seed(s)): Wilson intervals "
                      f"{r.get('wilson')}; CIs neutral {r.get('ci95_neutral')}, fleet {r.get('ci95_fleet')}, poisoned "
-                     f"{r.get('ci95_poisoned')}, poison alone {r.get('ci95_poison_only')}; McNemar p {r.get('p_mcnemar_all')}; "
+                     f"{r.get('ci95_poisoned')}, poison alone {r.get('ci95_poison_only')}"
+                     + (f", correct lesson alone {r['ci95_reference']}" if "ci95_reference" in r else "")
+                     + f"; McNemar p {r.get('p_mcnemar_all')}; "
                      f"coverage {r.get('coverage_all')}; parse failures {r.get('parse_failures')}; lessons kept by node 0: "
                      f"{per.get('lessons')}; poisoned share: {per.get('poisoned_share')}.")
     pilot = learn.get("pilot") or {}
