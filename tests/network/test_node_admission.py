@@ -145,3 +145,19 @@ def test_the_index_is_refitted_without_holding_the_lock(tmp_path, monkeypatch):
 
     during, unfitted, (sketched, rows) = asyncio.run(main())
     assert during and unfitted and sketched == rows == 50
+
+
+def test_a_serving_node_leaves_a_core_to_searches_and_restores_blas_after():
+    import os
+
+    from threadpoolctl import threadpool_info
+
+    from dsonet.network.access import serving
+
+    def blas():
+        return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+    before = blas()
+    with serving() as threads:
+        assert threads == max(1, (os.cpu_count() or 1) - 1) and blas() <= {threads}
+    assert blas() == before

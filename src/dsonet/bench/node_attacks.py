@@ -14,6 +14,8 @@ interleaved with one more batch from every honest peer. Reported per attack:
 - ``rss_growth_mb``: the process's peak resident memory during the attack over the baseline;
 - search latency p50 / p99 (ms) with 20 concurrent clients, during the attack and without it.
 
+BLAS threads are held as `dso node start` holds them (`dsonet.network.access.serving`).
+
 The vectors: MiniLM encodings of GSM8K sentences (questions for the searches), lifted to the
 default profile's 7680 dims by a fixed orthonormal map (as `dso bench codec` does). The node's
 encoder, used by the re-encoding defence, answers each text the bench sends with the vector
@@ -317,11 +319,14 @@ def run(quick: bool, docs, doc_vectors: np.ndarray, query_vectors: np.ndarray, e
     from dsonet.aggregate import DeltaSoupConfig
     from dsonet.network.node import NodeConfig
 
+    from dsonet.network.access import serving
+
     sizes = Sizes.of(quick)
     bench = Bench(encoder_id, tuple(docs), doc_vectors, query_vectors)
-    rows = [asyncio.run(run_attack(bench, sizes, name)) for name in attacks]
+    with serving() as blas_threads:  # as in a `dso node start` process
+        rows = [asyncio.run(run_attack(bench, sizes, name)) for name in attacks]
     soup = DeltaSoupConfig()
-    return {"rows": rows, "sizes": sizes.__dict__, "clients": CLIENTS, "dim": DIM,
+    return {"rows": rows, "sizes": sizes.__dict__, "clients": CLIENTS, "dim": DIM, "blas_threads": blas_threads,
             "limits": {"new_keys_per_window": soup.new_keys_per_window, "new_key_rate_limit": soup.new_key_rate_limit,
                        "new_key_row_limit": soup.new_key_row_limit, "new_key_free_rows": soup.new_key_free_rows,
                        "new_keys_row_limit": soup.new_keys_row_limit,

@@ -14,6 +14,7 @@ import signal
 import uvicorn
 
 from dsonet.asgi import check_exposure
+from dsonet.network.access import serving
 from dsonet.network.api import DEFAULT_MAX_BODY, create_app
 from dsonet.network.jetstream import NatsConfig, NatsTransport
 from dsonet.network.node import Node, NodeConfig
@@ -34,6 +35,12 @@ class _Server(uvicorn.Server):
 async def serve_node(config: NodeConfig, nats: NatsConfig | None, host: str = "127.0.0.1", port: int = 8080,
                      token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY) -> None:
     """``nats`` None: a standalone node on an in-process log (nothing is shared)."""
+    with serving():  # BLAS leaves a core to the searches (`dsonet.network.access`)
+        await _serve(config, nats, host, port, token, max_body_bytes)
+
+
+async def _serve(config: NodeConfig, nats: NatsConfig | None, host: str, port: int, token: str | None,
+                 max_body_bytes: int) -> None:
     check_exposure(host, token)  # beyond loopback only with a token (an empty one is none)
     transport = await NatsTransport.connect(nats, name=f"dso-{config.data_dir.name}") if nats else InProcessHub().transport()
     node = await Node.open(config, transport)
