@@ -384,7 +384,8 @@ def plot(rows: list[dict], path: Path) -> None:
 @click.option("--pilot", "pilot_n", type=int, default=0,
               help="Only run the family pilot on N training items each: accuracy without lessons, with the family's "
                    "hand-written correct lesson, and with neutral text of its length.")
-@click.option("--out", "out_name", default=None, help="Results name under bench/results (default learn / learn-quick).")
+@click.option("--out", "out_name", default=None,
+              help="Results name under bench/results (default learn / learn-quick, and learn-pilot with --pilot).")
 @click.option("--combine", default=None, metavar="NAME,NAME",
               help="Only merge the rows of earlier runs' results (e.g. one per family) into learn.json and its plot.")
 def cli(quick, families, seeds, held_out, url, model, reflector, pilot_n, out_name, combine):
@@ -424,7 +425,7 @@ def cli(quick, families, seeds, held_out, url, model, reflector, pilot_n, out_na
     log = lambda msg: click.echo(f"[{time.strftime('%H:%M:%S')}] {msg}")  # noqa: E731
     if pilot_n:
         data = pilot(llm, list(families) or [f for f, v in FAMILIES.items() if v.poison], pilot_n, plan.answer_tokens, log)
-        path = RESULTS_DIR / "learn-pilot.json"
+        path = RESULTS_DIR / f"{out_name or 'learn-pilot'}.json"
         before = json.loads(path.read_text()) if path.exists() else {}
         kept = before.get("families", {}) if before.get("llm") == base.name else {}
         path.write_text(json.dumps({

@@ -95,7 +95,7 @@ class AttackRow:
 class Wire:
     honest_batches: int
     honest_bytes: int
-    bytes_per_experience: float  # msgpack on the wire: text, signature and the batch's baseline included
+    bytes_per_experience: float  # msgpack on the wire: text, code, signature and framing
     code_bytes_per_experience: int  # the BitDelta code alone
     profile: dict
 
@@ -259,10 +259,9 @@ def format_report(report: DemoReport) -> str:
     lines += [f"  {lesson.node}: {lesson.text}" for lesson in report.lessons]
     w = report.wire
     lines += ["", f"== Wire == {w.honest_batches} honest batches, {w.honest_bytes:,} bytes: {w.bytes_per_experience:.0f} "
-              f"B per experience on the wire (msgpack, text and the batch's baseline included); the code itself is "
-              f"{w.code_bytes_per_experience} B at d = {w.profile['dim']}. Every batch carries its "
-              f"{4 * w.profile['dim']:,}-byte float32 baseline, so batches of one or two experiences pay mostly for "
-              "that; the paper's 10-per-batch rule amortises it."]
+              f"B per experience on the wire (msgpack: text, code, signature and framing); the code itself is "
+              f"{w.code_bytes_per_experience} B at d = {w.profile['dim']}. The baseline is the profile's, named by "
+              "its key and never sent (protocol v2)."]
     f = report.fidelity
     if f.n:
         lines.append(f"== Compression fidelity == cos(e, ê) over {f.n} published experiences: "
