@@ -27,6 +27,7 @@ def test_loading_a_missing_or_bad_key_says_how_to_fix_it(tmp_path):
     with pytest.raises(IdentityError, match="dso keygen"):
         NodeIdentity.load(tmp_path / "nope.key")
     (tmp_path / "bad.key").write_text("not a key")
+    (tmp_path / "bad.key").chmod(0o600)
     with pytest.raises(IdentityError, match="not a PEM"):
         NodeIdentity.load(tmp_path / "bad.key")
 

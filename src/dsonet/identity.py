@@ -2,6 +2,9 @@
 
 The papers name nodes by hash; a hash alone authenticates nothing, so every batch is
 signed and carries the public key, and receivers check sha256(public key) == node id.
+
+A key file others can read is refused, as ssh refuses such a private key: whoever read it can
+sign as this node. `chmod 600` it, or set DSONET_ALLOW_READABLE_KEY=1 to use it anyway.
 """
 
 from __future__ import annotations
@@ -18,8 +21,19 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from dsonet.errors import DsoError
 
 
+ALLOW_READABLE = "DSONET_ALLOW_READABLE_KEY"  # set to 1: use a key file group or others can read
+
+
 class IdentityError(DsoError):
-    """A key file that is missing, unreadable or not an Ed25519 private key."""
+    """A key file that is missing, unreadable, readable by others, or not an Ed25519 private key."""
+
+
+def check_key_mode(path: Path) -> None:
+    """Raise `IdentityError` where a key file's group or others have any access (ssh's rule)."""
+    mode = path.stat().st_mode & 0o777
+    if os.name == "posix" and mode & 0o077 and os.environ.get(ALLOW_READABLE) != "1":
+        raise IdentityError(f"{path} has mode {mode:04o}: others than its owner may read this node's private key; "
+                            f"chmod 600 {path} (or set {ALLOW_READABLE}=1 to use it as it is)")
 
 
 def node_id_of(public_key: bytes) -> str:
@@ -75,6 +89,7 @@ class NodeIdentity:
     def load(cls, path: str | Path) -> "NodeIdentity":
         path = Path(path)
         try:
+            check_key_mode(path)
             key = serialization.load_pem_private_key(path.read_bytes(), password=None)
         except FileNotFoundError:
             raise IdentityError(f"no key file at {path}; create one with `dso keygen {path}`") from None

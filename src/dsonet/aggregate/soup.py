@@ -85,6 +85,10 @@ class DeltaSoup:
         refused from now on, and they count against their senders' rate."""
         self._gate.settle(batches)
 
+    def remember(self, seen: dict[str, int]) -> None:
+        """Batch hashes (-> timestamp ms) the receiver stored before this soup existed: refused as replays."""
+        self._gate.remember(seen)
+
     def release(self, batches: list[CompressedBatch]) -> None:
         """The receiver could not store these batches (e.g. its disk is full): they may come again."""
         self._gate.release(batches)

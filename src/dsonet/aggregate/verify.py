@@ -8,7 +8,9 @@ a rejected batch.
 
 A batch the gate admits is *pending* until its receiver says it was stored (`settle`) or not
 (`release`): only a stored batch counts as seen, so a round that fails to store (a full disk, a
-locked database) leaves its batches free to be delivered again, not refused as replays.
+locked database) leaves its batches free to be delivered again, not refused as replays. The
+seen hashes live in memory; a receiver that stores batches durably records their hashes with
+them and hands them back through `Gate.remember` when it starts again (see `dsonet.network.node`).
 """
 
 from __future__ import annotations
@@ -149,6 +151,11 @@ class Gate:
                 self._shared_rows.add(p.at, p.shared)
             self._seen[batch.hash] = batch.timestamp_ms
             self._prune(p.at)
+
+    def remember(self, seen: dict[str, int]) -> None:
+        """Batches stored before this gate existed (hash -> batch timestamp ms, e.g. read back from the
+        library they were stored in): refused as replays, like the batches settled here."""
+        self._seen.update(seen)
 
     def release(self, batches: list[CompressedBatch]) -> None:
         """These pending batches were not stored: forget them, so a redelivery is admitted."""

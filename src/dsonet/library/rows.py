@@ -16,11 +16,19 @@ re-delivery does not bring them back: first the rows of signers the owner does n
 claims), then other peers' rows, and this node's own rows last; within each, lowest quality first.
 
 Every write is one transaction: a crash loses nothing acknowledged and leaves no half batch.
+A received batch's hash is written in its rows' transaction (``seen``), so a node that restarts
+still refuses a replay of what it stored; hashes past the freshness window are forgotten.
+
+The file is readable by its owner only (0600, and SQLite gives its -wal and -shm the same mode).
+A new file is created whole, under a temporary name renamed into place, so an existing file
+of 0 bytes is never one this code left: it is refused as damaged like a file whose header or
+pages are broken (`DamagedFile`), never opened as a new, empty library.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 import time
 from dataclasses import dataclass, field
@@ -56,7 +64,11 @@ CREATE TABLE IF NOT EXISTS evicted (id TEXT NOT NULL, signer TEXT NOT NULL, PRIM
 CREATE TABLE IF NOT EXISTS deferred (digest TEXT PRIMARY KEY, payload BLOB NOT NULL, received_ms INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS outbox (digest TEXT PRIMARY KEY, subject TEXT NOT NULL, payload BLOB NOT NULL,
                                    seq INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS seen (hash TEXT PRIMARY KEY, timestamp_ms INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS seen_time ON seen (timestamp_ms);
 """
+_MAGIC = b"SQLite format 3\x00"
+_DAMAGED_CODES = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}  # sqlite3 errors that mean the file, not the moment
 
 _COLUMNS = ["seq", "id", "signer", "text", "domain", "confidence", "model", "timestamp_ms", "iteration", "lineage",
             "signs", "scales", "baseline_id", "code_digest", "received", "vector", "published", "uses", "helped",
@@ -74,6 +86,75 @@ class LibraryError(DsoError, ValueError):
 class StorageError(DsoError):
     """The file could not be written (disk full, database locked, read-only): nothing was stored."""
 
+
+class DamagedFile(LibraryError):
+    """The library file cannot be read as a library: truncated, overwritten, not SQLite, a directory."""
+
+    def __init__(self, path: Path, why: str):
+        self.path, self.why = path, why
+        super().__init__(f"{path} is damaged ({why}): restore it from a backup, or move it aside "
+                         f"(mv {path} {path}.damaged) to start with an empty library")
+
+
+def check_file(path: Path) -> None:
+    """Raise `DamagedFile` where ``path`` exists and is not a whole SQLite file: a directory, 0 bytes,
+    a header that is not SQLite's, or fewer bytes than its header says it holds (truncated).
+    Reads the first 100 bytes only: the pages themselves are checked as SQLite reads them."""
+    if not os.path.lexists(path):
+        return
+    if path.is_dir():
+        raise DamagedFile(path, "a directory, not a file")
+    size = path.stat().st_size
+    if size == 0:
+        raise DamagedFile(path, "0 bytes; a library file is never left empty, so its data was lost")
+    with open(path, "rb") as f:
+        header = f.read(100)
+    if len(header) < 100 or not header.startswith(_MAGIC):
+        raise DamagedFile(path, f"its first bytes are not an SQLite header ({size} bytes)")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages, counter, valid_for = (int.from_bytes(header[i:i + 4], "big") for i in (28, 24, 92))
+    if page_size < 512 or page_size & (page_size - 1):
+        raise DamagedFile(path, f"its header names page size {page_size}")
+    wal = Path(f"{path}-wal")
+    pending = wal.exists() and wal.stat().st_size > 0  # a checkpoint cut short: the log holds the pages still to copy
+    if counter == valid_for and not pending and pages * page_size > size:  # the header's count is current
+        raise DamagedFile(path, f"truncated: {size} bytes where its header counts {pages * page_size}")
+
+
+def _create(path: Path) -> None:
+    """A new, empty library file (mode 0600) with its schema, renamed into place whole."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+    try:
+        db = sqlite3.connect(str(tmp), isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        finally:
+            db.close()  # the last connection checkpoints and removes the temporary -wal and -shm
+        os.replace(tmp, path)
+    finally:
+        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+            leftover.unlink(missing_ok=True)
+
+
+def _owner_only(path: Path) -> None:
+    """Files this node made before they were created 0600: readable by their owner only from now on."""
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            if p.stat().st_mode & 0o077:
+                p.chmod(0o600)
+        except OSError:
+            pass  # not there, or not ours to change: SQLite says so if it cannot use it
+
+
+def damaged(exc: sqlite3.Error) -> bool:
+    """Whether an sqlite3 error means the file is damaged (rather than busy, full or read-only)."""
+    return getattr(exc, "sqlite_errorname", "") in _DAMAGED_CODES
 
 @dataclass(frozen=True)
 class IngestResult:
@@ -96,13 +177,24 @@ class RowStore:
     def __init__(self, path: Path, capacity: int | None = None, evict_first: Callable[[str], bool] | None = None):
         """``evict_first``: whether a peer's rows go before other peers' at capacity (see the module doc)."""
         self.path, self.capacity, self.evict_first = path, capacity, evict_first
+        check_file(path)
+        if not os.path.lexists(path):
+            _create(path)
+        _owner_only(path)
         self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")  # an acknowledged commit survives power loss too
-        if self._columns("experiences") and "signer" not in self._columns("experiences"):
-            self._migrate_v1()
-        self._create_tables()
-        self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")  # an acknowledged commit survives power loss too
+            if self._columns("experiences") and "signer" not in self._columns("experiences"):
+                self._migrate_v1()
+            self._create_tables()
+            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        except sqlite3.DatabaseError as exc:
+            self.db.close()
+            if damaged(exc):
+                raise DamagedFile(path, str(exc)) from None
+            raise StorageError(f"{path}: {exc}; check the file and its folder (free space, permissions, "
+                               "another process holding it), then start again") from None
 
     def _create_tables(self) -> None:
         for statement in _SCHEMA.split(";"):  # one by one: executescript would commit an open transaction
@@ -183,12 +275,16 @@ class RowStore:
     # ------------------------------------------------------------------ writing
 
     def write(self, exps: list[Experience], signer: str | None, signs: np.ndarray, scales: np.ndarray,
-              baseline: np.ndarray, vectors: list | np.ndarray | None, received: bool) -> Written:
-        """Store rows in one transaction; ``signer`` None: each experience's provenance node id (local rows)."""
+              baseline: np.ndarray, vectors: list | np.ndarray | None, received: bool,
+              seen: tuple[str, int] | None = None) -> Written:
+        """Store rows in one transaction; ``signer`` None: each experience's provenance node id (local rows).
+        ``seen``: the (hash, timestamp ms) of the batch the rows came in, recorded in that transaction."""
         now = int(time.time() * 1000)
         added, dup, rejected, changed = [], 0, 0, []
         self.db.execute("BEGIN IMMEDIATE")
         try:
+            if seen is not None:
+                self.db.execute("INSERT OR IGNORE INTO seen VALUES (?, ?)", (seen[0], int(seen[1])))
             bid = self._baseline_id(baseline)
             keys = [(e.id, e.provenance.node_id if signer is None else signer) for e in exps]
             blocked = self.blocked(keys)
@@ -307,6 +403,15 @@ class RowStore:
         row = self.db.execute("SELECT COALESCE(SUM(uses), 0), COALESCE(SUM(helped), 0) FROM experiences WHERE id = ?",
                               (exp_id,)).fetchone()
         return int(row[0]), int(row[1])
+
+    def seen(self, since_ms: int) -> dict[str, int]:
+        """Hashes of the batches stored from ``since_ms`` on (batch timestamps), after forgetting older
+        ones: a batch older than the freshness window is refused as stale, so its hash is not needed."""
+        self.forget_seen(since_ms)
+        return dict(self.db.execute("SELECT hash, timestamp_ms FROM seen"))
+
+    def forget_seen(self, before_ms: int) -> None:
+        self.db.execute("DELETE FROM seen WHERE timestamp_ms < ?", (int(before_ms),))
 
     def defer(self, payload: bytes, received_ms: int) -> None:
         """Keep a received payload to submit again later (a known sender over its rate)."""

@@ -17,6 +17,7 @@ it stored instead of compressing the floats a second time.
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -32,10 +33,11 @@ from dsonet.errors import BatchError
 from dsonet.experience import Experience, Provenance
 from dsonet.library.merge import Member, MergedView, MergeRule
 from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K, RetrievalPolicy, estimate_tokens
-from dsonet.library.rows import ANY_SIGNER, COLUMN, IngestResult, LibraryError, RowStore, row_code, row_experience
+from dsonet.library.rows import (ANY_SIGNER, COLUMN, DamagedFile, IngestResult, LibraryError, RowStore, damaged,
+                                 row_code, row_experience)
 from dsonet.library.search import RowIndex
 
-__all__ = ["Hit", "IngestResult", "Library", "LibraryError"]
+__all__ = ["DamagedFile", "Hit", "IngestResult", "Library", "LibraryError"]
 _VECTOR = COLUMN["vector"]
 # A merged cluster's vector can score a little above its best member (the mean of near-duplicates);
 # the walk over candidates stops this far under the threshold.
@@ -71,8 +73,17 @@ class Library:
         untrusted = None if trust is None or trusted is None else (lambda signer: trust(signer) < trusted)
         self.rows = RowStore(self.path, capacity, evict_first=untrusted)
         self.profile: Profile | None = None  # known once bound to the file's profile
-        self.profile = self._bind_profile(profile)
-        self.search_index = RowIndex(self.rows, self.profile, support, defer_refit=defer_merge)
+        try:  # reads the profile and every row's code: where the file's pages are broken, SQLite says so here
+            self.profile = self._bind_profile(profile)
+            self.search_index = RowIndex(self.rows, self.profile, support, defer_refit=defer_merge)
+        except sqlite3.DatabaseError as exc:
+            self.rows.close()
+            if damaged(exc):
+                raise DamagedFile(self.path, str(exc)) from None
+            raise
+        except BaseException:
+            self.rows.close()
+            raise
         idx = self.search_index
         self.view = MergedView(merge, idx.index.reconstruct, lambda r: (idx.ids[r], idx.signers[r]), idx.domain_rows,
                                self.profile.dim, live=lambda rows: idx.index.live[rows])
@@ -179,7 +190,8 @@ class Library:
         if vectors is not None and len(vectors) != len(exps):
             raise LibraryError(f"vectors: {len(vectors)} for {len(exps)} admitted rows; give one (or None) per row")
         result = self._write(exps, batch.node_id, batch.codes.signs[rows], batch.codes.scales[rows],
-                             batch.codes.baseline, vectors if exps else None, received=True)
+                             batch.codes.baseline, vectors if exps else None, received=True,
+                             seen=(batch.hash, batch.timestamp_ms))
         return IngestResult(result.added, result.duplicates, result.rejected + len(batch) - len(rows), result.evicted)
 
     def _admitted(self, batch: CompressedBatch, keep: np.ndarray | None) -> np.ndarray:
@@ -208,8 +220,9 @@ class Library:
                 out[i] = v
         return out
 
-    def _write(self, exps, signer, signs, scales, baseline, vectors, received: bool) -> IngestResult:
-        written = self.rows.write(exps, signer, signs, scales, baseline, vectors, received)
+    def _write(self, exps, signer, signs, scales, baseline, vectors, received: bool,
+               seen: tuple[str, int] | None = None) -> IngestResult:
+        written = self.rows.write(exps, signer, signs, scales, baseline, vectors, received, seen)
         self._view_changed(self.search_index.refresh(written.changed, written.removed))
         return written.result
 
@@ -293,6 +306,15 @@ class Library:
         if set(bids) != {self.rows.baseline_id(p.baseline_hash)}:
             codes = self._compress(np.stack([np.frombuffer(r[_VECTOR], "<f4") for r in rows]))
         return [row_experience(r) for r in rows], codes
+
+    def seen_batches(self, since_ms: int) -> dict[str, int]:
+        """Hash -> timestamp of the batches `ingest` stored whose timestamp is ``since_ms`` or later
+        (what a restarted node refuses as replays); older ones are forgotten."""
+        return self.rows.seen(since_ms)
+
+    def forget_seen(self, before_ms: int) -> None:
+        """Forget the stored batches' hashes older than ``before_ms`` (past the freshness window)."""
+        self.rows.forget_seen(before_ms)
 
     def defer(self, payload: bytes, received_ms: int) -> None:
         """Keep a received batch to submit again later (its sender was over its rate)."""

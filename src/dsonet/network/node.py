@@ -45,6 +45,7 @@ from dsonet.errors import BatchError, DsoError
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
 from dsonet.library import Hit, Library, LibraryError, MergeRule
+from dsonet.library.store import DamagedFile
 from dsonet.library.merge import THETA_DUP
 from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
 from dsonet.library.retrievals import Retrievals
@@ -125,6 +126,7 @@ class Node:
         self._readers = ThreadPoolExecutor(READERS, thread_name_prefix=f"node-{self.node_id[:8]}-read")
         self._state = FairLock()  # held for every library call (see the module doc)
         self._merge_queued = False
+        self._seen_pruned_ms = 0  # when the library last forgot stored batches' hashes (stream time)
         self._wake = asyncio.Event()
         self._pending = 0
         self._publisher: asyncio.Task | None = None
@@ -149,17 +151,34 @@ class Node:
         if profile is None:
             profile = profile_of(encoder) if encoder else default_profile(config.dim, config.encoder_id)
         node = cls(config, identity, transport, profile, encoder)
-        await node._ingest(node._open_state)
+        try:
+            await node._ingest(node._open_state)
+        except DamagedFile as exc:
+            node._worker.shutdown()
+            node._readers.shutdown()
+            raise NodeError(
+                f"{exc.path} is damaged ({exc.why}): restore it from a backup, or move it aside (mv {exc.path} "
+                f"{exc.path}.damaged) and start again with an empty library, which then takes new batches only; "
+                f"for it to read the stream's retained history again (peers' experiences; this node's own come "
+                f"back from a backup only), delete this node's consumer {node.durable} from the stream first"
+            ) from None
         return node
 
     def _open_state(self) -> None:
-
         soup_config = DeltaSoupConfig(**self.config.soup)
         self.soup = DeltaSoup(config=soup_config, profiles=[self.profile], rule=self.config.rule, encoder=self.encoder)
         self.library = Library(self.config.data_dir / "library.sqlite", encoder=self.encoder, profile=self.profile,
                                capacity=self.config.capacity, merge=MergeRule(self.config.theta_dup),
                                trust=self._trust, defer_merge=True, trusted=soup_config.trusted)
         self._pending = self.library.count_unpublished()
+        # replay protection outlives a restart: the batches stored within the freshness window (with
+        # the gate's margin for clock skew) are refused again; older ones are stale anyway
+        self._seen_pruned_ms = int(time.time() * 1000)
+        self.soup.remember(self.library.seen_batches(self._seen_pruned_ms - self._seen_window_ms))
+
+    @property
+    def _seen_window_ms(self) -> int:
+        return 2 * self.soup.config.t_max_ms
 
     def _trust(self, signer: str) -> float:
         """A signer's weight in the merged view: 1 for this node's own rows, else its reputation, and
@@ -487,6 +506,10 @@ class Node:
             self.soup.release(result.batches)
             raise
         self.soup.settle(result.batches)
+        if now_ms - self._seen_pruned_ms > self._seen_window_ms // 2:  # the file keeps one window of hashes
+            with self._state:
+                self.library.forget_seen(now_ms - self._seen_window_ms)
+            self._seen_pruned_ms = now_ms
         self.library.refit_index(self._state)  # a flood can outgrow the index's fit within one read
         for node_id, _, reason in result.rejected:
             self.metrics.rejected_experiences.labels(reason=reason.split(":")[0]).inc()
