@@ -156,13 +156,18 @@ class Node:
         except DamagedFile as exc:
             node._worker.shutdown()
             node._readers.shutdown()
-            raise NodeError(
-                f"{exc.path} is damaged ({exc.why}): restore it from a backup, or move it aside (mv {exc.path} "
-                f"{exc.path}.damaged) and start again with an empty library, which then takes new batches only; "
-                f"for it to read the stream's retained history again (peers' experiences; this node's own come "
-                f"back from a backup only), delete this node's consumer {node.durable} from the stream first"
-            ) from None
+            raise NodeError(f"{exc}{node._rebuild_hint()}") from None
         return node
+
+    def _rebuild_hint(self) -> str:
+        """What an empty library gets from the stream: this node's consumer resumes where it stopped, so
+        only new batches come unless the consumer is deleted; its own batches it skips when reading."""
+        stream = getattr(getattr(self.transport, "config", None), "stream", None)
+        if stream is None:
+            return ""  # an in-process log: nothing to read again
+        return (f", which then takes new batches only; to read the stream's retained history again (peers' "
+                f"experiences; this node's own come back from a backup only), first delete this node's consumer: "
+                f"nats consumer rm {stream} {self.durable}")
 
     def _open_state(self) -> None:
         soup_config = DeltaSoupConfig(**self.config.soup)
