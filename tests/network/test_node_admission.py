@@ -161,3 +161,32 @@ def test_a_serving_node_leaves_a_core_to_searches_and_restores_blas_after():
     with serving() as threads:
         assert threads == max(1, (os.cpu_count() or 1) - 1) and blas() <= {threads}
     assert blas() == before
+
+
+def test_a_sender_not_yet_trusted_holds_at_most_its_share_of_the_deferred_queue(tmp_path, monkeypatch):
+    from dsonet.network import node as node_module
+
+    monkeypatch.setattr(node_module, "MAX_DEFERRED_UNTRUSTED", 2)
+    clock = [1_750_000_000.0]
+
+    async def main():
+        hub = InProcessHub(clock=lambda: clock[0])
+        config = NodeConfig(tmp_path, encoder=None, dim=DIM, rule="mean", batch_interval_s=3600,
+                            soup={"new_key_row_limit": 1, "new_keys_row_limit": 100, "rate_window_ms": 60_000})
+        node = await Node.open(config, hub.transport())
+        await node.start()
+        sender = hub.transport()
+        flooder = NodeIdentity.from_seed(b"defer-flooder")
+        now = lambda: int(clock[0] * 1000)  # noqa: E731
+        await _publish(sender, _batch(node.profile, flooder, 0, 1, now()))
+        await hub.drained([node.durable])  # admitted once: known, not yet trusted
+        for seed in range(1, 6):  # each over its row budget: held back, until its share is full
+            await _publish(sender, _batch(node.profile, flooder, seed, 1, now()))
+        await hub.drained([node.durable])
+        held = node.library.count_deferred(flooder.node_id)
+        dropped = node.metrics.registry.get_sample_value("dso_rejected_batches_total", {"reason": "rows"})
+        await node.close()
+        return held, dropped
+
+    held, dropped = asyncio.run(main())
+    assert (held, dropped) == (2, 3.0)

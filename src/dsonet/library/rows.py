@@ -61,7 +61,8 @@ CREATE INDEX IF NOT EXISTS experiences_id ON experiences (id);
 CREATE TABLE IF NOT EXISTS tombstones (id TEXT NOT NULL, signer TEXT NOT NULL, deleted_ms INTEGER NOT NULL,
                                        PRIMARY KEY (id, signer));
 CREATE TABLE IF NOT EXISTS evicted (id TEXT NOT NULL, signer TEXT NOT NULL, PRIMARY KEY (id, signer));
-CREATE TABLE IF NOT EXISTS deferred (digest TEXT PRIMARY KEY, payload BLOB NOT NULL, received_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS deferred (digest TEXT PRIMARY KEY, payload BLOB NOT NULL, received_ms INTEGER NOT NULL,
+                                     signer TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS outbox (digest TEXT PRIMARY KEY, subject TEXT NOT NULL, payload BLOB NOT NULL,
                                    seq INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS seen (hash TEXT PRIMARY KEY, timestamp_ms INTEGER NOT NULL);
@@ -200,6 +201,8 @@ class RowStore:
         for statement in _SCHEMA.split(";"):  # one by one: executescript would commit an open transaction
             if statement.strip():
                 self.db.execute(statement)
+        if "signer" not in self._columns("deferred"):  # files from before deferrals were counted per sender
+            self.db.execute("ALTER TABLE deferred ADD COLUMN signer TEXT NOT NULL DEFAULT ''")
 
     def _columns(self, table: str) -> list[str]:
         return [r[1] for r in self.db.execute(f"PRAGMA table_info({table})")]
@@ -413,18 +416,20 @@ class RowStore:
     def forget_seen(self, before_ms: int) -> None:
         self.db.execute("DELETE FROM seen WHERE timestamp_ms < ?", (int(before_ms),))
 
-    def defer(self, payload: bytes, received_ms: int) -> None:
+    def defer(self, payload: bytes, received_ms: int, signer: str = "") -> None:
         """Keep a received payload to submit again later (a known sender over its rate)."""
-        self.db.execute("INSERT OR IGNORE INTO deferred VALUES (?, ?, ?)",
-                        (hashlib.sha256(payload).hexdigest(), payload, int(received_ms)))
+        self.db.execute("INSERT OR IGNORE INTO deferred (digest, payload, received_ms, signer) VALUES (?, ?, ?, ?)",
+                        (hashlib.sha256(payload).hexdigest(), payload, int(received_ms), signer))
 
     def deferred(self) -> list[tuple[str, bytes, int]]:
         """(digest, payload, received ms) of every deferred payload, oldest first."""
         return self.db.execute("SELECT digest, payload, received_ms FROM deferred ORDER BY received_ms").fetchall()
 
-    def count_deferred(self) -> int:
-        """How many payloads are deferred, without reading them (each up to 4 MiB)."""
-        return self.db.execute("SELECT COUNT(*) FROM deferred").fetchone()[0]
+    def count_deferred(self, signer: str | None = None) -> int:
+        """How many payloads are deferred (from ``signer`` only, if given), without reading them."""
+        if signer is None:
+            return self.db.execute("SELECT COUNT(*) FROM deferred").fetchone()[0]
+        return self.db.execute("SELECT COUNT(*) FROM deferred WHERE signer = ?", (signer,)).fetchone()[0]
 
     def undefer(self, digests: list[str]) -> None:
         self.db.executemany("DELETE FROM deferred WHERE digest = ?", [(d,) for d in digests])

@@ -316,16 +316,16 @@ class Library:
         """Forget the stored batches' hashes older than ``before_ms`` (past the freshness window)."""
         self.rows.forget_seen(before_ms)
 
-    def defer(self, payload: bytes, received_ms: int) -> None:
+    def defer(self, payload: bytes, received_ms: int, signer: str = "") -> None:
         """Keep a received batch to submit again later (its sender was over its rate)."""
-        self.rows.defer(payload, received_ms)
+        self.rows.defer(payload, received_ms, signer)
 
     def deferred(self) -> list[tuple[str, bytes, int]]:
         """(digest, payload, received ms) of the batches held back, oldest first."""
         return self.rows.deferred()
 
-    def count_deferred(self) -> int:
-        return self.rows.count_deferred()
+    def count_deferred(self, signer: str | None = None) -> int:
+        return self.rows.count_deferred(signer)
 
     def undefer(self, digests: list[str]) -> None:
         self.rows.undefer(digests)

@@ -61,6 +61,9 @@ MAX_PEERS = 1024
 REFERENCE_ROWS = 256  # trusted rows (own, then trusted peers') added to every round's pool (see `_round`)
 MAX_ROUND_ROWS = 4096  # a round closes early once this many rows wait
 MAX_DEFERRED = 10_000  # batches held back from known senders over their rate (see `_defer_or_reject`)
+# ... of which one sender not yet trusted may hold this many: a key admitted once cannot fill the queue
+# (an honest newcomer over its row budget waits for about one window of its own batches, not 10,000)
+MAX_DEFERRED_UNTRUSTED = 100
 TURN_ROWS = MAX_EXPERIENCES  # rows stored per turn on the library's lock: a search waits for at most this many
 READERS = 4  # threads answering agents' calls; library calls take turns, query encoding may overlap them
 
@@ -453,14 +456,16 @@ class Node:
 
     def _defer_or_reject(self, msg: Message, exc: RateLimited) -> None:
         """A sender this node has admitted before, over its rate, is pushed back, not dropped: the
-        batch waits in the library file and is submitted again with later rounds. A new key past
-        its budget is dropped."""
+        batch waits in the library file and is submitted again with later rounds (one not yet
+        trusted, up to `MAX_DEFERRED_UNTRUSTED` batches). A new key past its budget is dropped."""
         peer = self.peers.get(exc.node_id)
         if peer is not None and peer.accepted > 0:
+            trusted = self.soup.reputation.get(exc.node_id) >= self.soup.config.trusted
             with self._state:
-                room = self.library.count_deferred() < MAX_DEFERRED
+                room = self.library.count_deferred() < MAX_DEFERRED and (
+                    trusted or self.library.count_deferred(exc.node_id) < MAX_DEFERRED_UNTRUSTED)
                 if room:
-                    self.library.defer(msg.data, msg.timestamp_ms)
+                    self.library.defer(msg.data, msg.timestamp_ms, exc.node_id)
             if room:
                 self.metrics.deferred_batches.inc()
                 return
