@@ -38,16 +38,21 @@ async def _wait(event: threading.Event) -> None:
     assert await asyncio.get_running_loop().run_in_executor(None, event.wait, WAIT_S)
 
 
+async def _budgeted_node(tmp_path, clock: list, **soup):
+    """A started node on an in-process hub with the simulated ``clock``, and a transport to send with."""
+    hub = InProcessHub(clock=lambda: clock[0])
+    config = NodeConfig(tmp_path, encoder=None, dim=DIM, rule="mean", batch_interval_s=3600, soup=soup)
+    node = await Node.open(config, hub.transport())
+    await node.start()
+    return hub, node, hub.transport()
+
+
 def test_new_keys_past_their_row_budget_are_dropped_and_known_ones_deferred(tmp_path):
     clock = [1_750_000_000.0]
 
     async def main():
-        hub = InProcessHub(clock=lambda: clock[0])
-        config = NodeConfig(tmp_path, encoder=None, dim=DIM, rule="mean", batch_interval_s=3600,
-                            soup={"new_key_row_limit": 3, "new_keys_row_limit": 100, "rate_window_ms": 1000})
-        node = await Node.open(config, hub.transport())
-        await node.start()
-        sender = hub.transport()
+        hub, node, sender = await _budgeted_node(tmp_path, clock, new_key_row_limit=3, new_keys_row_limit=100,
+                                                 rate_window_ms=1000)
         known, stranger = NodeIdentity.from_seed(b"rows-known"), NodeIdentity.from_seed(b"rows-new")
         now = lambda: int(clock[0] * 1000)  # noqa: E731
         await _publish(sender, _batch(node.profile, known, 0, 2, now()))
@@ -170,12 +175,8 @@ def test_a_sender_not_yet_trusted_holds_at_most_its_share_of_the_deferred_queue(
     clock = [1_750_000_000.0]
 
     async def main():
-        hub = InProcessHub(clock=lambda: clock[0])
-        config = NodeConfig(tmp_path, encoder=None, dim=DIM, rule="mean", batch_interval_s=3600,
-                            soup={"new_key_row_limit": 1, "new_keys_row_limit": 100, "rate_window_ms": 60_000})
-        node = await Node.open(config, hub.transport())
-        await node.start()
-        sender = hub.transport()
+        hub, node, sender = await _budgeted_node(tmp_path, clock, new_key_row_limit=1, new_keys_row_limit=100,
+                                                 rate_window_ms=60_000)
         flooder = NodeIdentity.from_seed(b"defer-flooder")
         now = lambda: int(clock[0] * 1000)  # noqa: E731
         await _publish(sender, _batch(node.profile, flooder, 0, 1, now()))
