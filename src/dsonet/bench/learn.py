@@ -429,16 +429,16 @@ def cli(quick, families, seeds, held_out, url, model, reflector, pilot_n, out_na
         data = pilot(llm, list(families) or [f for f, v in FAMILIES.items() if v.poison], pilot_n, plan.answer_tokens, log)
         path = RESULTS_DIR / f"{out_name or 'learn-pilot'}.json"
         before = json.loads(path.read_text()) if path.exists() else {}
-        kept = before.get("families", {}) if before.get("llm") == base.name else {}
+        earlier = before.get("families", {}) if before.get("llm") == base.name else {}
         path.write_text(json.dumps({
             "llm": base.name, "items": f"the first {pilot_n} training items of each family (family_splits)",
             "prompt": "system 'You are a careful problem solver.' (+ the lesson or the neutral text as a note), "
                       f"question + answer-only format, greedy, {plan.answer_tokens} tokens",
-            "families": kept | data}, indent=1))
+            "families": earlier | data}, indent=1))
         return
     families = list(families) or (["letter_counting"] if quick else list(KEPT))
     for f in families:
-        if not FAMILIES.get(f, FAMILIES["chain_sum"]).poison:
+        if f not in FAMILIES or not FAMILIES[f].poison:
             raise click.BadParameter(f"{f!r}: choose one of {sorted(k for k, v in FAMILIES.items() if v.poison)}",
                                      param_hint="--family")
     encoder = default_encoder()
