@@ -392,14 +392,17 @@ def plot(rows: list[dict], path: Path) -> None:
               help="Only merge the rows of earlier runs' results (e.g. one per family) into learn.json and its plot.")
 def cli(quick, families, seeds, held_out, url, model, reflector, pilot_n, out_name, combine):
     """Held-out accuracy per task family without lessons, with the node's own lessons, with neutral
-    text of the same length, with the fleet's (through DeltaSoup), with a poisoned fleet, and with
-    the poison alone; paired 95% CIs, McNemar p, Wilson intervals, coverage, parse failures.
+    text of the same length, with the fleet's (through DeltaSoup), with a poisoned fleet, with the
+    poison alone, and with the family's hand-written correct lesson alone (can any lesson help?);
+    paired 95% CIs, McNemar p, Wilson intervals, coverage, parse failures.
     Resumable: answers are cached, learning runs resume. Writes bench/results/learn.json and learn.png.
 
     \b
     Examples:
       dso bench learn --quick
       dso bench learn --family gcd --seeds 0,1,2
+      dso bench learn --family aiw --held-out 200
+      dso bench learn --pilot 30 --family aiw --family lcm
       dso bench learn --llm http://localhost:8000/v1 --model Qwen/Qwen3-8B
     """
     from dsonet.bench.report import RESULTS_DIR
