@@ -174,6 +174,25 @@ def test_the_validation_gate_refuses_a_lesson_that_lowers_accuracy(tmp_path):
     assert stats.validation == [0.5, 0.5]
 
 
+class LengthSensitiveLLM(ScriptedLLM):
+    """Neutral text in the system message makes every answer right: length, not content, moves it."""
+
+    def generate(self, chats, n=1, temperature=0.7, max_tokens=128, seed=None):
+        out = super().generate(chats, n, temperature, max_tokens, seed)
+        right = lambda chat: f"Answer: {int(chat[-1]['content'].split('#')[1].split()[0]) * 2}"  # noqa: E731
+        return [Completion((right(c),) * n, 10, 5 * n) if "library opens" in c[0]["content"] else o
+                for c, o in zip(chats, out)]
+
+
+def test_the_gate_refuses_a_lesson_that_does_less_than_neutral_text_of_its_length(tmp_path):
+    store = DictStore()
+    stats = Learner(LengthSensitiveLLM(), store, LearnConfig(group_size=4, epochs=1, batch_size=6), tmp_path).run(
+        _tasks(), False, validation=_tasks(4))
+    assert store.items == {} and stats.gated_out == 1
+    (gate,) = [json.loads(l) for l in (tmp_path / "log.jsonl").read_text().splitlines() if '"gate"' in l]
+    assert (gate["accuracy_without"], gate["accuracy_with"], gate["accuracy_neutral"]) == (0.5, 0.5, 1.0)
+
+
 def test_a_kept_lesson_records_its_validation_uses_and_later_rollouts_as_outcomes(tmp_path):
     store = DictStore()
     stats = Learner(ScriptedLLM(), store, LearnConfig(group_size=4, epochs=2, batch_size=6, retrieval=ANY),

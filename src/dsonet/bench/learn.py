@@ -44,6 +44,7 @@ import click
 import numpy as np
 
 from dsonet.bench.report import format_table, write_results
+from dsonet.learn.control import neutral_notes
 from dsonet.learn.tasks import FAMILIES
 
 PAPER = {"task": "AIME24", "llm": "DeepSeek-V3.1", "accuracy_without": 0.800, "accuracy_with": 0.827,
@@ -57,14 +58,6 @@ PAPER = {"task": "AIME24", "llm": "DeepSeek-V3.1", "accuracy_without": 0.800, "a
 # its hand-written lesson, where the kept families move by at most 7 points): run it with --family aiw.
 # bench/results/learn-pilot.json has every family tried.
 KEPT = ("letter_counting", "fraction_simplification", "lcm")
-
-# Neutral control: true, harmless sentences with nothing to say about any task, cut to the same
-# number of words as the lessons they stand in for.
-NEUTRAL = ("The city library opens at nine in the morning and closes at six on most weekdays during the year. "
-           "Many gardens grow tomatoes in the summer and the plants need water every few days when it is dry. "
-           "The river runs past the old mill and then turns east toward the hills beyond the small town. "
-           "Trains to the coast leave twice an hour and the trip takes a little more than forty minutes.").split()
-
 
 @dataclass(frozen=True)
 class Plan:
@@ -93,16 +86,6 @@ def _workdir(model: str, quick: bool) -> Path:
     from dsonet.encoders.cache import cache_dir
 
     return cache_dir() / "bench-learn" / (model.replace("/", "_") + ("-quick" if quick else ""))
-
-
-def neutral_notes(word_counts: list[int]) -> list[str]:
-    """Neutral sentences, one per lesson, each as many words as the lesson it replaces."""
-    out, at = [], 0
-    for n in word_counts:
-        words = [NEUTRAL[(at + i) % len(NEUTRAL)] for i in range(n)]
-        at += n
-        out.append(" ".join(words).rstrip(".") + ".")
-    return out
 
 
 def paired(a: np.ndarray, b: np.ndarray) -> dict:

@@ -21,7 +21,8 @@ import click
 @click.option("--max-tokens", default=48, show_default=True, help="Tokens per rollout and per answer.")
 @click.option("--validation-tasks", default=12, show_default=True,
               help="Training tasks held apart: a new lesson is kept only if accuracy on them with it is not lower "
-                   "than without, and the retrieval threshold is measured on their questions (0: no gate).")
+                   "than without nor than with neutral text of its length, and the retrieval threshold is "
+                   "measured on their questions (0: no gate).")
 @click.option("--min-similarity", type=click.FloatRange(-1, 1), default=None,
               help="Retrieval threshold [default: measured on the validation questions: the protocol's 0.6 when "
                    "half of them have a lesson above it, else their 20th percentile].")

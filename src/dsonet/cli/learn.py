@@ -100,7 +100,8 @@ def learn(task, db, url, model, concurrency, timeout, size, config, verifier, he
     """Learn experiences with training-free GRPO: G rollouts per query, every rollout summarised
     with the reference answer, the group's advantage from all G summaries, then one batch of
     ADD / UPDATE / DELETE / NONE per step. With --validation N, a lesson is kept only if accuracy
-    on N held-apart training tasks with it is not below accuracy without it, and the run ends
+    on N held-apart training tasks with it is not below accuracy without it nor below accuracy
+    with neutral text of its length (a longer prompt alone moves small models), and the run ends
     with the library of its best validation epoch.
 
     TASK is `gsm8k`, `rg:<reasoning-gym generator>` (e.g. rg:chain_sum) or `jsonl:<file>` of

@@ -13,8 +13,11 @@ Per step (a batch of training queries):
                  with an empty domain library every candidate is an ADD and no call is spent;
   4. gate      — with a validation slice of training items, an ADD or UPDATE is applied only if
                  accuracy with that lesson alone in the prompt is not below accuracy without
-                 lessons (ACE and ReasoningBank keep only what validates); the validation answers
-                 are recorded as the lesson's first uses (helped = correct).
+                 lessons (ACE and ReasoningBank keep only what validates) nor below accuracy with
+                 neutral text of the lesson's length in its place (`learn.control`: a longer prompt
+                 moves a small model's answers by itself; where the model is almost always wrong,
+                 "not below without" alone admits any text); the validation answers are recorded
+                 as the lesson's first uses (helped = correct).
 After each epoch the library is scored on the validation slice as it will be used (retrieval);
 when an epoch ends below the best epoch so far, the lessons added since the best epoch are
 deleted, so the run ends with the best validation epoch's library. (Lessons that a later epoch
@@ -41,6 +44,7 @@ from dsonet.errors import DsoError
 from dsonet.experience import Provenance
 from dsonet.learn import parse, prompts
 from dsonet.learn.context import Retrieval, inject, messages
+from dsonet.learn.control import neutral_notes
 from dsonet.learn.llm import ChatLLM, user
 from dsonet.learn.operations import (ExperienceStore, Operation, Proposal, apply, confidence_from_gap, decide_batch,
                                      listing, merge_duplicate_adds)
@@ -111,6 +115,7 @@ class Learner:
         self._where = {"epoch": 0, "batch": 0}
         self.validation: TaskSet | None = None
         self._baseline: np.ndarray | None = None  # validation correctness without lessons
+        self._neutral: dict[int, float] = {}  # validation accuracy with neutral text, per word count
 
     # -- bookkeeping ------------------------------------------------------------------
     def _log(self, kind: str, **record) -> None:
@@ -230,15 +235,22 @@ class Learner:
                 kept.append(op)
                 continue
             with_, _ = self.validation_correct(own=[text])
-            ok = with_.mean() >= self._baseline.mean()
+            neutral = self._neutral_accuracy(len(text.split()))
+            ok = with_.mean() >= max(self._baseline.mean(), neutral)
             self._log("gate", text=text, op=op.op, accuracy_with=round(float(with_.mean()), 4),
-                      accuracy_without=round(float(self._baseline.mean()), 4), kept=bool(ok))
+                      accuracy_without=round(float(self._baseline.mean()), 4), accuracy_neutral=round(neutral, 4),
+                      kept=bool(ok))
             if ok:
                 kept.append(op)
                 self._gate_uses[text] = with_
             else:
                 self.stats.gated_out += 1
         return kept
+
+    def _neutral_accuracy(self, words: int) -> float:
+        if words not in self._neutral:
+            self._neutral[words] = float(self.validation_correct(own=neutral_notes([words]))[0].mean())
+        return self._neutral[words]
 
     def validation_correct(self, own: Sequence[str] = (), retrieved: bool = False) -> tuple[np.ndarray, list]:
         """Per-item correctness on the validation slice: with ``own`` lessons in every prompt, or with
@@ -331,6 +343,7 @@ class Learner:
         """Gate new lessons on ``validation`` (training items held apart; None: no gate). ``baseline``:
         its per-item correctness without lessons, when already measured (nodes sharing one slice)."""
         self.validation = validation if validation is not None and validation.tasks else None
+        self._neutral = {}
         if self.validation is None:
             return
         self._baseline = baseline if baseline is not None else self.validation_correct()[0]
