@@ -77,6 +77,9 @@ def test_lessons_that_restate_the_problem_are_rejected_with_the_reason():
     assert "answer" in parse.specific_to("When counting letters here, the answer is 3.", problem, reference="3")
     assert parse.specific_to("When counting a letter, check every word, including the first.", problem, "3") == ""
     assert parse.specific_to("When two numbers share no factor, the GCD is 1.", "GCD of 8 and 9", "1") == ""
+    siblings = "Mary has 1 brothers and she also has 1 sisters. How many sisters does Mary's brother have?"
+    assert "'Mary'" in parse.specific_to("When Mary has 1 brothers and 1 sisters, her brother has 2 sisters.", siblings)
+    assert parse.specific_to("When a girl has brothers and sisters, her brother has one more sister.", siblings) == ""
     out = parse.experiences("When the numbers are 81 and 117, divide by 9.", problem=problem)
     assert out.items == () and out.skipped[0].startswith("problem-specific (restates the problem's number 81)")
 

@@ -63,12 +63,14 @@ def clean_experience(fragment: str) -> str:
 _QUOTED = re.compile(r"[\"“”']([^\"“”']{1,40})[\"“”']")
 _NUM = re.compile(r"\d+(?:\.\d+)?")
 _COMMON = {"0", "1", "2"}
+_CAPITALISED = re.compile(r"(?<=\s)[A-Z][a-z]+\b")  # not a lesson's first word ("When"); not GCD or ASCII
 
 
 def specific_to(lesson: str, problem: str, reference: str = "") -> str:
     """Why ``lesson`` restates one problem instead of generalising ('' when it does not): it names
     the reference answer or a number from the problem (0, 1 and 2 are too common in general advice
-    to count: "divide by 2", "the GCD is 1"), or a quoted word of the problem."""
+    to count: "divide by 2", "the GCD is 1"), a quoted word of the problem, or a name the problem
+    capitalises ("When Mary has 1 brothers and 1 sisters, her brother has 2 sisters")."""
     low = lesson.casefold()
     ref = reference.strip().casefold()
     if ref and ref not in _COMMON and re.search(rf"(?<![\w.]){re.escape(ref)}(?!\w|\.\d)", low):
@@ -80,6 +82,10 @@ def specific_to(lesson: str, problem: str, reference: str = "") -> str:
     for quoted in _QUOTED.findall(problem):
         if len(quoted.strip()) > 0 and re.search(rf"[\"“”']{re.escape(quoted)}[\"“”']", lesson):
             return f"quotes the problem's {quoted!r}"
+    named = set(re.findall(r"\b[A-Z][a-z]+\b", problem))
+    for word in _CAPITALISED.findall(lesson):
+        if word in named:
+            return f"names the problem's {word!r}"
     return ""
 
 
