@@ -56,7 +56,10 @@ PAPER = {"task": "AIME24", "llm": "DeepSeek-V3.1", "accuracy_without": 0.800, "a
 # basic_arithmetic 0.07, count_bits 0.10, number_sorting 0.00 (copies the format example; 20 s an item).
 # aiw (0.00) was added later as the family where a correct lesson changes the answers (0.00 -> 0.60 with
 # its hand-written lesson, where the kept families move by at most 7 points): run it with --family aiw.
-# bench/results/learn-pilot.json has every family tried.
+# bench/results/learn-pilot.json has every family tried. Four more, with hand-written correct lessons
+# (syllogism 33%, number_format 40%, word_sorting 7%, simple_geometry 0%): no lesson moved them.
+# The probe (`--pilot 30 --probe 32 --family aiw`, learn-probe-0.5b/1.5b.json): from the same 32 practice
+# groups neither embedded reflector proposed a lesson above 6.7% on aiw, where the correct one gives 60%.
 KEPT = ("letter_counting", "fraction_simplification", "lcm")
 
 @dataclass(frozen=True)
@@ -307,30 +310,6 @@ def summarise(llm_name: str, family: str, per_seed: list[dict]) -> dict:
     }
 
 
-def pilot(llm, families, n: int, tokens: int, log=print) -> dict:
-    """On ``n`` training items of each family: accuracy without lessons (is the model partly right?),
-    with the family's hand-written correct lesson alone and with neutral text of its length (can a
-    lesson change its answers at all?): which families to keep."""
-    from dsonet.learn.evaluate import answer, mcnemar
-    from dsonet.learn.tasks import family_splits
-
-    out = {}
-    for family in families:
-        (train,) = family_splits(family, [n])
-        lesson = FAMILIES[family].reference
-        run = answer(llm, train, None, max_tokens=tokens)
-        row = {"n": n, "accuracy": round(run.accuracy, 4), "parse_failures": run.parse_failures,
-               "s_per_item": round(run.wall_s / n, 2), "kept": family in KEPT}
-        if lesson:
-            ref = answer(llm, train, notes=lambda t: ([lesson], []), max_tokens=tokens)
-            neutral = answer(llm, train, notes=lambda t: (neutral_notes([len(lesson.split())]), []), max_tokens=tokens)
-            row |= {"accuracy_reference": round(ref.accuracy, 4), "accuracy_neutral": round(neutral.accuracy, 4),
-                    "p_mcnemar_reference": round(mcnemar(ref.correct, run.correct), 4)}
-        out[family] = row
-        log(f"  pilot {family}: {row}")
-    return out
-
-
 def plot(rows: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -369,11 +348,14 @@ def plot(rows: list[dict], path: Path) -> None:
 @click.option("--pilot", "pilot_n", type=int, default=0,
               help="Only run the family pilot on N training items each: accuracy without lessons, with the family's "
                    "hand-written correct lesson, and with neutral text of its length.")
+@click.option("--probe", "probe_practice", type=int, default=0, metavar="M",
+              help="With --pilot: also run the learner's rollouts and proposal step on M more training items "
+                   "(with --reflector if given) and measure each proposed lesson alone on the pilot items.")
 @click.option("--out", "out_name", default=None,
               help="Results name under bench/results (default learn / learn-quick, and learn-pilot with --pilot).")
 @click.option("--combine", default=None, metavar="NAME,NAME",
               help="Only merge the rows of earlier runs' results (e.g. one per family) into learn.json and its plot.")
-def cli(quick, families, seeds, held_out, url, model, reflector, pilot_n, out_name, combine):
+def cli(quick, families, seeds, held_out, url, model, reflector, pilot_n, probe_practice, out_name, combine):
     """Held-out accuracy per task family without lessons, with the node's own lessons, with neutral
     text of the same length, with the fleet's (through DeltaSoup), with a poisoned fleet, with the
     poison alone, and with the family's hand-written correct lesson alone (can any lesson help?);
@@ -386,6 +368,7 @@ def cli(quick, families, seeds, held_out, url, model, reflector, pilot_n, out_na
       dso bench learn --family gcd --seeds 0,1,2
       dso bench learn --family aiw --held-out 200
       dso bench learn --pilot 30 --family aiw --family lcm
+      dso bench learn --pilot 30 --probe 16 --family aiw --reflector qwen2.5-coder-1.5b
       dso bench learn --llm http://localhost:8000/v1 --model Qwen/Qwen3-8B
     """
     from dsonet.bench.report import RESULTS_DIR
@@ -411,8 +394,15 @@ def cli(quick, families, seeds, held_out, url, model, reflector, pilot_n, out_na
     teacher = CachedLLM(teacher, _workdir(base.name, quick) / "answers.sqlite") if teacher else None
     row_llm = base.name + (f" (lessons by {teacher.name})" if teacher else "")
     log = lambda msg: click.echo(f"[{time.strftime('%H:%M:%S')}] {msg}")  # noqa: E731
+    if probe_practice and not pilot_n:
+        raise click.UsageError("--probe measures on the pilot's items: give --pilot N too")
     if pilot_n:
-        data = pilot(llm, list(families) or [f for f, v in FAMILIES.items() if v.poison], pilot_n, plan.answer_tokens, log)
+        from dsonet.bench.learn_pilot import pilot, probe
+
+        names = list(families) or [f for f, v in FAMILIES.items() if v.poison]
+        data = pilot(llm, names, pilot_n, plan.answer_tokens, log)
+        for name in names if probe_practice else ():
+            data[name]["probe"] = probe(llm, name, pilot_n, plan.answer_tokens, probe_practice, teacher, log=log)
         path = RESULTS_DIR / f"{out_name or 'learn-pilot'}.json"
         before = json.loads(path.read_text()) if path.exists() else {}
         earlier = before.get("families", {}) if before.get("llm") == base.name else {}
