@@ -68,7 +68,7 @@ def test_reasoning_gym_prompts_ask_for_the_answer_alone_in_the_familys_shape():
 
     ts = load_tasks("rg:fraction_simplification", size=3)
     assert ts.kind == "fraction" and ts.prompt(ts.tasks[0]).endswith("Answer: <numerator/denominator>")
-    other = load_tasks("rg:word_sorting", size=2)
+    other = load_tasks("rg:spell_backward", size=2)
     assert other.kind == "text" and "Answer: <final answer>" in other.prompt(other.tasks[0])
     train, val, test = family_splits("letter_counting", [10, 10, 20])
     questions = [t.question for s in (train, val, test) for t in s.tasks]

@@ -209,6 +209,23 @@ FAMILIES = {
          "When a number is even, it has exactly one bit set to 1.")),
     "chain_sum": Family("chain_sum", "number", "number", {"min_terms": 2, "max_terms": 2, "min_digits": 1,
                                                           "max_digits": 1}),
+    # Piloted for a second family where one rule fixes answer-only mistakes; no correct lesson moved them.
+    "syllogism": Family(
+        "syllogism", "text", "Yes or No", {},
+        "When judging a syllogism, answer Yes only if the conclusion must be true in every case the statements "
+        "allow; 'No A are B' also means 'No B are A'."),
+    "number_format": Family(
+        "number_format", "number", "number", {},
+        "When numbers are written in different formats, remove the commas and expand the e+ notation, then "
+        "compare their full values."),
+    "word_sorting": Family(
+        "word_sorting", "text", "word_1, word_2, ...", {"min_words": 3, "max_words": 5},
+        "When sorting words by ASCII order, every word starting with a capital letter comes before every word "
+        "starting with a lowercase letter."),
+    "simple_geometry": Family(
+        "simple_geometry", "number", "number", {},
+        "When a polygon has n sides, its interior angles sum to (n - 2) x 180 degrees; the missing angle is that "
+        "sum minus the given angles."),
     # "Alice in Wonderland" (Nezhurina et al. 2024): "X has 3 sisters and 2 brothers. How many
     # sisters does X's brother have?" Models answer 3; the answer counts X too (4). One rule fixes it.
     "aiw": Family(
