@@ -80,6 +80,11 @@ def test_lessons_that_restate_the_problem_are_rejected_with_the_reason():
     siblings = "Mary has 1 brothers and she also has 1 sisters. How many sisters does Mary's brother have?"
     assert "'Mary'" in parse.specific_to("When Mary has 1 brothers and 1 sisters, her brother has 2 sisters.", siblings)
     assert parse.specific_to("When a girl has brothers and sisters, her brother has one more sister.", siblings) == ""
+    lcm = ["Find the Least Common Multiple (LCM) of these numbers: 12, 18", "Find the Least Common Multiple (LCM) of: 4, 6"]
+    assert parse.shared_words(lcm) == {"Find", "Least", "Common", "Multiple"}
+    term = "When finding the Least Common Multiple, divide the product by the GCD."
+    assert parse.specific_to(term, lcm[0], shared=parse.shared_words(lcm)) == ""
+    assert parse.shared_words([siblings, "Linda has 2 brothers. How many sisters does Linda's brother have?"]) == {"How"}
     out = parse.experiences("When the numbers are 81 and 117, divide by 9.", problem=problem)
     assert out.items == () and out.skipped[0].startswith("problem-specific (restates the problem's number 81)")
 

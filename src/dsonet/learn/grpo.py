@@ -187,10 +187,11 @@ class Learner:
                                 for i in range(len(g.responses))))) + prefill
             for gi, g in enumerate(mixed)], max_tokens=self.config.note_tokens if not prefill else 64, llm=self.reflector)
         out = []
+        shared = {d: parse.shared_words([g.query for g in groups if g.domain == d]) for d in {g.domain for g in mixed}}
         for g, reply in zip(mixed, replies):
             truncated = reply.completion_tokens >= self.config.note_tokens
             parsed = parse.experiences(reply.texts[0], self.config.max_lessons, problem=g.query,
-                                       reference=g.reference, truncated=truncated)
+                                       reference=g.reference, truncated=truncated, shared=shared[g.domain])
             for reason in parsed.skipped:
                 self._skip("propose", reason, reply.texts[0])
             conf = confidence_from_gap(max(g.rewards), min(g.rewards))

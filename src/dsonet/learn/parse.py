@@ -63,14 +63,23 @@ def clean_experience(fragment: str) -> str:
 _QUOTED = re.compile(r"[\"“”']([^\"“”']{1,40})[\"“”']")
 _NUM = re.compile(r"\d+(?:\.\d+)?")
 _COMMON = {"0", "1", "2"}
-_CAPITALISED = re.compile(r"(?<=\s)[A-Z][a-z]+\b")  # not a lesson's first word ("When"); not GCD or ASCII
+_NAME = re.compile(r"\b[A-Z][a-z]+\b")  # not GCD or ASCII
+_CAPITALISED = re.compile(r"(?<=\s)[A-Z][a-z]+\b")  # as _NAME, but not a lesson's first word ("When")
 
 
-def specific_to(lesson: str, problem: str, reference: str = "") -> str:
+def shared_words(problems: list[str]) -> frozenset[str]:
+    """The capitalised words every one of ``problems`` uses: their kind's vocabulary ("Least Common
+    Multiple"), not one problem's names ("Mary"); all of them when there is only one problem to go by."""
+    words = [set(_NAME.findall(p)) for p in problems]
+    return frozenset(set.intersection(*words) if len(words) > 1 else set().union(*words))
+
+
+def specific_to(lesson: str, problem: str, reference: str = "", shared: frozenset[str] = frozenset()) -> str:
     """Why ``lesson`` restates one problem instead of generalising ('' when it does not): it names
     the reference answer or a number from the problem (0, 1 and 2 are too common in general advice
-    to count: "divide by 2", "the GCD is 1"), a quoted word of the problem, or a name the problem
-    capitalises ("When Mary has 1 brothers and 1 sisters, her brother has 2 sisters")."""
+    to count: "divide by 2", "the GCD is 1"), a quoted word of the problem, or a word the problem
+    capitalises that other problems of its kind do not share (``shared``, see `shared_words`):
+    "When Mary has 1 brothers and 1 sisters, her brother has 2 sisters"."""
     low = lesson.casefold()
     ref = reference.strip().casefold()
     if ref and ref not in _COMMON and re.search(rf"(?<![\w.]){re.escape(ref)}(?!\w|\.\d)", low):
@@ -82,7 +91,7 @@ def specific_to(lesson: str, problem: str, reference: str = "") -> str:
     for quoted in _QUOTED.findall(problem):
         if len(quoted.strip()) > 0 and re.search(rf"[\"“”']{re.escape(quoted)}[\"“”']", lesson):
             return f"quotes the problem's {quoted!r}"
-    named = set(re.findall(r"\b[A-Z][a-z]+\b", problem))
+    named = set(_NAME.findall(problem)) - shared
     for word in _CAPITALISED.findall(lesson):
         if word in named:
             return f"names the problem's {word!r}"
@@ -90,7 +99,7 @@ def specific_to(lesson: str, problem: str, reference: str = "") -> str:
 
 
 def experiences(text: str, max_items: int = 3, reject: tuple[str, ...] = (), problem: str = "",
-                reference: str = "", truncated: bool = False) -> Parsed:
+                reference: str = "", truncated: bool = False, shared: frozenset[str] = frozenset()) -> Parsed:
     """"When X, Y" lessons from free text or from a JSON object/list of them. A lesson needs a
     condition and a strategy of at least two words each; lessons in ``reject`` (e.g. the prompt's
     example) are dropped, and so are lessons specific to ``problem`` (its numbers, quoted words
@@ -127,8 +136,8 @@ def experiences(text: str, max_items: int = 3, reject: tuple[str, ...] = (), pro
             skipped.append(f"too short: {lesson!r}")
         elif lesson.casefold().rstrip(".") in rejected:
             skipped.append("repeats the prompt's example")
-        elif specific_to(lesson, problem, reference):
-            skipped.append(f"problem-specific ({specific_to(lesson, problem, reference)}): {lesson[:80]!r}")
+        elif specific_to(lesson, problem, reference, shared):
+            skipped.append(f"problem-specific ({specific_to(lesson, problem, reference, shared)}): {lesson[:80]!r}")
         elif lesson.lower() not in seen:
             seen.add(lesson.lower())
             found.append(lesson)
