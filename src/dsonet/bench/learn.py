@@ -420,9 +420,12 @@ def cli(quick, families, seeds, held_out, url, model, reflector, pilot_n, probe_
     encoder = default_encoder()
     rows = []
     for family in families:
+        hits, misses = llm.hits, llm.misses
         per_seed = [run_family(llm, family, plan, s, root, encoder, log, teacher) for s in plan.seeds]
-        rows.append(summarise(row_llm, family, per_seed))
-        log(f"  cache: {llm.hits} hits, {llm.misses} answers generated")
+        # wall_s is this run's: a rerun answered from the cache takes seconds where a cold one took minutes
+        rows.append(summarise(row_llm, family, per_seed) | {"answers": {"generated": llm.misses - misses,
+                                                                        "from_cache": llm.hits - hits}})
+        log(f"  cache: {llm.hits - hits} hits, {llm.misses - misses} answers generated")
     click.echo(format_table(rows + [{"llm": f"paper: {PAPER['llm']}", "task": PAPER["task"],
                                      "accuracy_without": PAPER["accuracy_without"],
                                      "accuracy_with": PAPER["accuracy_with"]}],

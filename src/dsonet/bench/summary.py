@@ -170,7 +170,9 @@ def _learn_notes(learn: dict) -> str:
                      + (f", correct lesson alone {r['ci95_reference']}" if "ci95_reference" in r else "")
                      + f"; McNemar p {r.get('p_mcnemar_all')}; "
                      f"coverage {r.get('coverage_all')}; parse failures {r.get('parse_failures')}; lessons kept by node 0: "
-                     f"{per.get('lessons')}; poisoned share: {per.get('poisoned_share')}.")
+                     f"{per.get('lessons')}; poisoned share: {per.get('poisoned_share')}"
+                     + (f"; wall {r['wall_s']} s with {r['answers']['generated']:,} answers generated and "
+                        f"{r['answers']['from_cache']:,} from the answer cache" if "answers" in r else "") + ".")
     pilot = learn.get("pilot") or {}
     if pilot.get("families"):
         lines.append("Pilot (training items only, before the held-out run): " + ", ".join(
