@@ -37,3 +37,14 @@ def test_the_probe_measures_each_proposal_alone_and_says_why_the_others_were_ref
     assert row["proposals"] == [{"text": RULE, "accuracy": 1.0, "accuracy_neutral": 0.0}]
     assert row["best_accuracy"] == 1.0
     assert len(row["refused"]) == 4 and all("names the problem's" in r for r in row["refused"])
+
+
+def test_the_probe_and_a_served_reflector_need_their_companion_options():
+    from click.testing import CliRunner
+
+    from dsonet.bench.learn import cli
+
+    probe_alone = CliRunner().invoke(cli, ["--probe", "16", "--family", "aiw"])
+    assert probe_alone.exit_code == 2 and "give --pilot N too" in probe_alone.output
+    url_alone = CliRunner().invoke(cli, ["--pilot", "30", "--reflector-llm", "http://127.0.0.1:9/v1"])
+    assert url_alone.exit_code == 2 and "give --reflector too" in url_alone.output

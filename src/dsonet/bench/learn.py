@@ -345,6 +345,9 @@ def plot(rows: list[dict], path: Path) -> None:
 @click.option("--reflector", default=None,
               help="A second embedded model that writes the lessons (summaries, advantage, library update) "
                    "while --model answers, e.g. qwen2.5-coder-1.5b.")
+@click.option("--reflector-llm", "reflector_url", default=None, metavar="URL",
+              help="An OpenAI-compatible endpoint serving the reflector, which --reflector then names: a stronger "
+                   "served model writing the lessons for the embedded agent.")
 @click.option("--pilot", "pilot_n", type=int, default=0,
               help="Only run the family pilot on N training items each: accuracy without lessons, with the family's "
                    "hand-written correct lesson, and with neutral text of its length.")
@@ -355,7 +358,8 @@ def plot(rows: list[dict], path: Path) -> None:
               help="Results name under bench/results (default learn / learn-quick, and learn-pilot with --pilot).")
 @click.option("--combine", default=None, metavar="NAME,NAME",
               help="Only merge the rows of earlier runs' results (e.g. one per family) into learn.json and its plot.")
-def cli(quick, families, seeds, held_out, url, model, reflector, pilot_n, probe_practice, out_name, combine):
+def cli(quick, families, seeds, held_out, url, model, reflector, reflector_url, pilot_n, probe_practice, out_name,
+        combine):
     """Held-out accuracy per task family without lessons, with the node's own lessons, with neutral
     text of the same length, with the fleet's (through DeltaSoup), with a poisoned fleet, with the
     poison alone, and with the family's hand-written correct lesson alone (can any lesson help?);
@@ -369,6 +373,7 @@ def cli(quick, families, seeds, held_out, url, model, reflector, pilot_n, probe_
       dso bench learn --family aiw --held-out 200
       dso bench learn --pilot 30 --family aiw --family lcm
       dso bench learn --pilot 30 --probe 16 --family aiw --reflector qwen2.5-coder-1.5b
+      dso bench learn --pilot 30 --probe 32 --family aiw --reflector-llm http://localhost:8000/v1 --reflector Qwen/Qwen3-8B
       dso bench learn --llm http://localhost:8000/v1 --model Qwen/Qwen3-8B
     """
     from dsonet.bench.report import RESULTS_DIR
@@ -387,15 +392,17 @@ def cli(quick, families, seeds, held_out, url, model, reflector, pilot_n, probe_
         plan = replace(plan, seeds=tuple(int(s) for s in seeds.split(",")))
     if held_out:
         plan = replace(plan, held_out=held_out)
+    if reflector_url and not reflector:
+        raise click.UsageError("--reflector-llm serves the model that --reflector names: give --reflector too")
+    if probe_practice and not pilot_n:
+        raise click.UsageError("--probe measures on the pilot's items: give --pilot N too")
     base = open_llm(url, model)
-    teacher = open_llm(None, reflector) if reflector else None
+    teacher = open_llm(reflector_url, reflector) if reflector else None
     root = _workdir(base.name + (f"+{teacher.name}" if teacher else ""), quick)
     llm = CachedLLM(base, _workdir(base.name, quick) / "answers.sqlite")
     teacher = CachedLLM(teacher, _workdir(base.name, quick) / "answers.sqlite") if teacher else None
     row_llm = base.name + (f" (lessons by {teacher.name})" if teacher else "")
     log = lambda msg: click.echo(f"[{time.strftime('%H:%M:%S')}] {msg}")  # noqa: E731
-    if probe_practice and not pilot_n:
-        raise click.UsageError("--probe measures on the pilot's items: give --pilot N too")
     if pilot_n:
         from dsonet.bench.learn_pilot import pilot, probe
 
