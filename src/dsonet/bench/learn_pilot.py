@@ -23,6 +23,14 @@ from dsonet.learn.control import neutral_notes
 from dsonet.learn.tasks import FAMILIES
 
 
+def _alone(llm, items, text: str, tokens: int) -> tuple:
+    """Runs with ``text`` as the only note, and with neutral text of its length in its place."""
+    from dsonet.learn.evaluate import answer
+
+    return (answer(llm, items, notes=lambda t: ([text], []), max_tokens=tokens),
+            answer(llm, items, notes=lambda t: (neutral_notes([len(text.split())]), []), max_tokens=tokens))
+
+
 def pilot(llm, families, n: int, tokens: int, log=print) -> dict:
     """Per family, on ``n`` training items: accuracy without lessons, with the correct lesson, with neutral text."""
     from dsonet.learn.evaluate import answer, mcnemar
@@ -36,8 +44,7 @@ def pilot(llm, families, n: int, tokens: int, log=print) -> dict:
         row = {"n": n, "accuracy": round(run.accuracy, 4), "parse_failures": run.parse_failures,
                "s_per_item": round(run.wall_s / n, 2), "kept": family in KEPT}
         if lesson:
-            ref = answer(llm, train, notes=lambda t: ([lesson], []), max_tokens=tokens)
-            neutral = answer(llm, train, notes=lambda t: (neutral_notes([len(lesson.split())]), []), max_tokens=tokens)
+            ref, neutral = _alone(llm, train, lesson, tokens)
             row |= {"accuracy_reference": round(ref.accuracy, 4), "accuracy_neutral": round(neutral.accuracy, 4),
                     "p_mcnemar_reference": round(mcnemar(ref.correct, run.correct), 4)}
         out[family] = row
@@ -48,7 +55,6 @@ def pilot(llm, families, n: int, tokens: int, log=print) -> dict:
 def probe(llm, family: str, n: int, tokens: int, practice: int = 16, reflector=None, group_size: int = 4,
           log=print) -> dict:
     """The learner's proposals from ``practice`` training items, each measured alone on the ``n`` pilot items."""
-    from dsonet.learn.evaluate import answer
     from dsonet.learn.grpo import LearnConfig, Learner
     from dsonet.learn.tasks import family_splits
 
@@ -63,8 +69,7 @@ def probe(llm, family: str, n: int, tokens: int, practice: int = 16, reflector=N
     texts = list(dict.fromkeys(p.text for p in proposals))
     measured = []
     for text in texts:
-        run = answer(llm, items, notes=lambda t, x=text: ([x], []), max_tokens=tokens)
-        neutral = answer(llm, items, notes=lambda t, x=text: (neutral_notes([len(x.split())]), []), max_tokens=tokens)
+        run, neutral = _alone(llm, items, text, tokens)
         measured.append({"text": text, "accuracy": round(run.accuracy, 4), "accuracy_neutral": round(neutral.accuracy, 4)})
     row = {"reflector": (reflector or llm).name, "practice_items": practice, "group_size": group_size,
            "mixed_groups": sum(g.mixed for g in groups), "groups": len(groups),
