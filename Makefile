@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 
 .PHONY: install system demo test test-recipe test-fast test-core bench clean
 
-install: $(STAMP)
+install: $(STAMP) .venv-drift/.installed
 
 # torch comes first and pinned: 2.13.0 is a CPU wheel on disk; anything looser pulls a CUDA build.
 # The embedded LLM (Qwen2.5-Coder-0.5B GGUF pieces + cyllama, llama.cpp) comes from requirements.lock; the
@@ -27,6 +27,14 @@ $(STAMP): pyproject.toml setup.py requirements.lock src/dsonet/codec/_kernels.c
 	@command -v cc >/dev/null 2>&1 || { [ "$$(id -u)" = "0" ] && apt-get update -qq && apt-get install -y -qq gcc; } \
 		|| { echo "no C compiler: run 'sudo apt-get install -y gcc' (the codec's kernels are C)"; exit 1; }
 	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+# The drift task family's own environment (src/dsonet/learn/drift.py): the libraries its facts are about,
+# pinned exactly by drift.lock, apart from the project's ranges; its tasks' code runs there.
+.venv-drift/.installed: drift.lock
+	rm -rf .venv-drift
+	$(PYTHON) -m venv .venv-drift
+	.venv-drift/bin/python -m pip install -q -r drift.lock
 	touch $@
 
 # nats-server from Debian for the network tests; apt only when root and only when missing.
@@ -83,4 +91,4 @@ bench: install
 	$(DSO) bench all
 
 clean:
-	rm -rf $(VENV) .venv-3.* .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-3.* .venv-drift .pytest_cache .hypothesis
