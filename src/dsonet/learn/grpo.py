@@ -63,6 +63,12 @@ class LearnConfig:
     epochs: int = 3  # passes over the training queries (paper: 3)
     batch_size: int = 8  # queries per library update
     max_lessons: int = 2  # proposals per mixed group
+    candidates: int = 1  # advantage replies per mixed group: 1 greedy, or that many sampled at `temperature`,
+    # of which the gate keeps the one that does best on validation (a small reflector is a proposer to select from)
+    gate_items: int = 0  # 0: gate on the whole validation slice; N: on the N validation items nearest the lesson
+    # (where retrieval would inject it) plus N // 2 others drawn at random (harm elsewhere); needs an encoder
+    gate_gain: float = 0.0  # validation accuracy a lesson must add over max(without, neutral text): 0 admits ties;
+    # above 0, only lessons that fix something (on tasks where lessons are facts, a tie is a lesson that did nothing)
     summary_words: int = 30  # rollouts longer than this are summarised by the LLM; shorter ones are their own
     note_tokens: int = 96  # budget of each summary and advantage reply
     update_tokens: int = 256  # budget of the batch-update reply
@@ -70,11 +76,14 @@ class LearnConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("group_size", "epochs", "batch_size", "max_lessons", "max_tokens", "note_tokens", "update_tokens"):
+        for name in ("group_size", "epochs", "batch_size", "max_lessons", "max_tokens", "note_tokens", "update_tokens",
+                     "candidates"):
             if getattr(self, name) < 1:
                 raise LearnError(f"{name}: {getattr(self, name)}; must be at least 1")
         if self.group_size < 2:
             raise LearnError(f"group_size: {self.group_size}; a group needs at least 2 rollouts to compare")
+        if self.gate_items < 0:
+            raise LearnError(f"gate_items: {self.gate_items}; use 0 for the whole validation slice or a positive count")
 
 
 @dataclass
@@ -104,18 +113,24 @@ class Stats:
 
 class Learner:
     """``reflector``: the LLM that summarises, extracts the advantage and updates the library, when it
-    is not the one that answers (a small agent with a stronger teacher); by default ``llm`` does all."""
+    is not the one that answers (a small agent with a stronger teacher); by default ``llm`` does all.
+    ``encoder``: ranks validation items by their nearness to a lesson, for ``config.gate_items``."""
 
     def __init__(self, llm: ChatLLM, store: ExperienceStore, config: LearnConfig = LearnConfig(),
-                 run_dir: str | Path | None = None, node_id: str = "", reflector: ChatLLM | None = None):
-        self.llm, self.store, self.config, self.node_id = llm, store, config, node_id
+                 run_dir: str | Path | None = None, node_id: str = "", reflector: ChatLLM | None = None,
+                 encoder=None):
+        if config.gate_items and encoder is None:
+            raise LearnError(f"gate_items: {config.gate_items} ranks validation items by nearness to a lesson; "
+                             "pass the encoder (Learner(..., encoder=library.encoder)) or use gate_items=0")
+        self.llm, self.store, self.config, self.node_id, self.encoder = llm, store, config, node_id, encoder
         self.reflector = reflector or llm
+        self._val_vectors: np.ndarray | None = None  # the validation questions' encodings, for gate_items
         self.run_dir = Path(run_dir) if run_dir else None
         self.stats = Stats()
         self._where = {"epoch": 0, "batch": 0}
         self.validation: TaskSet | None = None
         self._baseline: np.ndarray | None = None  # validation correctness without lessons
-        self._neutral: dict[int, float] = {}  # validation accuracy with neutral text, per word count
+        self._neutral: dict[tuple, float] = {}  # accuracy with neutral text, per (word count, items)
 
     # -- bookkeeping ------------------------------------------------------------------
     def _log(self, kind: str, **record) -> None:
@@ -151,7 +166,8 @@ class Learner:
         groups = []
         for task, injection, completion in zip(batch, chats, samples):
             rewards = tuple(float(tasks.verify(task, r)) for r in completion.texts)
-            groups.append(Group(task.question, task.domain, completion.texts, rewards, task.answer))
+            shown = tuple(tasks.explain(task, r) for r in completion.texts) if tasks.explain else ()
+            groups.append(Group(task.question, task.domain, completion.texts, rewards, task.answer, shown))
             for hit in injection.hits:  # every use of a lesson is an outcome: did the rollout succeed?
                 for w in rewards:
                     self._record(hit, w >= 1.0)
@@ -170,36 +186,47 @@ class Learner:
         mixed = [g for g in groups if g.mixed]
         self.stats.groups += len(groups)
         self.stats.mixed_groups += len(mixed)
+        summaries = self._summaries(mixed)
+        # A back end that can continue a started reply gets "When" as the reply's start and writes one
+        # lesson line: a 0.5B model asked for free text rambles past its budget and restates the problem.
+        prefill = [{"role": "assistant", "content": "When"}] if getattr(self.reflector, "supports_prefill", False) else []
+        n = self.config.candidates
+        replies = self._generate([user((prompts.ADVANTAGE_CODE if g.feedback else prompts.ADVANTAGE).format(
+            problem=g.query, reference=g.reference or "unknown", max_lessons=self.config.max_lessons,
+            summaries="\n".join(summaries[gi]))) + prefill for gi, g in enumerate(mixed)],
+            n=n, temperature=self.config.temperature if n > 1 else 0.0,
+            max_tokens=self.config.note_tokens if not prefill else 64, llm=self.reflector)
+        out = []
+        shared = {d: parse.shared_words([g.query for g in groups if g.domain == d]) for d in {g.domain for g in mixed}}
+        for g, reply in zip(mixed, replies):
+            truncated = reply.completion_tokens >= self.config.note_tokens * n
+            conf = confidence_from_gap(max(g.rewards), min(g.rewards))
+            for text in reply.texts:
+                parsed = parse.experiences(text, self.config.max_lessons, problem=g.query, reference=g.reference,
+                                           truncated=truncated, shared=shared[g.domain])
+                for reason in parsed.skipped:
+                    self._skip("propose", reason, text)
+                for lesson in parsed.items:
+                    out.append(Proposal(lesson, g.domain, conf, g.query[:80]))
+                    self._log("proposal", text=lesson, domain=g.domain, confidence=conf)
+        self.stats.proposals += len(out)
+        return out
+
+    def _summaries(self, mixed: Sequence[Group]) -> list[list[str]]:
+        """Per group, one line per attempt for the advantage prompt. Code that was run is shown as it is,
+        with what running it showed; other attempts longer than ``summary_words`` are summarised first."""
         summaries = {(gi, i): r for gi, g in enumerate(mixed) for i, r in enumerate(g.responses)}
-        long = [key for key, text in summaries.items() if len(text.split()) > self.config.summary_words]
+        long = [key for key, text in summaries.items()
+                if not mixed[key[0]].feedback and len(text.split()) > self.config.summary_words]
         done = self._generate([prompts.SUMMARISE.format(problem=mixed[gi].query, reference=mixed[gi].reference or
                                                         "unknown", attempt=summaries[gi, i], reward=mixed[gi].rewards[i])
                                for gi, i in long], llm=self.reflector)
         for key, c in zip(long, done):
             summaries[key] = " ".join(c.texts[0].split())
             self._log("summary", group=key[0], sample=key[1], summary=summaries[key])
-        # A back end that can continue a started reply gets "When" as the reply's start and writes one
-        # lesson line: a 0.5B model asked for free text rambles past its budget and restates the problem.
-        prefill = [{"role": "assistant", "content": "When"}] if getattr(self.reflector, "supports_prefill", False) else []
-        replies = self._generate([user(prompts.ADVANTAGE.format(
-            problem=g.query, reference=g.reference or "unknown", max_lessons=self.config.max_lessons,
-            summaries="\n".join(f"Attempt {i + 1} (score {g.rewards[i]:g}): {summaries[gi, i]}"
-                                for i in range(len(g.responses))))) + prefill
-            for gi, g in enumerate(mixed)], max_tokens=self.config.note_tokens if not prefill else 64, llm=self.reflector)
-        out = []
-        shared = {d: parse.shared_words([g.query for g in groups if g.domain == d]) for d in {g.domain for g in mixed}}
-        for g, reply in zip(mixed, replies):
-            truncated = reply.completion_tokens >= self.config.note_tokens
-            parsed = parse.experiences(reply.texts[0], self.config.max_lessons, problem=g.query,
-                                       reference=g.reference, truncated=truncated, shared=shared[g.domain])
-            for reason in parsed.skipped:
-                self._skip("propose", reason, reply.texts[0])
-            conf = confidence_from_gap(max(g.rewards), min(g.rewards))
-            for text in parsed.items:
-                out.append(Proposal(text, g.domain, conf, g.query[:80]))
-                self._log("proposal", text=text, domain=g.domain, confidence=conf)
-        self.stats.proposals += len(out)
-        return out
+        return [[f"Attempt {i + 1} (score {g.rewards[i]:g}): {summaries[gi, i]}" if not g.feedback else
+                 f"Attempt {i + 1} ({'passed' if g.rewards[i] >= 1 else 'failed'}): {_one_line(summaries[gi, i])} -> "
+                 f"{g.feedback[i]}" for i in range(len(g.responses))] for gi, g in enumerate(mixed)]
 
     def decide(self, proposals: Sequence[Proposal]) -> list[Operation]:
         """One batch-update call per domain that already holds lessons; ADD for every candidate otherwise."""
@@ -226,49 +253,76 @@ class Learner:
         return ops
 
     def gate(self, ops: Sequence[Operation]) -> list[Operation]:
-        """The operations whose new lesson does not lower validation accuracy (all of them without a slice)."""
+        """The operations whose new lesson does not lower validation accuracy (all of them without a slice);
+        of several candidates from one group (``config.candidates``), the best that passes."""
         if self.validation is None:
             return list(ops)
-        kept = []
-        for op in ops:
+        kept: dict[object, tuple[float, Operation]] = {}
+        for index, op in enumerate(ops):
             text = op.text if op.op == "UPDATE" else op.proposal.text
             if op.op not in ("ADD", "UPDATE"):
-                kept.append(op)
+                kept[index] = (0.0, op)
                 continue
-            with_, _ = self.validation_correct(own=[text])
-            neutral = self._neutral_accuracy(len(text.split()))
-            ok = with_.mean() >= max(self._baseline.mean(), neutral)
-            self._log("gate", text=text, op=op.op, accuracy_with=round(float(with_.mean()), 4),
-                      accuracy_without=round(float(self._baseline.mean()), 4), accuracy_neutral=round(neutral, 4),
-                      kept=bool(ok))
-            if ok:
-                kept.append(op)
-                self._gate_uses[text] = with_
+            items = self._gate_items(text)
+            with_ = self.validation_correct(own=[text], items=items)[0]
+            without = float(self._baseline[items].mean())
+            neutral = self._neutral_accuracy(len(text.split()), items)
+            gain = float(with_.mean()) - max(without, neutral)
+            ok = gain >= self.config.gate_gain
+            self._log("gate", text=text, op=op.op, items=len(items), accuracy_with=round(float(with_.mean()), 4),
+                      accuracy_without=round(without, 4), accuracy_neutral=round(neutral, 4), kept=bool(ok))
+            if not ok:
+                self.stats.gated_out += 1
+                continue
+            self._gate_uses[text] = (items, with_)
+            key = op.proposal.source if self.config.candidates > 1 else index
+            if key not in kept or gain > kept[key][0]:
+                if key in kept:
+                    self.stats.gated_out += 1  # a better candidate of the same group replaces it
+                kept[key] = (gain, op)
             else:
                 self.stats.gated_out += 1
-        return kept
+        return [op for _, op in kept.values()]
 
-    def _neutral_accuracy(self, words: int) -> float:
-        if words not in self._neutral:
-            self._neutral[words] = float(self.validation_correct(own=neutral_notes([words]))[0].mean())
-        return self._neutral[words]
+    def _gate_items(self, lesson: str) -> np.ndarray:
+        """Indices of the validation items a lesson is judged on: all, or (``gate_items``) the nearest to it
+        and half as many others drawn at random."""
+        n = len(self.validation.tasks)
+        if not self.config.gate_items or self.config.gate_items >= n:
+            return np.arange(n)
+        if self._val_vectors is None:
+            self._val_vectors = self.encoder.encode([t.question for t in self.validation.tasks], kind="query")
+        scores = self._val_vectors @ self.encoder.encode([lesson], kind="document")[0]  # (n,)
+        near = np.argsort(-scores)[:self.config.gate_items]
+        rest = np.setdiff1d(np.arange(n), near)
+        seed = int.from_bytes(lesson.encode()[:8].ljust(8, b"\0"), "little")  # the same lesson, the same items
+        far = np.random.default_rng(seed).choice(rest, size=min(len(rest), self.config.gate_items // 2), replace=False)
+        return np.sort(np.concatenate([near, far]))
 
-    def validation_correct(self, own: Sequence[str] = (), retrieved: bool = False) -> tuple[np.ndarray, list]:
-        """Per-item correctness on the validation slice: with ``own`` lessons in every prompt, or with
-        what the library retrieves for each item (``retrieved``); and the hits used per item."""
+    def _neutral_accuracy(self, words: int, items: np.ndarray) -> float:
+        key = (words, items.tobytes())
+        if key not in self._neutral:
+            self._neutral[key] = float(self.validation_correct(own=neutral_notes([words]), items=items)[0].mean())
+        return self._neutral[key]
+
+    def validation_correct(self, own: Sequence[str] = (), retrieved: bool = False,
+                           items: np.ndarray | None = None) -> tuple[np.ndarray, list]:
+        """Per-item correctness on the validation slice (or its ``items``): with ``own`` lessons in every
+        prompt, or with what the library retrieves for each item (``retrieved``); and the hits used per item."""
         val = self.validation
+        tasks = val.tasks if items is None else [val.tasks[i] for i in items]
         if retrieved:
             injections = [inject(self.store, t.question, val.prompt(t), self.config.retrieval, self.node_id, t.domain)
-                          for t in val.tasks]
+                          for t in tasks]
             chats, hits = [i.chat for i in injections], [i.hits for i in injections]
         else:
-            chats, hits = [messages(val.prompt(t), list(own)) for t in val.tasks], [[] for _ in val.tasks]
+            chats, hits = [messages(val.prompt(t), list(own)) for t in tasks], [[] for _ in tasks]
         out = self._generate(chats, temperature=0.0, max_tokens=self.config.max_tokens, seed=0)
-        correct = np.array([val.verify(t, c.texts[0]) >= 1.0 for t, c in zip(val.tasks, out)], float)
+        correct = np.array([val.verify(t, c.texts[0]) >= 1.0 for t, c in zip(tasks, out)], float)
         return correct, hits
 
     def update(self, proposals: Sequence[Proposal], iteration: int = 0) -> list:
-        self._gate_uses: dict[str, np.ndarray] = {}
+        self._gate_uses: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # lesson: (items, correct with it)
         ops = self.gate(merge_duplicate_adds(self.decide(proposals)))  # gate each distinct lesson once
         prov = Provenance(self.node_id, self.llm.name, int(time.time() * 1000), iteration)
         results = apply(self.store, ops, provenance=prov)
@@ -279,7 +333,7 @@ class Learner:
                       detail=r.detail)
             if r.applied and r.operation.op in ("ADD", "UPDATE") and text in self._gate_uses:
                 record = getattr(self.store, "record_outcome", None)
-                for helped in self._gate_uses[text] if record else ():
+                for helped in self._gate_uses[text][1] if record else ():
                     record(r.detail, bool(helped))
         return results
 
@@ -390,3 +444,8 @@ class Learner:
                             tok_s=f"{self.stats.completion_tokens / max(self.stats.wall_s, 1e-9):.1f}")
         bar.close()
         return self.stats
+
+
+def _one_line(text: str) -> str:
+    """A reply as one line for a prompt: code fences and line breaks gone."""
+    return " ".join(text.replace("```python", " ").replace("```", " ").split())

@@ -65,12 +65,21 @@ _NUM = re.compile(r"\d+(?:\.\d+)?")
 _COMMON = {"0", "1", "2"}
 _NAME = re.compile(r"\b[A-Z][a-z]+\b")  # not GCD or ASCII
 _CAPITALISED = re.compile(r"(?<=\s)[A-Z][a-z]+\b")  # as _NAME, but not a lesson's first word ("When")
+# a code problem's variables, where they cannot be plain words of a lesson ("values", "model"): with _ or a digit
+_ASSIGNED = re.compile(r"^[ \t>]*([A-Za-z]*[_\d]\w*)\s*=(?!=)", re.MULTILINE)
+
+
+def _names(problem: str) -> set[str]:
+    """The words that can make a lesson specific to ``problem``: its capitalised words and the
+    variables its code assigns (a library's functions are called, not assigned, so they stay free)."""
+    return set(_NAME.findall(problem)) | set(_ASSIGNED.findall(problem))
 
 
 def shared_words(problems: list[str]) -> frozenset[str]:
-    """The capitalised words every one of ``problems`` uses: their kind's vocabulary ("Least Common
-    Multiple"), not one problem's names ("Mary"); all of them when there is only one problem to go by."""
-    words = [set(_NAME.findall(p)) for p in problems]
+    """The capitalised words and code variables every one of ``problems`` uses: their kind's vocabulary
+    ("Least Common Multiple"), not one problem's names ("Mary", ``weights_b``); all of them when there
+    is only one problem to go by."""
+    words = [_names(p) for p in problems]
     return frozenset(set.intersection(*words) if len(words) > 1 else set().union(*words))
 
 
@@ -78,8 +87,10 @@ def specific_to(lesson: str, problem: str, reference: str = "", shared: frozense
     """Why ``lesson`` restates one problem instead of generalising ('' when it does not): it names
     the reference answer or a number from the problem (0, 1 and 2 are too common in general advice
     to count: "divide by 2", "the GCD is 1"), a quoted word of the problem, or a word the problem
-    capitalises that other problems of its kind do not share (``shared``, see `shared_words`):
-    "When Mary has 1 brothers and 1 sisters, her brother has 2 sisters"."""
+    capitalises, or a variable its code assigns, that other problems of its kind do not share
+    (``shared``, see `shared_words`): "When Mary has 1 brothers and 1 sisters, her brother has 2
+    sisters", "When integrating ys over xs, ...". Library and function names stay allowed: they are
+    what a lesson about an environment is for."""
     low = lesson.casefold()
     ref = reference.strip().casefold()
     if ref and ref not in _COMMON and re.search(rf"(?<![\w.]){re.escape(ref)}(?!\w|\.\d)", low):
@@ -95,6 +106,10 @@ def specific_to(lesson: str, problem: str, reference: str = "", shared: frozense
     for word in _CAPITALISED.findall(lesson):
         if word in named:
             return f"names the problem's {word!r}"
+    variables = set(_ASSIGNED.findall(problem)) - shared
+    for word in re.findall(r"[A-Za-z_]\w+", lesson):
+        if word in variables:
+            return f"names the problem's variable {word!r}"
     return ""
 
 

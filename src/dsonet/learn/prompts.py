@@ -4,13 +4,14 @@ PROMPTS_VERSION goes into each run's state file and log and into the bench's ans
 keys, so a resumed run never mixes prompts, and experiences can be traced to the prompts that
 produced them. The three steps follow Training-free GRPO (youtu-agent `utu/practice/`):
 summarise each rollout with the reference answer in view; extract the group's semantic
-advantage from all G summaries; then one batch of ADD / UPDATE / DELETE / NONE operations
+advantage from all G summaries (for code that was run, `ADVANTAGE_CODE`: each attempt with what running
+it showed, and the reference code); then one batch of ADD / UPDATE / DELETE / NONE operations
 against the domain's library per step.
 """
 
 from __future__ import annotations
 
-PROMPTS_VERSION = "5"
+PROMPTS_VERSION = "6"
 
 SUMMARISE = """Here is one attempt at a problem, the correct answer, and the attempt's score.
 
@@ -45,3 +46,18 @@ For each candidate choose one operation: ADD it as a new lesson; UPDATE an exist
 Reply with one JSON list, one object per candidate, for example:
 [{{"candidate": "C1", "op": "ADD"}}, {{"candidate": "C2", "op": "UPDATE", "id": "E1", "text": "When ..., ..."}}]
 JSON:"""
+
+# Code that was run: what each attempt did is its code and what running it showed (an error's last
+# line or the value it computed), so there is nothing to summarise; the lesson is about the libraries
+# installed where the code ran, which the model cannot know from its training.
+ADVANTAGE_CODE = """Several attempts at the same Python task were run in this environment and checked against a reference solution.
+
+Task: {problem}
+Reference solution: {reference}
+
+Attempts (code -> what running it showed):
+{summaries}
+
+Compare the attempts that passed with those that failed. What does this environment's library accept or refuse (a function, argument or behaviour)? Write at most {max_lessons} lessons that would help on a different task using the same library function, one per line, each at most 32 words, each of the form:
+When <doing what, with which library>, <what to call or pass, and what not to>.
+Name the library and its functions; never this task's variable names or data."""

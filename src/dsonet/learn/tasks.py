@@ -81,6 +81,9 @@ class TaskSet:
     verify: Verifier
     instruction: str = ANSWER_INSTRUCTION
     kind: Kind = "number"  # how the final answer is read (see answers.py)
+    # What running a reply showed (an error's last line, or what it computed), for task sets whose
+    # verifier executes code: the learner shows it beside each attempt. None: rewards only.
+    explain: Callable[[Task, str], str] | None = None
 
     def prompt(self, task: Task) -> str:
         return f"{task.question}\n{self.instruction}"
@@ -90,7 +93,7 @@ class TaskSet:
         return extract(response, self.kind) is not None
 
     def subset(self, tasks: Sequence[Task], name: str | None = None) -> "TaskSet":
-        return TaskSet(name or self.name, list(tasks), self.verify, self.instruction, self.kind)
+        return TaskSet(name or self.name, list(tasks), self.verify, self.instruction, self.kind, self.explain)
 
     def split(self, held_out: float = 0.2, seed: int = 0) -> tuple["TaskSet", "TaskSet"]:
         """Deterministic (train, held-out) halves sharing this set's verifier."""
@@ -312,6 +315,7 @@ class Group:
     responses: tuple[str, ...]
     rewards: tuple[float, ...]
     reference: str = ""  # the correct answer, shown to the summariser ('' when unknown, e.g. telemetry)
+    feedback: tuple[str, ...] = ()  # per response, what running it showed (`TaskSet.explain`); () without
 
     @property
     def mixed(self) -> bool:
