@@ -12,7 +12,7 @@ import pytest
 from dsonet.demo import DemoConfig, Fleet, format_report, run_demo
 from dsonet.demo import adversary
 from dsonet.demo.agents import Answers, split_tasks
-from dsonet.demo.fleet import running
+from dsonet.sim.nodes import running
 from dsonet.demo.report import conditions
 from dsonet.experience import Experience, Provenance
 from dsonet.library import Hit

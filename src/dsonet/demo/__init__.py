@@ -14,7 +14,7 @@ node's own, with the fleet's and with the poisoned fleet's (`report`).
     report.py     the typed report, and format_report
 """
 
-from dsonet.demo.fleet import Fleet, InProcessFleet, NodeState
+from dsonet.sim.nodes import Fleet, InProcessFleet, NodeState
 from dsonet.demo.report import DemoReport, format_report
 from dsonet.demo.run import DemoConfig, run_demo
 

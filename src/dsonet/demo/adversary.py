@@ -21,7 +21,7 @@ import numpy as np
 
 from dsonet.codec import Profile, decode, make_batch
 from dsonet.codec.batch import claims
-from dsonet.demo.fleet import is_batch
+from dsonet.sim.nodes import is_batch
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
 from dsonet.learn.tasks import FAMILIES

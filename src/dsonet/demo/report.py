@@ -11,7 +11,7 @@ import numpy as np
 from dsonet.codec import Profile, bytes_per_vector, decode
 from dsonet.demo.adversary import Sent
 from dsonet.demo.agents import Answers, Learned
-from dsonet.demo.fleet import NodeState, is_batch
+from dsonet.sim.nodes import NodeState, is_batch
 from dsonet.learn.evaluate import paired_bootstrap, wilson
 from dsonet.network.transport import SENDER, Message
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from dsonet.demo import adversary, agents, report
 from dsonet.demo.agents import Echo
-from dsonet.demo.fleet import running
+from dsonet.sim.nodes import running
 from dsonet.demo.report import DemoReport
 from dsonet.errors import DsoError
 from dsonet.learn.context import Retrieval

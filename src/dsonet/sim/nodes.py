@@ -1,13 +1,14 @@
-"""The fleet the demo runs on, behind one small interface, and the in-process implementation.
+"""Fleets of real nodes for scenarios (the demo, `dso bench learn --family drift`), behind one small
+interface, and the in-process implementation (`nats_nodes`: node processes on a NATS cluster).
 
-What the demo needs from a fleet, and nothing more: each honest node's experience store (where
+What a scenario needs from a fleet, and nothing more: each honest node's experience store (where
 its agent learns and from which it answers), a way to make every honest node publish what it
 holds, a connection to the same log for the attackers, the log of what crossed the wire, a
 wait until every node has read all of it, and, at the end, what each honest node kept and
 whose batches it refused.
 
 Honest nodes hold what their agents learn until `publish()`: their batch interval is an hour
-and their batch size unbounded, so the demo decides when sharing happens and can measure each
+and their batch size unbounded, so the scenario decides when sharing happens and can measure each
 node's own lessons before any peer's arrive.
 """
 
@@ -28,7 +29,7 @@ from dsonet.learn.operations import ExperienceStore
 from dsonet.network.node import Node, NodeConfig
 from dsonet.network.transport import InProcessHub, Message, Transport, parse_subject
 
-HOLD_INTERVAL_S = 3600.0  # nodes publish only when the demo says so (see the module docstring)
+HOLD_INTERVAL_S = 3600.0  # nodes publish only when the scenario says so (see the module docstring)
 HOLD_BATCH = 1_000_000
 
 
@@ -141,7 +142,7 @@ class InProcessFleet:
 async def running(nats: bool, honest: int, workdir: Path, model: str = "") -> AsyncIterator[Fleet]:
     """A started fleet that is closed on the way out, whatever happened (closing twice is harmless)."""
     if nats:
-        from dsonet.demo.nats_fleet import NatsFleet
+        from dsonet.sim.nats_nodes import NatsFleet
 
         fleet = await NatsFleet.start(honest, workdir, model)
     else:

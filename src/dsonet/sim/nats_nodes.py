@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from dsonet.codec import profile_of
-from dsonet.demo.fleet import HOLD_BATCH, HOLD_INTERVAL_S, FleetError, NodeState
+from dsonet.sim.nodes import HOLD_BATCH, HOLD_INTERVAL_S, FleetError, NodeState
 from dsonet.encoders import default_encoder
 from dsonet.identity import NodeIdentity
 from dsonet.library import Library
