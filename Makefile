@@ -39,11 +39,15 @@ $(STAMP): pyproject.toml setup.py requirements.lock src/dsonet/codec/_kernels.c
 	.venv-drift/bin/python -m pip install -q -r drift.lock
 	touch $@
 
-# nats-server from Debian for the network tests; apt only when root and only when missing.
+# nats-server from Debian for the network tests, bubblewrap for the learn sandbox (model-written code runs
+# only isolated); apt only when root and only when missing.
 system:
 	@if command -v nats-server >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = "0" ]; then apt-get update -qq && apt-get install -y -qq nats-server; \
 	else echo "nats-server is missing: run 'sudo apt-get install -y nats-server' (network tests will be skipped)"; fi
+	@if command -v bwrap >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = "0" ]; then apt-get install -y -qq bubblewrap || { apt-get update -qq && apt-get install -y -qq bubblewrap; }; \
+	else echo "bwrap is missing: run 'sudo apt-get install -y bubblewrap' (the learn sandbox refuses to run without it)"; fi
 
 demo: install
 	$(DSO) demo

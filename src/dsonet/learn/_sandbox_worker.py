@@ -1,0 +1,361 @@
+"""The pre-imported worker that runs model-written code inside the sandbox (see sandbox.py).
+
+Runs under bubblewrap with the interpreter of the drift venv, which has no dsonet: stdlib only, plus
+the modules named by --preload. Protocol: one JSON request per line on stdin, one JSON reply per
+line on the protocol fd (the original stdout, kept away from the answer's prints). Each request is
+run in a forked child, so the imports are paid once per worker and a run costs a fork.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib
+import io
+import json
+import math
+import os
+import resource
+import select
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+
+RUNS_DIR = "/tmp/runs"  # the sandbox's private tmpfs; each run gets a fresh directory under it
+FILE_BYTES = 64 << 20  # RLIMIT_FSIZE: no single file the answer writes grows past this
+OPEN_FILES = 256  # RLIMIT_NOFILE: enough for any library call, too few to exhaust the tmpfs inodes
+MAX_ITEMS = 100_000  # elements in one array or frame turned into JSON; larger results are errors
+PR_SET_DUMPABLE = 4
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--preload", default="")
+    parser.add_argument("--drop-to", type=int, default=-1, help="uid/gid to become when started as root")
+    parser.add_argument("--result-bytes", type=int, required=True)
+    args = parser.parse_args()
+    if args.drop_to >= 0 and os.getuid() == 0:
+        # uid 0 ignores RLIMIT_NPROC, so the answer must not run as root even without capabilities
+        os.setgroups([])
+        os.setresgid(args.drop_to, args.drop_to, args.drop_to)
+        os.setresuid(args.drop_to, args.drop_to, args.drop_to)
+    # not dumpable: the answer runs as the same uid and must not ptrace or /proc/<pid>/mem the worker
+    ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 1)  # a stray print in the worker must not corrupt the protocol
+    started = time.perf_counter()
+    try:
+        for name in filter(None, args.preload.split(",")):
+            importlib.import_module(name)
+    except BaseException as exc:  # noqa: BLE001 - any import failure is reported, not raised
+        _reply(protocol, {"ready": False, "error": _last_line(exc)})
+        return
+    os.makedirs(RUNS_DIR, exist_ok=True)
+    _reply(protocol, {"ready": True, "seconds": time.perf_counter() - started, "uid": os.getuid()})
+    for line in sys.stdin:
+        request = json.loads(line)
+        _reply(protocol, _run(request, args.result_bytes))
+
+
+def _reply(protocol: io.TextIOBase, message: dict) -> None:
+    protocol.write(json.dumps(message) + "\n")
+    protocol.flush()
+
+
+def _run(request: dict, result_bytes: int) -> dict:
+    limits = request["limits"]
+    workdir = tempfile.mkdtemp(dir=RUNS_DIR)
+    out_path = workdir + ".out"
+    read_fd, write_fd = os.pipe()
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        os.close(read_fd)
+        _child(request, limits, workdir, out_path, write_fd, result_bytes)
+    os.close(write_fd)
+    data, reason = _collect(read_fd, pid, started + limits["wall_s"], result_bytes + 8 * limits["output_bytes"])
+    os.close(read_fd)
+    _, status, usage = os.wait4(pid, 0)
+    reply = _verdict(data, reason, status, usage, limits)
+    reply["stdout"] = _merge_output(reply.get("stdout", ""), out_path, limits["output_bytes"])
+    shutil.rmtree(workdir, onerror=_force_remove)
+    if os.path.exists(out_path):
+        os.unlink(out_path)
+    return reply
+
+
+def _collect(fd: int, pid: int, deadline: float, cap: int) -> tuple[bytes, str]:
+    """Read the child's reply until EOF, the wall-clock deadline or the size cap (then kill it)."""
+    chunks, size = [], 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            os.kill(pid, signal.SIGKILL)
+            return b"", "wall"
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks), ""
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > cap:
+            os.kill(pid, signal.SIGKILL)
+            return b"", "size"
+
+
+def _verdict(data: bytes, reason: str, status: int, usage: resource.struct_rusage, limits: dict) -> dict:
+    if reason == "wall":
+        return _failed(f"TimeoutError: wall-clock limit of {limits['wall_s']:g} s")
+    if reason == "size":
+        return _failed("ValueError: the result is larger than the sandbox returns")
+    if data:
+        try:
+            reply = json.loads(data)
+        except ValueError:
+            return _failed("RuntimeError: the answer's process wrote an unreadable result")
+        if isinstance(reply, dict):
+            return reply
+    cpu = usage.ru_utime + usage.ru_stime
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu >= limits["cpu_s"]):
+            return _failed(f"TimeoutError: CPU-time limit of {limits['cpu_s']:g} s")
+        return _failed(f"RuntimeError: the answer's process died of {signal.Signals(sig).name}")
+    return _failed(f"SystemExit: the answer's process exited with status {os.waitstatus_to_exitcode(status)} before returning")
+
+
+def _failed(error: str) -> dict:
+    return {"ok": False, "value": None, "error": error}
+
+
+def _merge_output(captured: str, out_path: str, limit: int) -> str:
+    """Python-level prints, then whatever C code wrote to fds 1 and 2, cut to `limit` bytes."""
+    try:
+        with open(out_path, "rb") as f:
+            raw = f.read(limit)
+    except OSError:
+        raw = b""
+    merged = captured.encode("utf-8", "replace") + raw
+    return merged[:limit].decode("utf-8", "replace")
+
+
+def _force_remove(func, path, _exc_info) -> None:
+    """rmtree's retry for a directory the answer made unwritable (it runs as our uid)."""
+    os.chmod(os.path.dirname(path), 0o700)
+    if os.path.isdir(path) and not os.path.islink(path):
+        os.chmod(path, 0o700)
+        shutil.rmtree(path, onerror=_force_remove)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+def _child(request: dict, limits: dict, workdir: str, out_path: str, result_fd: int, result_bytes: int) -> None:
+    try:
+        os.closerange(3, result_fd)
+        os.closerange(result_fd + 1, 1 << 16)
+        os.chdir(workdir)
+        out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(out)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an over-size write fails with EFBIG instead of killing
+        _set_limits(limits)
+        captured = _Bounded(limits["output_bytes"])
+        sys.stdout = sys.stderr = captured
+        reply = _execute(request["code"], request["result"], limits, result_bytes)
+        reply["stdout"] = captured.text()
+        payload = json.dumps(reply).encode()
+    except BaseException as exc:  # noqa: BLE001 - the child reports everything and exits
+        payload = json.dumps(_failed(_last_line(exc))).encode()
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(result_fd, view) :]
+    finally:
+        os._exit(0)
+
+
+def _set_limits(limits: dict) -> None:
+    cpu = max(1, math.ceil(limits["cpu_s"]))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # soft: SIGXCPU; hard: SIGKILL a second later
+    mapped = _address_space_bytes()
+    memory = mapped + (limits["memory_mb"] << 20)
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_BYTES, FILE_BYTES))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILES, OPEN_FILES))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # no new processes or threads at all: fork bombs, os.system and subprocess fail with EAGAIN
+    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+
+
+def _address_space_bytes() -> int:
+    """The worker's mapped size (VmSize): the memory limit is counted on top of the preloaded libraries."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _execute(code: str, result: str, limits: dict, result_bytes: int) -> dict:
+    namespace: dict = {"__name__": "__sandbox__"}
+    try:
+        exec(compile(code, "<answer>", "exec"), namespace)
+        if result not in namespace:
+            return _failed(f"NameError: {result} was not assigned")
+        value = canonical(namespace[result])
+        encoded = json.dumps(value)
+    except MemoryError as exc:
+        return _failed(f"MemoryError: {exc or 'out of memory'} (memory limit of {limits['memory_mb']} MB)")
+    except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are answers' errors too
+        return _failed(_last_line(exc))
+    if len(encoded) > result_bytes:
+        return _failed(f"ValueError: the result's JSON is {len(encoded)} bytes (limit {result_bytes})")
+    return {"ok": True, "value": value, "error": ""}
+
+
+def _last_line(exc: BaseException) -> str:
+    return traceback.format_exception_only(type(exc), exc)[-1].strip()
+
+
+class _Bounded(io.TextIOBase):
+    """A text stream keeping the first `limit` bytes written to it and dropping the rest."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.parts: list[str] = []
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        if self.size < self.limit:
+            part = s[: self.limit - self.size]
+            self.parts.append(part)
+            self.size += len(part.encode("utf-8", "replace"))
+        return len(s)
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+# ---- canonical forms: what `same` compares (sandbox.py documents the format) ----
+
+
+def canonical(v: object, depth: int = 0) -> object:
+    if depth > 32:
+        return _opaque(v)
+    if v is None or isinstance(v, (bool, str)):
+        return v
+    np = sys.modules.get("numpy")
+    if np is not None:
+        if isinstance(v, np.ndarray):
+            return {"ndarray": _array(v, depth)}
+        if isinstance(v, np.generic):
+            return {"npscalar": {"dtype": str(v.dtype), "value": canonical(v.item(), depth + 1)}}
+    if isinstance(v, int):
+        return int(v)
+    if isinstance(v, float):
+        return _float(v)
+    if isinstance(v, complex):
+        return {"complex": [_float(v.real), _float(v.imag)]}
+    if isinstance(v, list):
+        return [canonical(x, depth + 1) for x in v]
+    if isinstance(v, tuple):
+        return {"tuple": [canonical(x, depth + 1) for x in v]}
+    if isinstance(v, (set, frozenset)):
+        return {"set": _sorted([canonical(x, depth + 1) for x in v])}
+    if isinstance(v, dict):
+        pairs = [[canonical(k, depth + 1), canonical(x, depth + 1)] for k, x in v.items()]
+        return {"dict": sorted(pairs, key=lambda p: _key(p[0]))}
+    for form in (_pandas, _graph, _sparse):
+        found = form(v, depth)
+        if found is not None:
+            return found
+    return _opaque(v)
+
+
+def _float(x: float) -> object:
+    return x if math.isfinite(x) else {"float": repr(x)}  # 'nan', 'inf', '-inf': JSON has no such numbers
+
+
+def _array(a, depth: int) -> dict:
+    if a.size > MAX_ITEMS:
+        raise ValueError(f"the result has {a.size} elements (the sandbox returns at most {MAX_ITEMS})")
+    return {"dtype": str(a.dtype), "shape": list(a.shape), "values": [canonical(x, depth + 1) for x in a.ravel().tolist()]}
+
+
+def _pandas(v: object, depth: int) -> object:
+    pd = sys.modules.get("pandas")
+    if pd is None:
+        return None
+    if isinstance(v, pd.DataFrame):
+        if v.size > MAX_ITEMS:
+            raise ValueError(f"the result has {v.size} cells (the sandbox returns at most {MAX_ITEMS})")
+        return {"DataFrame": {
+            "columns": _index(v.columns, depth), "index": _index(v.index, depth),
+            "dtypes": [str(t) for t in v.dtypes],
+            "values": [[canonical(x, depth + 1) for x in v.iloc[:, i].tolist()] for i in range(v.shape[1])],
+        }}
+    if isinstance(v, pd.Series):
+        if v.size > MAX_ITEMS:
+            raise ValueError(f"the result has {v.size} elements (the sandbox returns at most {MAX_ITEMS})")
+        return {"Series": {"name": canonical(v.name, depth + 1), "dtype": str(v.dtype), "index": _index(v.index, depth),
+                           "values": [canonical(x, depth + 1) for x in v.tolist()]}}
+    if isinstance(v, pd.Index):
+        return _index(v, depth)
+    if v is pd.NA or v is pd.NaT:
+        return {"na": repr(v)}
+    return None
+
+
+def _index(ix, depth: int) -> dict:
+    if ix.size > MAX_ITEMS:
+        raise ValueError(f"the result's index has {ix.size} labels (the sandbox returns at most {MAX_ITEMS})")
+    return {"Index": {"dtype": str(ix.dtype), "names": [canonical(n, depth + 1) for n in ix.names],
+                      "values": [canonical(x, depth + 1) for x in ix.tolist()]}}
+
+
+def _graph(v: object, depth: int) -> object:
+    nx = sys.modules.get("networkx")
+    if nx is None or not isinstance(v, nx.Graph):
+        return None
+    directed = v.is_directed()
+    nodes = _sorted([[canonical(n, depth + 1), canonical(d, depth + 1)] for n, d in v.nodes(data=True)])
+    edges = []
+    for edge in (v.edges(keys=True, data=True) if v.is_multigraph() else v.edges(data=True)):
+        ends = [canonical(edge[0], depth + 1), canonical(edge[1], depth + 1)]
+        if not directed:
+            ends = _sorted(ends)  # an undirected edge has no first end
+        edges.append(ends + [canonical(x, depth + 1) for x in edge[2:]])
+    return {"graph": {"directed": directed, "multigraph": v.is_multigraph(), "attrs": canonical(v.graph, depth + 1),
+                      "nodes": nodes, "edges": _sorted(edges)}}
+
+
+def _sparse(v: object, depth: int) -> object:
+    sparse = sys.modules.get("scipy.sparse")
+    if sparse is None or not sparse.issparse(v):
+        return None
+    return {"sparse": _array(v.toarray(), depth)}
+
+
+def _opaque(v: object) -> dict:
+    return {"repr": repr(v)[:200], "type": f"{type(v).__module__}.{type(v).__qualname__}"}
+
+
+def _key(c: object) -> str:
+    return json.dumps(c, sort_keys=True)
+
+
+def _sorted(items: list) -> list:
+    return sorted(items, key=_key)
+
+
+if __name__ == "__main__":
+    main()
