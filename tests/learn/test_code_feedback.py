@@ -1,0 +1,117 @@
+"""The learner on tasks whose answers are code that was run: each attempt shown with what running it
+showed, several sampled candidate lessons per group with the gate keeping the best, and a gate on
+the validation items nearest a lesson. A scripted LLM and a keyword encoder stand in: the subject is
+the loop (the real models and sandbox run in `dso bench learn --family drift`)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from dsonet.learn import parse
+from dsonet.learn.context import Retrieval
+from dsonet.learn.grpo import LearnConfig, LearnError, Learner
+from dsonet.learn.llm import Completion
+from dsonet.learn.tasks import Task, TaskSet
+
+from .conftest import DictStore
+
+GOOD = "When rounding with the mylib library, call mylib.round_half instead of mylib.rnd."
+BAD = "When rounding with the mylib library, call mylib.rnd; it is the current name."
+
+
+def _verify(task, reply):
+    return 1.0 if "round_half" in reply else 0.0
+
+
+def _explain(task, reply):
+    return "r = 4" if "round_half" in reply else "AttributeError: module 'mylib' has no attribute 'rnd'"
+
+
+def _tasks(n=4, start=0):
+    tasks = [Task(f"t{i}", f"The code below has run:\nvalues_{i} = [{i}.5]\nRound values_{i} with mylib and assign to r.",
+                  "r = mylib.round_half(values)", "code.python") for i in range(start, start + n)]
+    return TaskSet("rounding", tasks, _verify, "Reply with the line only.", "text", _explain)
+
+
+class CodeLLM:
+    """Rollouts: half the samples use the current name. Advantage replies: sample 0 the wrong lesson,
+    sample 1 the right one. Greedy answers use the current name only when the right lesson is shown."""
+
+    name = "code-scripted"
+
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, chats, n=1, temperature=0.7, max_tokens=128, seed=None):
+        out = []
+        for chat in chats:
+            text, system = chat[-1]["content"], chat[0]["content"] if len(chat) > 1 else ""
+            self.calls.append((text, n, temperature))
+            if text.startswith("Several attempts"):
+                texts = tuple((BAD, GOOD)[i % 2] for i in range(n))
+            elif n > 1:
+                texts = tuple("r = mylib.round_half(v)" if i % 2 else "r = mylib.rnd(v)" for i in range(n))
+            else:
+                texts = ("r = mylib.round_half(v)" if "round_half instead" in system else "r = mylib.rnd(v)",)
+            out.append(Completion(texts, 10, 5 * n))
+        return out
+
+
+class KeywordEncoder:
+    """Items and lessons that share the word 'values_0' or 'values_1' are near; the rest far."""
+
+    def encode(self, texts, kind="query"):
+        return np.array([[("values_0" in t) + 0.1, ("values_1" in t) + 0.1, 1.0] for t in texts], np.float32)
+
+
+def _log(path):
+    return [json.loads(line) for line in (path / "log.jsonl").read_text().splitlines()]
+
+
+def test_code_attempts_reach_the_reflector_with_what_running_them_showed(tmp_path):
+    llm, store = CodeLLM(), DictStore()
+    Learner(llm, store, LearnConfig(group_size=4, epochs=1, batch_size=4, retrieval=Retrieval(min_similarity=0.5)),
+            tmp_path).run(_tasks(), False)
+    advantage = [c for c, _, _ in llm.calls if c.startswith("Several attempts at the same Python task")]
+    assert len(advantage) == 4
+    assert "Reference solution: r = mylib.round_half(values)" in advantage[0]
+    assert "(failed): r = mylib.rnd(v) -> AttributeError: module 'mylib' has no attribute 'rnd'" in advantage[0]
+    assert "(passed): r = mylib.round_half(v) -> r = 4" in advantage[0]
+
+
+def test_of_sampled_candidates_the_gate_keeps_the_one_that_passes_validation(tmp_path):
+    llm, store = CodeLLM(), DictStore()
+    config = LearnConfig(group_size=4, epochs=1, batch_size=4, candidates=2, gate_gain=1e-9,
+                         retrieval=Retrieval(min_similarity=0.5))
+    stats = Learner(llm, store, config, tmp_path).run(_tasks(), False, validation=_tasks(2, start=10))
+    assert [e.text for e in store.items.values()] == [GOOD]
+    # two candidates a group, sampled (not greedy), and the wrong one refused on validation
+    assert all(n == 2 and t > 0 for c, n, t in llm.calls if c.startswith("Several attempts"))
+    gates = [r for r in _log(tmp_path) if r["type"] == "gate"]
+    assert {(r["text"], r["kept"]) for r in gates} == {(GOOD, True), (BAD, False)}
+    assert stats.proposals == 8 and stats.gated_out == 1  # duplicates are merged before the gate: one of each
+
+
+def test_the_gate_can_judge_a_lesson_on_the_validation_items_nearest_it(tmp_path):
+    store, encoder = DictStore(), KeywordEncoder()
+    config = LearnConfig(group_size=4, epochs=1, batch_size=4, gate_items=2, retrieval=Retrieval(min_similarity=0.5))
+    learner = Learner(CodeLLM(), store, config, tmp_path, encoder=encoder)
+    learner.use_validation(_tasks(6))
+    items = learner._gate_items("When a list like values_1 is rounded, call mylib.round_half.")
+    assert len(items) == 3 and 1 in items  # the nearest two (values_1 first) and one other
+    assert np.array_equal(items, learner._gate_items("When a list like values_1 is rounded, call mylib.round_half."))
+
+
+def test_gate_items_needs_an_encoder():
+    with pytest.raises(LearnError, match="pass the encoder"):
+        Learner(CodeLLM(), DictStore(), LearnConfig(gate_items=4))
+
+
+def test_a_code_problems_variables_are_specific_but_library_names_are_not():
+    problem = "The code below has run:\nweights_b = np.array([1, 3])\nxs2 = [4]\nIntegrate weights_b with numpy."
+    assert "variable 'weights_b'" in parse.specific_to("When integrating weights_b, call np.trapezoid.", problem)
+    assert parse.specific_to("When integrating samples with NumPy, call np.trapezoid, not np.trapz.", problem) == ""
+    # a variable every problem of the step assigns is the kind's vocabulary
+    shared = parse.shared_words([problem, "weights_b = 1\nother"])
+    assert parse.specific_to("When integrating weights_b, call np.trapezoid.", problem, shared=shared) == ""
