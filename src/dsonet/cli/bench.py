@@ -16,6 +16,7 @@ BENCHMARKS = {
     "crossmodel": ("dsonet.bench.crossmodel:cli", "Cross-model retrieval: WordLlama + adapter vs native, Recall@5/@10, latency."),
     "proxy": ("dsonet.bench.proxy:cli", "Latency `dso proxy` adds to a chat completion (p50, p99)."),
     "train": ("dsonet.bench.train:cli", "A short Zen head training: each stage's metric before and after."),
+    "relevance": ("dsonet.bench.relevance:cli", "The relevance threshold: injection precision/recall on labelled pairs."),
 }
 
 

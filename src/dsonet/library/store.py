@@ -32,12 +32,12 @@ from dsonet.codec.bitdelta import BitDeltaCodes, compress
 from dsonet.errors import BatchError
 from dsonet.experience import Experience, Provenance
 from dsonet.library.merge import Member, MergedView, MergeRule
-from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K, RetrievalPolicy, estimate_tokens
+from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy, estimate_tokens
 from dsonet.library.rows import (ANY_SIGNER, COLUMN, DamagedFile, IngestResult, LibraryError, RowStore, damaged,
                                  row_code, row_experience)
 from dsonet.library.search import RowIndex
 
-__all__ = ["DamagedFile", "Hit", "IngestResult", "Library", "LibraryError"]
+__all__ = ["DamagedFile", "Hit", "Hits", "IngestResult", "Library", "LibraryError"]
 _VECTOR = COLUMN["vector"]
 # A merged cluster's vector can score a little above its best member (the mean of near-duplicates);
 # the walk over candidates stops this far under the threshold.
@@ -50,6 +50,20 @@ class Hit:
     score: float  # cosine between the query and the cluster's vector
     members: tuple[str, ...] = ()  # ids of every experience merged into this one (provenance kept)
     sources: tuple[str, ...] = ()  # signers of the merged rows: whose reputation an outcome moves
+
+
+class Hits(list):
+    """A search's hits, best first, with what an empty (or short) answer needs to say why: the
+    threshold the search applied and the best score it saw, passed or not (None: nothing to
+    score). A list, so every caller that iterates hits reads it unchanged."""
+
+    def __init__(self, hits=(), threshold: float = 0.0, best_score: float | None = None):
+        super().__init__(hits)
+        self.threshold = threshold
+        self.best_score = best_score
+
+    def __repr__(self) -> str:
+        return f"Hits({list.__repr__(self)}, threshold={self.threshold}, best_score={self.best_score})"
 
 
 class Library:
@@ -413,26 +427,28 @@ class Library:
         """Each id's vector: the float where held, else its reconstruction ê, (len(ids), d)."""
         return self.search_index.vectors(np.array([self._preferred_row(i) for i in ids], np.int64))
 
-    def search(self, query: str, k: int = K, min_similarity: float = MIN_SIMILARITY, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None) -> list[Hit]:
-        """Top experiences for a text query (`RetrievalPolicy`: k = 5, cosine > 0.6, ≤ 2048 tokens)."""
+    def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
+               domain: str | None = None) -> Hits:
+        """Top experiences for a text query (`RetrievalPolicy`: k = 5, cosine at or above the
+        space's calibrated threshold unless ``min_similarity`` says otherwise, ≤ 2048 tokens)."""
         q = self.encoder.encode([query], kind="query")[0]
         return self.search_vector(q, k, min_similarity, domain, max_tokens)
 
     retrieve = search
 
-    def search_vector(self, q: np.ndarray, k: int = K, min_similarity: float = MIN_SIMILARITY, domain: str | None = None,
-                      max_tokens: int = MAX_TOKENS) -> list[Hit]:
+    def search_vector(self, q: np.ndarray, k: int = K, min_similarity: float | None = None,
+                      domain: str | None = None, max_tokens: int = MAX_TOKENS) -> Hits:
         """`search` for a query vector in the profile's space (the caller encoded it once already)."""
-        policy = RetrievalPolicy(k, min_similarity, max_tokens)
+        policy = RetrievalPolicy(k, min_similarity, max_tokens).resolved(self.profile)
         q = np.asarray(q, np.float32).reshape(-1)
         if q.shape != (self.profile.dim,) or not np.isfinite(q).all():
             raise LibraryError(f"q: shape {q.shape} (finite values expected), expected ({self.profile.dim},)")
         q = q / max(float(np.linalg.norm(q)), 1e-12)
         rows, scores = self.search_index.rank(q, policy.k, domain)
-        hits, seen, used = [], set(), 0
+        hits, seen, used, best = Hits(threshold=policy.min_similarity), set(), 0, None
         for r, s in zip(rows.tolist(), scores.tolist()):  # walks at most the oversampled candidates, best first
             if s < policy.min_similarity - MERGE_SLACK:
+                best = s if best is None else best  # nothing shown scored: the best candidate left says how near
                 break  # a cluster scores about its best member: nothing further down can pass
             cluster = self.view.cluster(r)
             if int(cluster[0]) in seen:
@@ -444,6 +460,7 @@ class Library:
             hit, members = shown
             score = s if len(members) == 1 and members[0].row == r else \
                 float(self.view.rule.vector(members, self.search_index.vectors([m.row for m in members])) @ q)
+            best = score if best is None else max(best, score)
             if not policy.admits(score):
                 continue
             if not policy.fits(used, hit.experience.text):
@@ -452,6 +469,7 @@ class Library:
             hits.append(Hit(hit.experience, score, hit.members, hit.sources))
             if len(hits) == policy.k:
                 break
+        hits.best_score = best
         return hits
 
     def rank(self, q: np.ndarray, k: int, domain: str | None = None) -> tuple[np.ndarray, np.ndarray]:
