@@ -124,7 +124,8 @@ def _verdict(data: bytes, reason: str, status: int, usage: resource.struct_rusag
         if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu >= limits["cpu_s"]):
             return _failed(f"TimeoutError: CPU-time limit of {limits['cpu_s']:g} s")
         return _failed(f"RuntimeError: the answer's process died of {signal.Signals(sig).name}")
-    return _failed(f"SystemExit: the answer's process exited with status {os.waitstatus_to_exitcode(status)} before returning")
+    code = os.waitstatus_to_exitcode(status)
+    return _failed(f"SystemExit: the answer's process exited with status {code} before returning")
 
 
 def _failed(error: str) -> dict:
@@ -205,13 +206,13 @@ def _address_space_bytes() -> int:
 def _execute(code: str, result: str, limits: dict, result_bytes: int) -> dict:
     namespace: dict = {"__name__": "__sandbox__"}
     try:
-        exec(compile(code, "<answer>", "exec"), namespace)
+        exec(compile(code, "<answer>", "exec"), namespace)  # noqa: S102 - running the answer is the sandbox's job
         if result not in namespace:
             return _failed(f"NameError: {result} was not assigned")
         value = canonical(namespace[result])
         encoded = json.dumps(value)
     except MemoryError as exc:
-        return _failed(f"MemoryError: {exc or 'out of memory'} (memory limit of {limits['memory_mb']} MB)")
+        return _failed(f"MemoryError: {str(exc) or 'out of memory'} (memory limit of {limits['memory_mb']} MB)")
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are answers' errors too
         return _failed(_last_line(exc))
     if len(encoded) > result_bytes:
@@ -288,7 +289,8 @@ def _float(x: float) -> object:
 def _array(a, depth: int) -> dict:
     if a.size > MAX_ITEMS:
         raise ValueError(f"the result has {a.size} elements (the sandbox returns at most {MAX_ITEMS})")
-    return {"dtype": str(a.dtype), "shape": list(a.shape), "values": [canonical(x, depth + 1) for x in a.ravel().tolist()]}
+    values = [canonical(x, depth + 1) for x in a.ravel().tolist()]
+    return {"dtype": str(a.dtype), "shape": list(a.shape), "values": values}
 
 
 def _pandas(v: object, depth: int) -> object:

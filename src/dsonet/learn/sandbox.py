@@ -28,6 +28,7 @@ Measured on the dev container (2 shared cores, `python -m dsonet.learn.sandbox`,
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import shutil
@@ -41,6 +42,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Self
 
 from dsonet.errors import DsoError
 
@@ -76,7 +78,8 @@ class Limits:
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise LimitsError(f"Limits.{name}: {value!r} is not a positive number; pass e.g. {name}={getattr(Limits, name)}")
+                raise LimitsError(f"Limits.{name}: {value!r} is not a positive number; "
+                                  f"pass e.g. {name}={getattr(Limits, name)}")
 
 
 @dataclass(frozen=True)
@@ -97,9 +100,9 @@ def same(a: object, b: object, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
     computed the same thing; two numpy scalars must share their dtype (float32 is not float64).
     """
     if _is_number(a) and _is_number(b):
-        if isinstance(a, dict) and isinstance(b, dict) and "npscalar" in a and "npscalar" in b:
-            if a["npscalar"]["dtype"] != b["npscalar"]["dtype"]:
-                return False
+        both_numpy = isinstance(a, dict) and isinstance(b, dict) and "npscalar" in a and "npscalar" in b
+        if both_numpy and a["npscalar"]["dtype"] != b["npscalar"]["dtype"]:
+            return False
         return _close(_number(a), _number(b), rtol, atol)
     if type(a) is not type(b):
         return False
@@ -121,18 +124,18 @@ def _is_number(c: object) -> bool:
     return False
 
 
-def _number(c: object) -> float | int:
+def _number(c: object) -> float:
     if isinstance(c, dict):
         return float(c["float"]) if "float" in c else _number(c["npscalar"]["value"])
     return c
 
 
-def _close(x: float | int, y: float | int, rtol: float, atol: float) -> bool:
+def _close(x: float, y: float, rtol: float, atol: float) -> bool:
     if isinstance(x, int) and isinstance(y, int):
         return x == y  # exact: big ints do not round-trip through float
     x, y = float(x), float(y)
-    if x != x or y != y:
-        return x != x and y != y
+    if math.isnan(x) or math.isnan(y):
+        return math.isnan(x) and math.isnan(y)
     if x == y:
         return True  # also equal infinities
     return abs(x - y) <= atol + rtol * abs(y)
@@ -178,19 +181,19 @@ class Sandbox:
                 self._proc.stdin.flush()
                 reply = self._read_reply(time.monotonic() + limits.wall_s + REPLY_GRACE_S,
                                          RESULT_BYTES + 8 * limits.output_bytes + 4096)
-            except (OSError, TimeoutError, ValueError) as exc:
+            except (OSError, TimeoutError, ValueError, TypeError) as exc:
                 # the answer killed or wedged its worker: contain it, restart, and say what happened
                 self._stop()
                 self._start()
-                return RunResult(False, None, f"RuntimeError: the sandbox worker was lost during the run ({exc}); restarted",
-                                 "", time.perf_counter() - started)
+                error = f"RuntimeError: the sandbox worker was lost during the run ({exc}); restarted"
+                return RunResult(False, None, error, "", time.perf_counter() - started)
             return _result(reply, limits, time.perf_counter() - started)
 
     def close(self) -> None:
         with self._lock:
             self._stop()
 
-    def __enter__(self) -> Sandbox:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -207,27 +210,22 @@ class Sandbox:
             raise SandboxError(f"bubblewrap: {self.bwrap} not found; model-written code runs only isolated. "
                                "Install it with `sudo apt-get install -y bubblewrap` (or `make system` as root)")
         argv = self._command()
-        stderr = tempfile.TemporaryFile()
         started = time.perf_counter()
-        try:
-            self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                                          start_new_session=True, close_fds=True)
-        except OSError as exc:
-            raise SandboxError(f"bubblewrap: {self.bwrap} cannot start ({exc}); reinstall bubblewrap") from exc
-        self._buffer = b""
-        os.set_blocking(self._proc.stdout.fileno(), False)
-        try:
-            ready = self._read_reply(time.monotonic() + START_TIMEOUT_S, 1 << 16)
-        except (OSError, TimeoutError, ValueError) as exc:
-            self._stop()
-            stderr.seek(0)
-            said = (stderr.read().decode("utf-8", "replace").strip().splitlines() or ["no message"])[-1]
-            hint = (" bwrap needs namespaces: run as root, or enable unprivileged user namespaces "
-                    "(sysctl user.max_user_namespaces=10000, kernel.unprivileged_userns_clone=1), or in a container "
-                    "allow them (e.g. docker --security-opt seccomp=unconfined)") if "namespace" in said.lower() or "permission" in said.lower() else ""
-            raise SandboxError(f"the sandbox did not start ({exc}): {said}.{hint}") from exc
-        finally:
-            stderr.close()
+        with tempfile.TemporaryFile() as stderr:
+            try:
+                self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                              start_new_session=True, close_fds=True)
+            except OSError as exc:
+                raise SandboxError(f"bubblewrap: {self.bwrap} cannot start ({exc}); reinstall bubblewrap") from exc
+            self._buffer = b""
+            os.set_blocking(self._proc.stdout.fileno(), False)
+            try:
+                ready = self._read_reply(time.monotonic() + START_TIMEOUT_S, 1 << 16)
+            except (OSError, TimeoutError, ValueError, TypeError) as exc:
+                self._stop()
+                stderr.seek(0)
+                said = (stderr.read().decode("utf-8", "replace").strip().splitlines() or ["no message"])[-1]
+                raise SandboxError(f"the sandbox did not start ({exc}): {said}.{_namespace_hint(said)}") from exc
         if not ready.get("ready"):
             self._stop()
             raise SandboxError(f"preload: {self.python} cannot import {list(self.preload)}: {ready.get('error')}; "
@@ -237,9 +235,10 @@ class Sandbox:
     def _command(self) -> list[str]:
         """bwrap's argv: read-only binds of what the interpreter needs, nothing else of the host."""
         found = subprocess.run([str(self.python), "-c", "import sys; print(sys.prefix); print(sys.base_prefix)"],
-                               capture_output=True, text=True, timeout=60)
+                               capture_output=True, text=True, timeout=60, check=False)
         if found.returncode != 0:
-            raise SandboxError(f"python: {self.python} does not run ({found.stderr.strip()[-200:]}); pass a working interpreter")
+            raise SandboxError(f"python: {self.python} does not run ({found.stderr.strip()[-200:]}); "
+                               "pass a working interpreter")
         binds = _outermost(["/usr", *found.stdout.split(), str(self.python.parent)])
         argv = [self.bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
                 "--die-with-parent", "--new-session", "--clearenv"]
@@ -263,7 +262,8 @@ class Sandbox:
         argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
                  "--ro-bind", str(WORKER), "/sandbox/worker.py",
                  "--proc", "/proc", "--dev", "/dev",
-                 "--perms", "1777", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp", "--chdir", "/tmp"]
+                 "--perms", "1777", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
+                 "--remount-ro", "/", "--chdir", "/tmp"]  # the root tmpfs is not capped: nothing writes there
         for var, value in (("PATH", "/usr/bin:/bin"), ("LANG", "C.UTF-8"), ("PYTHONHASHSEED", "0"),
                            ("PYTHONDONTWRITEBYTECODE", "1"), ("OPENBLAS_NUM_THREADS", "1"),
                            ("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1")):
@@ -288,7 +288,7 @@ class Sandbox:
         line, _, self._buffer = self._buffer.partition(b"\n")
         reply = json.loads(line)
         if not isinstance(reply, dict):
-            raise ValueError("the worker's reply is not a JSON object")
+            raise TypeError("the worker's reply is not a JSON object")
         return reply
 
     def _stop(self) -> None:
@@ -305,6 +305,14 @@ class Sandbox:
             pipe.close()
 
 
+def _namespace_hint(said: str) -> str:
+    if "namespace" not in said.lower() and "permission" not in said.lower():
+        return ""
+    return (" bwrap needs namespaces: run as root, or enable unprivileged user namespaces "
+            "(sysctl user.max_user_namespaces=10000, kernel.unprivileged_userns_clone=1), or in a "
+            "container allow them (e.g. docker --security-opt seccomp=unconfined)")
+
+
 def _outermost(paths: list[str]) -> list[str]:
     """The given paths without those inside another one (a bind covers its subtree)."""
     kept: list[str] = []
@@ -319,7 +327,8 @@ def _result(reply: dict, limits: Limits, seconds: float) -> RunResult:
     error = reply.get("error")
     stdout = reply.get("stdout")
     error = error[:1000] if isinstance(error, str) else "RuntimeError: the sandbox returned no error text"
-    stdout = stdout.encode("utf-8", "replace")[: limits.output_bytes].decode("utf-8", "ignore") if isinstance(stdout, str) else ""
+    stdout = stdout if isinstance(stdout, str) else ""
+    stdout = stdout.encode("utf-8", "replace")[: limits.output_bytes].decode("utf-8", "ignore")
     return RunResult(ok, reply.get("value") if ok else None, "" if ok else error, stdout, seconds)
 
 

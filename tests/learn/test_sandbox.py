@@ -1,0 +1,271 @@
+"""The sandbox runs model-written code in bubblewrap: answers come back as canonical values or one
+error line, and hostile answers are contained while the sandbox keeps serving."""
+
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsonet.learn.sandbox import REPO_DRIFT_PYTHON, Limits, LimitsError, Sandbox, SandboxError, same
+
+REPO = Path(__file__).resolve().parents[2]
+QUICK = Limits(cpu_s=1, memory_mb=512, output_bytes=4096, wall_s=3)
+WANTED = ("numpy", "pandas", "networkx", "scipy.sparse")
+
+
+def _importable(python: str, modules: tuple[str, ...]) -> tuple[str, ...]:
+    probe = f"import importlib.util as u; print(*[m for m in {modules!r} if u.find_spec(m.split('.')[0])])"
+    found = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    return tuple(found.stdout.split())
+
+
+# as Sandbox chooses: DSONET_SANDBOX_PYTHON, else the drift venv (its tasks run there); and where neither is
+# there, this venv's python, which has numpy: the sandbox takes any interpreter
+FALLBACK = REPO_DRIFT_PYTHON if REPO_DRIFT_PYTHON.exists() else sys.executable
+PYTHON = os.environ.get("DSONET_SANDBOX_PYTHON") or str(FALLBACK)
+PRELOAD = _importable(PYTHON, WANTED)
+BWRAP_MISSING = "bwrap missing: run `make system` (apt bubblewrap)"
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason=BWRAP_MISSING)
+
+
+def _needs(module: str):
+    return pytest.mark.skipif(module not in PRELOAD, reason=f"{module} is not installed in {PYTHON}")
+
+
+@pytest.fixture(scope="module")
+def box():
+    if shutil.which("bwrap") is None:
+        pytest.skip(BWRAP_MISSING)
+    with Sandbox(PYTHON, preload=PRELOAD, limits=QUICK) as sandbox:
+        yield sandbox
+
+
+def _serves(box: Sandbox) -> None:
+    after = box.run("r = 6 * 7")
+    assert after.ok and after.value == 42, after
+
+
+# ---- plain runs ----
+
+
+def test_a_numpy_line_returns_its_canonical_value_and_prints(box):
+    out = box.run("import numpy as np\nprint('made')\nr = np.arange(3) * 2")
+    assert out.ok and out.error == ""
+    assert out.value == {"ndarray": {"dtype": "int64", "shape": [3], "values": [0, 2, 4]}}
+    assert out.stdout == "made\n"
+
+
+def test_a_missing_numpy_attribute_comes_back_as_the_errors_last_line(box):
+    out = box.run("import numpy as np\nr = np.no_such_function([1, 2])")
+    assert not out.ok and out.value is None
+    assert out.error == "AttributeError: module 'numpy' has no attribute 'no_such_function'"
+
+
+def test_an_unassigned_result_is_a_name_error(box):
+    assert box.run("x = 1").error == "NameError: r was not assigned"
+    assert box.run("x = 1", result="x").value == 1
+
+
+def test_each_run_gets_a_fresh_writable_directory(box):
+    assert box.run("open('left.txt', 'w').write('hi')\nr = 1").ok
+    assert box.run("import os\nr = os.listdir('.')").value == []
+
+
+def test_a_check_costs_milliseconds_not_an_interpreter_start(box):
+    times = sorted(box.run("import numpy as np\nr = int(np.arange(5).sum())").seconds for _ in range(15))
+    assert times[len(times) // 2] < 0.1  # measured ~3-8 ms; an interpreter start with numpy is ~150 ms
+
+
+# ---- hostile answers ----
+
+
+def test_an_infinite_loop_stops_at_the_cpu_limit_and_the_sandbox_still_serves(box):
+    out = box.run("while True:\n    pass")
+    assert out.error == "TimeoutError: CPU-time limit of 1 s"
+    _serves(box)
+
+
+def test_a_sleep_stops_at_the_wall_clock_limit(box):
+    out = box.run("import time\ntime.sleep(60)", limits=Limits(cpu_s=1, memory_mb=512, output_bytes=4096, wall_s=1))
+    assert out.error == "TimeoutError: wall-clock limit of 1 s"
+    assert out.seconds < 5
+    _serves(box)
+
+
+def test_fork_and_a_fork_bomb_cannot_start_a_process(box):
+    assert box.run("import os\nr = os.fork()").error.startswith("BlockingIOError: [Errno 11]")
+    assert box.run("import os\nwhile True:\n    os.fork()").error.startswith("BlockingIOError")
+    assert box.run("import threading\nthreading.Thread(target=print).start()").error.startswith("RuntimeError")
+    _serves(box)
+
+
+def test_os_system_and_subprocess_run_nothing(box, tmp_path):
+    marker = tmp_path / "touched"
+    out = box.run(f"import os\nstatus = os.system('touch {marker} here')\nr = [status, os.path.exists('here')]")
+    assert out.ok and out.value[0] != 0 and out.value[1] is False
+    assert box.run(f"import subprocess\nsubprocess.run(['touch', '{marker}'])").error.startswith("BlockingIOError")
+    assert not marker.exists()
+    _serves(box)
+
+
+def test_rmtree_of_a_host_directory_leaves_it_intact(box, tmp_path):
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "data.txt").write_text("keep me")
+    out = box.run(f"import shutil\nshutil.rmtree('{precious}')\nr = 'gone'")
+    assert out.error.startswith("FileNotFoundError")  # the host's /tmp is not even visible
+    assert (precious / "data.txt").read_text() == "keep me"
+
+
+def test_only_the_private_tmp_is_writable(box):
+    out = box.run("import sys\nopen(sys.prefix + '/pyvenv.cfg', 'a').write('# broken')")
+    assert out.error.startswith(("PermissionError", "OSError: [Errno 30] Read-only file system")), out.error
+    mounts = box.run("r = [l.split()[4] for l in open('/proc/self/mountinfo') if 'rw' in l.split()[5].split(',')]")
+    assert {m for m in mounts.value if not m.startswith(("/proc", "/dev"))} == {"/tmp"}
+
+
+def test_a_huge_file_fails_at_the_file_size_limit(box):
+    out = box.run("f = open('big', 'wb')\nfor _ in range(200):\n    f.write(b'x' * (1 << 20))\nf.close()")
+    assert out.error.startswith("OSError: [Errno 27] File too large"), out.error
+    _serves(box)
+
+
+def test_printing_100_mb_is_cut_to_the_output_limit(box):
+    out = box.run("print('x' * 100_000_000)\nimport os\nos.write(1, b'y' * 10_000_000)\nr = 1")
+    assert out.ok and out.value == 1
+    assert len(out.stdout.encode()) == QUICK.output_bytes and set(out.stdout) == {"x"}
+
+
+def test_allocating_50_gb_is_a_memory_error(box):
+    out = box.run("r = bytearray(50 * 2**30)")
+    assert out.error == "MemoryError: out of memory (memory limit of 512 MB)"
+    out = box.run("import numpy as np\nr = np.ones(50 * 2**30 // 8)")
+    assert out.error.startswith("MemoryError: Unable to allocate 50.0 GiB")
+    _serves(box)
+
+
+def test_a_planted_key_file_and_the_repo_are_not_readable(box, tmp_path):
+    key = tmp_path / ".dsonet" / "node.key"
+    key.parent.mkdir()
+    key.write_text("secret-key-bytes")
+    key.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    assert box.run(f"r = open('{key}').read()").error.startswith("FileNotFoundError")
+    assert box.run("import os\nr = open(os.path.expanduser('~/.dsonet/node.key')).read()").error.startswith(
+        "FileNotFoundError")
+    seen = box.run(f"import os\nr = [os.path.exists('{REPO / 'src'}'), os.path.exists('{Path.home()}/.dsonet')]")
+    assert seen.value == [False, False]
+
+
+def test_the_network_reaches_neither_the_host_nor_the_internet(box):
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(0.2)
+        port = server.getsockname()[1]
+        out = box.run(f"import socket\nr = socket.create_connection(('127.0.0.1', {port}), timeout=2)")
+        assert out.error.startswith("ConnectionRefusedError"), out.error
+        with pytest.raises(TimeoutError):
+            server.accept()  # nothing arrived on the host side
+    out = box.run("import socket\nr = socket.create_connection(('1.1.1.1', 53), timeout=2)")
+    assert out.error.startswith("OSError: [Errno 101] Network is unreachable"), out.error
+    assert box.run("import socket\nr = [n for _, n in socket.if_nameindex()]").value == ["lo"]
+
+
+def test_the_answer_runs_unprivileged(box):
+    out = box.run("r = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)")
+    status = {k: v for k, v in out.value["dict"]}
+    assert status["Uid"].split()[0] != "0" or os.geteuid() != 0
+    assert int(status["CapEff"], 16) == 0 and status["NoNewPrivs"] == "1"
+
+
+def test_an_answer_that_kills_its_worker_is_contained(box):
+    out = box.run("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+    assert not out.ok and "worker was lost" in out.error
+    _serves(box)
+
+
+# ---- refusals ----
+
+
+@needs_bwrap
+def test_it_refuses_without_bubblewrap(monkeypatch):
+    monkeypatch.setenv("DSONET_SANDBOX_BWRAP", "/nonexistent/bwrap")
+    with pytest.raises(SandboxError, match="bubblewrap: /nonexistent/bwrap not found.*apt-get install -y bubblewrap"):
+        Sandbox(PYTHON)
+
+
+def test_it_refuses_when_bwrap_cannot_make_namespaces(monkeypatch, tmp_path):
+    # a stand-in bwrap that fails the way it does in a container without user namespaces
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("DSONET_SANDBOX_BWRAP", str(fake))
+    with pytest.raises(SandboxError, match="did not start.*No permissions to creating new namespace.*user namespaces"):
+        Sandbox(PYTHON)
+
+
+@needs_bwrap
+def test_a_missing_interpreter_or_preload_is_refused(tmp_path):
+    with pytest.raises(SandboxError, match="python: .*does not exist"):
+        Sandbox(tmp_path / "python")
+    with pytest.raises(SandboxError, match="cannot import.*no_such_module"):
+        Sandbox(PYTHON, preload=("no_such_module",))
+
+
+def test_limits_must_be_positive():
+    with pytest.raises(LimitsError, match=r"Limits.cpu_s: 0 is not a positive number"):
+        Limits(cpu_s=0)
+
+
+# ---- same: canonical values compared ----
+
+
+def test_same_compares_floats_within_tolerance_and_nan_to_nan(box):
+    a = box.run("import numpy as np\nr = np.array([1.0, np.nan, np.inf])").value
+    b = box.run("import numpy as np\nr = np.array([1.0 + 1e-9, np.nan, np.inf])").value
+    c = box.run("import numpy as np\nr = np.array([1.1, np.nan, np.inf])").value
+    assert same(a, b) and not same(a, c)
+
+
+def test_same_tells_array_dtypes_and_scalar_dtypes_apart(box):
+    f32 = box.run("import numpy as np\nr = np.arange(3, dtype=np.float32)").value
+    f64 = box.run("import numpy as np\nr = np.arange(3, dtype=np.float64)").value
+    assert not same(f32, f64)
+    promoted = box.run("import numpy as np\nr = np.float32(3) + 3.0").value  # float32 under NumPy 2's NEP 50
+    assert not same(promoted, box.run("import numpy as np\nr = np.float64(6)").value)
+    assert same(box.run("import numpy as np\nr = np.float64(6)").value, 6.0)
+
+
+def test_same_on_plain_values_is_strict_about_kinds_but_not_int_versus_float():
+    assert same(2, 2.0) and same({"float": "nan"}, {"float": "nan"})
+    assert not same(True, 1) and not same([1, 2], {"tuple": [1, 2]}) and not same("1", 1)
+    assert not same(10**20, 10**20 + 1)
+
+
+@_needs("pandas")
+def test_same_tells_frames_with_other_labels_or_dtypes_apart(box):
+    base = box.run("import pandas as pd\nr = pd.DataFrame({'a': [1, 2]}, index=['x', 'y'])").value
+    assert same(base, box.run("import pandas as pd\nr = pd.DataFrame({'a': [1, 2]}, index=['x', 'y'])").value)
+    assert not same(base, box.run("import pandas as pd\nr = pd.DataFrame({'a': [1, 2]}, index=['x', 'z'])").value)
+    assert not same(base, box.run("import pandas as pd\nr = pd.DataFrame({'a': [1.0, 2.0]}, index=['x', 'y'])").value)
+    series = box.run("import pandas as pd\nr = pd.Series([1, 2], name='a')").value
+    assert series["Series"]["index"]["Index"]["values"] == [0, 1] and not same(series, base)
+
+
+@_needs("networkx")
+def test_same_on_graphs_ignores_insertion_order_but_not_direction(box):
+    g = box.run("import networkx as nx\nr = nx.Graph([(2, 1), (1, 3)])").value
+    assert same(g, box.run("import networkx as nx\nr = nx.Graph([(3, 1), (1, 2)])").value)
+    assert not same(g, box.run("import networkx as nx\nr = nx.DiGraph([(2, 1), (1, 3)])").value)
+    assert not same(g, box.run("import networkx as nx\nr = nx.Graph([(2, 1), (1, 3, {'weight': 2})])").value)
+
+
+@_needs("scipy.sparse")
+def test_a_sparse_matrix_comes_back_dense(box):
+    out = box.run("import scipy.sparse as sp\nr = sp.csr_matrix([[0, 1], [2, 0]])")
+    assert out.value == {"sparse": {"dtype": "int64", "shape": [2, 2], "values": [0, 1, 2, 0]}}
