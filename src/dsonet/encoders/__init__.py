@@ -9,8 +9,9 @@ __all__ = ["Encoder", "EncoderError", "Kind", "SentenceTransformerEncoder", "cac
 
 def default_encoder() -> Encoder:
     """The network's embedded default encoder, the default profile's space: MiniLM + the Zen head
-    that ships in the package -> 7680 dims (`dsonet.encoders.default`); ``.baseline`` is the
-    profile's fixed BitDelta baseline."""
-    from dsonet.encoders.default import zen_minilm
+    that ships in the package -> 7680 dims (`dsonet.encoders.default`), computed in numpy (no
+    torch; ``DSONET_ENCODER_BACKEND=torch`` for the torch path); ``.baseline`` is the profile's
+    fixed BitDelta baseline."""
+    from dsonet.encoders.default import default_zen
 
-    return zen_minilm()
+    return default_zen()
