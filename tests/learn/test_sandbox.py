@@ -126,13 +126,29 @@ def test_only_the_private_tmp_is_writable(box):
     out = box.run("import sys\nopen(sys.prefix + '/pyvenv.cfg', 'a').write('# broken')")
     assert out.error.startswith(("PermissionError", "OSError: [Errno 30] Read-only file system")), out.error
     mounts = box.run("r = [l.split()[4] for l in open('/proc/self/mountinfo') if 'rw' in l.split()[5].split(',')]")
-    assert {m for m in mounts.value if not m.startswith(("/proc", "/dev"))} == {"/tmp"}
+    assert {m for m in mounts.value if not m.startswith(("/proc", "/dev/"))} == {"/tmp"}
 
 
 def test_a_huge_file_fails_at_the_file_size_limit(box):
     out = box.run("f = open('big', 'wb')\nfor _ in range(200):\n    f.write(b'x' * (1 << 20))\nf.close()")
     assert out.error.startswith("OSError: [Errno 27] File too large"), out.error
     _serves(box)
+
+
+def test_the_private_tmp_is_capped_and_emptied_between_runs(box):
+    out = box.run("for i in range(6):\n    open(f'/tmp/junk{i}', 'wb').write(b'x' * (60 << 20))")
+    assert out.error.startswith("OSError: [Errno 28] No space left on device"), out.error
+    left = box.run("import os\nrun = os.path.basename(os.getcwd())\n"
+                   "r = [n for n in os.listdir('/tmp') if n not in (run, run + '.out')]")
+    assert left.value == []
+
+
+def test_a_sysv_shared_memory_segment_does_not_outlive_its_run(box):
+    made = box.run("import ctypes\nr = ctypes.CDLL(None).shmget(0, 1 << 20, 0o1600)")
+    assert made.ok and made.value >= 0
+    seen = box.run("import ctypes\nctypes.CDLL(None).shmget(0, 1 << 20, 0o1600)\nr = open('/proc/sysvipc/shm').read()")
+    assert len(seen.value.splitlines()) == 2  # the segment exists while its run does
+    assert box.run("r = open('/proc/sysvipc/shm').read().splitlines()[1:]").value == []
 
 
 def test_printing_100_mb_is_cut_to_the_output_limit(box):

@@ -24,7 +24,7 @@ import tempfile
 import time
 import traceback
 
-RUNS_DIR = "/tmp/runs"  # the sandbox's private tmpfs; each run gets a fresh directory under it
+TMP = "/tmp"  # the sandbox's private tmpfs, emptied after every run; each run gets a fresh directory in it
 FILE_BYTES = 64 << 20  # RLIMIT_FSIZE: no single file the answer writes grows past this
 OPEN_FILES = 256  # RLIMIT_NOFILE: enough for any library call, too few to exhaust the tmpfs inodes
 MAX_ITEMS = 100_000  # elements in one array or frame turned into JSON; larger results are errors
@@ -54,7 +54,6 @@ def main() -> None:
     except BaseException as exc:  # noqa: BLE001 - any import failure is reported, not raised
         _reply(protocol, {"ready": False, "error": _last_line(exc)})
         return
-    os.makedirs(RUNS_DIR, exist_ok=True)
     _reply(protocol, {"ready": True, "seconds": time.perf_counter() - started, "uid": os.getuid()})
     for line in sys.stdin:
         request = json.loads(line)
@@ -68,7 +67,7 @@ def _reply(protocol: io.TextIOBase, message: dict) -> None:
 
 def _run(request: dict, result_bytes: int) -> dict:
     limits = request["limits"]
-    workdir = tempfile.mkdtemp(dir=RUNS_DIR)
+    workdir = tempfile.mkdtemp(dir=TMP)
     out_path = workdir + ".out"
     read_fd, write_fd = os.pipe()
     started = time.monotonic()
@@ -82,10 +81,30 @@ def _run(request: dict, result_bytes: int) -> dict:
     _, status, usage = os.wait4(pid, 0)
     reply = _verdict(data, reason, status, usage, limits)
     reply["stdout"] = _merge_output(reply.get("stdout", ""), out_path, limits["output_bytes"])
-    shutil.rmtree(workdir, onerror=_force_remove)
-    if os.path.exists(out_path):
-        os.unlink(out_path)
+    # nothing a run leaves may reach the next one; SysV IPC objects outlive their process, so a run
+    # that made one gets a fresh worker (and with it a fresh IPC namespace)
+    reply["recycle"] = not _wipe(TMP) or _ipc_left()
     return reply
+
+
+def _wipe(top: str) -> bool:
+    try:
+        for entry in os.scandir(top):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, onerror=_force_remove)
+            else:
+                os.unlink(entry.path)
+    except OSError:
+        return False
+    return True
+
+
+def _ipc_left() -> bool:
+    for kind in ("shm", "msg", "sem"):
+        with open(f"/proc/sysvipc/{kind}") as table:
+            if len(table.readlines()) > 1:  # a header line, then one line per object
+                return True
+    return False
 
 
 def _collect(fd: int, pid: int, deadline: float, cap: int) -> tuple[bytes, str]:
@@ -158,6 +177,8 @@ def _child(request: dict, limits: dict, workdir: str, out_path: str, result_fd: 
         os.closerange(3, result_fd)
         os.closerange(result_fd + 1, 1 << 16)
         os.chdir(workdir)
+        os.environ["TMPDIR"] = workdir  # tempfile's files land in the run's directory too
+        tempfile.tempdir = None
         out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(out, 1)
         os.dup2(out, 2)
@@ -190,6 +211,7 @@ def _set_limits(limits: dict) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_BYTES, FILE_BYTES))
     resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILES, OPEN_FILES))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))  # POSIX message queues hold kernel memory
     # no new processes or threads at all: fork bombs, os.system and subprocess fail with EAGAIN
     resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
 

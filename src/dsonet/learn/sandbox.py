@@ -187,6 +187,8 @@ class Sandbox:
                 self._start()
                 error = f"RuntimeError: the sandbox worker was lost during the run ({exc}); restarted"
                 return RunResult(False, None, error, "", time.perf_counter() - started)
+            if reply.get("recycle") is True:
+                self._stop()  # the run left something in the sandbox: the next run starts a fresh worker
             return _result(reply, limits, time.perf_counter() - started)
 
     def close(self) -> None:
@@ -263,7 +265,8 @@ class Sandbox:
                  "--ro-bind", str(WORKER), "/sandbox/worker.py",
                  "--proc", "/proc", "--dev", "/dev",
                  "--perms", "1777", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
-                 "--remount-ro", "/", "--chdir", "/tmp"]  # the root tmpfs is not capped: nothing writes there
+                 # the root and /dev tmpfs have no size cap: nothing may write there (device nodes still work)
+                 "--remount-ro", "/", "--remount-ro", "/dev", "--chdir", "/tmp"]
         for var, value in (("PATH", "/usr/bin:/bin"), ("LANG", "C.UTF-8"), ("PYTHONHASHSEED", "0"),
                            ("PYTHONDONTWRITEBYTECODE", "1"), ("OPENBLAS_NUM_THREADS", "1"),
                            ("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1")):
