@@ -416,6 +416,8 @@ class Node:
                     self.metrics.published_batches.inc()
                     self.metrics.published_experiences.inc(len(batch))
                     self.metrics.published_bytes.inc(len(payload))
+                    log.info("published batch %s: %d experiences of %s, %d bytes", batch.hash[:12], len(batch),
+                             domain, len(payload))
                     done += len(batch)
                     self._pending = max(0, self._pending - len(batch))
 
@@ -521,8 +523,12 @@ class Node:
                 self.library.forget_seen(now_ms - self._seen_window_ms)
             self._seen_pruned_ms = now_ms
         self.library.refit_index(self._state)  # a flood can outgrow the index's fit within one read
+        why: dict[tuple[str, str], int] = {}
         for node_id, _, reason in result.rejected:
             self.metrics.rejected_experiences.labels(reason=reason.split(":")[0]).inc()
+            why[node_id[:12], reason] = why.get((node_id[:12], reason), 0) + 1
+        for (sender, reason), n in sorted(why.items()):
+            log.info("round rejected %d experiences from %s: %s", n, sender, reason)
         self.metrics.accepted_batches.inc(len(result.batches))
         if self.on_round is not None:
             self.on_round(result)
@@ -549,7 +555,9 @@ class Node:
         peer.accepted += 1
         peer.last_seen_ms = batch.timestamp_ms
         self.metrics.ingested_experiences.inc(int(np.count_nonzero(keep)))
-        log.debug("ingested %s from %s", ingested, batch.node_id[:8])
+        log.info("ingested batch %s from %s: %d of %d admitted (%d new, %d held already), %d rejected",
+                 batch.hash[:12], batch.node_id[:12], int(np.count_nonzero(keep)), len(batch), len(ingested.added),
+                 ingested.duplicates, ingested.rejected)
 
     def _merge(self) -> None:
         """Cluster what the last writes changed (the lock is held only to read and to show; see
