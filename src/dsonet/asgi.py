@@ -6,15 +6,26 @@ at the ASGI level, so that they act before the app reads a byte of a request's b
   listen on loopback only (`check_exposure`);
 - `BodyLimit`: bodies over the limit (declared or streamed) get 413, a request with two framings
   (Content-Length and Transfer-Encoding) 400.
+
+Their refusals are FastAPI's ``{"detail": ...}`` unless the server speaks another API's error shape
+(``error_body``: the proxy answers as OpenAI does). `AnnouncedServer` is the uvicorn server all
+three run on: it says one "listening on URL" line once the app has started and the socket is bound.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import secrets
+import sys
+from collections.abc import Callable
 from typing import Any
 
+import uvicorn
+
 from dsonet.errors import DsoError
+
+ErrorBody = Callable[[int, str], bytes]  # (status, message) -> the JSON body of a refusal
 
 OPEN_PATHS = frozenset({"/health", "/docs", "/openapi.json"})  # liveness and the API's own description
 
@@ -35,11 +46,42 @@ def check_exposure(host: str, token: str | None) -> None:
         raise ExposureError(f"--host {host}: listening beyond loopback needs --token (or DSONET_TOKEN)")
 
 
+def detail_body(status: int, message: str) -> bytes:
+    """FastAPI's error shape, the node's and `dso mcp`'s."""
+    return json.dumps({"detail": message}).encode()
+
+
+class AnnouncedServer(uvicorn.Server):
+    """uvicorn's server, saying ``<name> listening on http://HOST:PORT<path>`` on stderr once it is
+    ready: after the app's lifespan has started (models loaded) and the socket is bound."""
+
+    def __init__(self, config: uvicorn.Config, name: str, path: str = ""):
+        super().__init__(config)
+        self.name, self.path = name, path
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            print(f"{self.name} listening on {self.url}", file=sys.stderr, flush=True)
+
+    @property
+    def url(self) -> str:
+        """The bound address (the real port when 0 was asked for)."""
+        port = self.servers[0].sockets[0].getsockname()[1] if self.servers else self.config.port
+        host = self.config.host
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}{self.path}"
+
+
+def serve(app, host: str, port: int, name: str, path: str = "", **config: Any) -> None:
+    """Run ``app`` with uvicorn until Ctrl-C/SIGTERM, announcing it once it is ready (`AnnouncedServer`)."""
+    AnnouncedServer(uvicorn.Config(app, host=host, port=port, log_level="warning", **config), name, path).run()
+
+
 class BearerToken:
     """ASGI middleware: 401 unless ``Authorization: Bearer <token>`` matches (paths in OPEN_PATHS are open)."""
 
-    def __init__(self, app, token: str | None):
-        self.app, self.token = app, token
+    def __init__(self, app, token: str | None, error_body: ErrorBody = detail_body):
+        self.app, self.token, self.error_body = app, token, error_body
 
     async def __call__(self, scope, receive, send) -> None:
         if not self.token or scope["type"] != "http" or scope.get("path") in OPEN_PATHS:
@@ -48,15 +90,16 @@ class BearerToken:
         scheme, _, given = header.partition(b" ")
         if scheme.lower() == b"bearer" and secrets.compare_digest(given.strip(), self.token.encode()):
             return await self.app(scope, receive, send)
-        detail = b"wrong token" if header else b"missing token: send 'Authorization: Bearer <token>'"
-        await _reply(send, 401, detail, [(b"www-authenticate", b"Bearer")])
+        detail = "wrong token" if header else "missing token: send 'Authorization: Bearer <token>'"
+        await _reply(send, 401, self.error_body(401, detail), [(b"www-authenticate", b"Bearer")])
 
 
 class BodyLimit:
     """ASGI middleware: refuse bodies over the limit (declared or streamed) with 413."""
 
-    def __init__(self, app, max_bytes: int, hint: str = "send one experience per request"):
-        self.app, self.max_bytes, self.hint = app, max_bytes, hint
+    def __init__(self, app, max_bytes: int, hint: str = "send one experience per request",
+                 error_body: ErrorBody = detail_body):
+        self.app, self.max_bytes, self.hint, self.error_body = app, max_bytes, hint, error_body
 
     def __getattr__(self, name: str) -> Any:  # let callers reach the FastAPI app (routes, openapi...)
         return getattr(self.app, name)
@@ -67,7 +110,7 @@ class BodyLimit:
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length")
         if declared is not None and b"transfer-encoding" in headers:  # two framings: a smuggling attempt
-            return await _reply(send, 400, b"both Content-Length and Transfer-Encoding; send one")
+            return await _reply(send, 400, self.error_body(400, "both Content-Length and Transfer-Encoding; send one"))
         if declared is not None:
             if not declared.isdigit() or int(declared) > self.max_bytes:
                 return await self._too_large(send)
@@ -96,12 +139,11 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _too_large(self, send) -> None:
-        await _reply(send, 413, b"request body over %d bytes; %s" % (self.max_bytes, self.hint.encode()))
+        await _reply(send, 413, self.error_body(413, f"request body over {self.max_bytes} bytes; {self.hint}"))
 
 
-async def _reply(send, status: int, detail: bytes, headers: list | None = None) -> None:
+async def _reply(send, status: int, body: bytes, headers: list | None = None) -> None:
     """A JSON error answered at the ASGI level: the app, and the request's body, are never reached."""
-    body = b'{"detail":"' + detail.replace(b'"', b"'") + b'"}'
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             *(headers or [])]})

@@ -77,6 +77,29 @@ def test_mcp_tools_over_a_node(node):
     assert _counters(n) == (1, 1)
 
 
+def test_list_and_delete_over_a_node_know_the_nodes_own_lessons(node):
+    from mcp import Client
+
+    from dsonet.mcp.server import build_server
+
+    url, n = node
+    memory = open_memory(node=url, token="node-token")
+
+    async def session():
+        async with Client(build_server(memory, allow_delete=True)) as c:
+            added = (await c.call_tool("add", {"text": LESSON, "domain": "math.ratio"})).structured_content
+            listed = (await c.call_tool("list", {})).structured_content
+            deleted = (await c.call_tool("delete", {"id": added["id"]})).structured_content
+            return added, listed, deleted, (await c.call_tool("list", {})).structured_content
+
+    added, listed, deleted, after = anyio.run(session)
+    memory.close()
+    assert listed["lessons"] == [{"id": added["id"], "text": LESSON, "domain": "math.ratio", "author": n.node_id,
+                                  "own": True, "created_ms": listed["lessons"][0]["created_ms"]}]
+    assert deleted == {"id": added["id"], "deleted": True} and after["total"] == 0
+    assert n.library.tombstones() == [added["id"]]  # the node's signed delete, for its peers
+
+
 def test_proxy_over_a_node_reports_the_nodes_retrieval_id(node):
     url, n = node
     httpx.post(f"{url}/experiences", json={"text": LESSON, "domain": "math.ratio"},

@@ -2,6 +2,7 @@
 with a token, and over stdio as a desktop host launches it."""
 
 import sys
+import time
 from pathlib import Path
 
 import anyio
@@ -15,7 +16,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: E402
 
 from dsonet.bench.proxy import Served  # noqa: E402
 from dsonet.library import Library  # noqa: E402
-from dsonet.mcp.server import build_server, http_app  # noqa: E402
+from dsonet.experience import Provenance  # noqa: E402
+from dsonet.mcp.server import build_server, http_app, warm_up  # noqa: E402
 from dsonet.memory import LocalMemory  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "library"))
@@ -38,7 +40,7 @@ def _counters(lib: Library, exp_id: str) -> tuple[int, int]:
 def test_search_add_outcome_and_stats_through_the_sdk_client(memory):
     async def session():
         async with Client(build_server(memory)) as c:
-            assert {t.name for t in (await c.list_tools()).tools} == {"search", "add", "record_outcome", "stats"}
+            assert {t.name for t in (await c.list_tools()).tools} == {"search", "add", "list", "record_outcome", "stats"}
             added = await c.call_tool("add", {"text": LESSON, "domain": "math.ratio", "confidence": 0.8})
             assert not added.is_error
             found = await c.call_tool("search", {"task": LESSON, "min_similarity": 0.5})
@@ -51,6 +53,7 @@ def test_search_add_outcome_and_stats_through_the_sdk_client(memory):
 
     added, found, outcome, again, stats = anyio.run(session)
     assert added["id"] == found["hits"][0]["id"] and found["hits"][0]["score"] == pytest.approx(1.0, abs=1e-3)
+    assert found["threshold"] == 0.5 and found["best_score"] == pytest.approx(1.0, abs=1e-3)
     assert found["lessons"].count(LESSON) == 1  # the rendered block carries the lesson's text
     assert outcome.structured_content["recorded"] == 1
     assert again.is_error and "already recorded" in again.content[0].text  # one vote per retrieval
@@ -67,6 +70,7 @@ def test_a_search_with_nothing_above_the_threshold_returns_no_lessons(memory):
 
     found = anyio.run(session)
     assert found["hits"] == [] and found["lessons"] == ""
+    assert found["retrieval_id"] is None  # nothing to report an outcome on
 
 
 @pytest.mark.parametrize("tool,args,says", [
@@ -87,6 +91,62 @@ def test_bad_arguments_are_a_clear_tool_error_and_store_nothing(memory, tool, ar
     result = anyio.run(call)
     assert result.is_error and says in result.content[0].text
     assert len(memory.library) == 0
+
+
+def _call(server, *calls):
+    """Each (tool, args) through the SDK's client, in one session; the results in order."""
+    async def session():
+        async with Client(server) as c:
+            return [await c.call_tool(tool, args) for tool, args in calls]
+
+    return anyio.run(session)
+
+
+PEER = "ab" * 32  # a peer node's id: its lessons are listed, never deleted here
+
+
+def test_list_pages_the_lessons_newest_first_with_their_authors(memory):
+    for i in range(3):
+        memory.add(f"When step {i} fails, retry it once", "ops")
+        time.sleep(0.002)  # distinct creation times
+    memory.library.add("When a peer says so, check it", "ops.peer", provenance=Provenance(PEER, "m", 1, 0))
+    first, second, peer_only = _call(build_server(memory), ("list", {"limit": 2}), ("list", {"offset": 2, "limit": 2}),
+                                     ("list", {"domain": "ops.peer"}))
+    page1, page2 = first.structured_content, second.structured_content
+    assert page1["total"] == 4 and page1["next_offset"] == 2 and page2["next_offset"] is None
+    texts = [x["text"] for x in page1["lessons"] + page2["lessons"]]
+    assert texts == [f"When step {i} fails, retry it once" for i in (2, 1, 0)] + ["When a peer says so, check it"]
+    assert [x["own"] for x in page1["lessons"] + page2["lessons"]] == [True, True, True, False]
+    assert peer_only.structured_content["lessons"][0]["author"] == PEER
+
+
+def test_delete_is_opt_in_and_limited_to_this_nodes_own_lessons(memory):
+    own = memory.add(LESSON, "math.ratio")
+    peer = memory.library.add("When a peer says so, check it", "ops", provenance=Provenance(PEER, "m", 1, 0))
+    assert "delete" not in anyio.run(_tool_names, build_server(memory))
+    refused, unknown, done = _call(build_server(memory, allow_delete=True), ("delete", {"id": peer.id}),
+                                   ("delete", {"id": "f" * 64}), ("delete", {"id": own.id}))
+    assert refused.is_error and "written by node abababab" in refused.content[0].text
+    assert unknown.is_error and "no such lesson" in unknown.content[0].text
+    assert done.structured_content == {"id": own.id, "deleted": True}
+    assert [e.id for e in memory.library.all()] == [peer.id]
+
+
+async def _tool_names(server) -> set[str]:
+    async with Client(server) as c:
+        return {t.name for t in (await c.list_tools()).tools}
+
+
+def test_warm_up_loads_the_encoder_before_the_first_tool_call(tmp_path, monkeypatch):
+    path = tmp_path / "lazy.sqlite"
+    Library(path, encoder=HashEncoder()).close()
+    loads = []
+    monkeypatch.setattr("dsonet.encoders.default_encoder", lambda: loads.append(1) or HashEncoder())
+    memory = LocalMemory(Library(path))  # the default encoder loads when first asked for
+    assert loads == []
+    warm_up(memory)
+    assert loads == [1]
+    memory.close()
 
 
 @pytest.fixture

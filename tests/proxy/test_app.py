@@ -2,6 +2,7 @@
 message it received (the subject here is the proxy: what it injects, forwards and reports)."""
 
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -56,6 +57,7 @@ def test_chat_completion_gets_the_lessons_in_the_system_message_and_names_them(p
     assert [m["role"] for m in sent["messages"]] == ["system", "user"] and sent["messages"][1]["content"] == QUESTION
     lesson_id = memory.library.all()[0].id
     assert raw.headers["x-dso-lessons"] == lesson_id and raw.headers["x-dso-retrieval-id"]
+    assert raw.headers["x-dso-threshold"] == "0.5" and float(raw.headers["x-dso-best-score"]) == pytest.approx(1, abs=1e-3)
     assert "Authorization" not in sent  # body untouched otherwise
 
 
@@ -105,8 +107,19 @@ def test_bad_requests_get_openai_shaped_errors_and_reach_no_upstream(proxy, upst
     with pytest.raises(openai.BadRequestError, match="messages"):
         _client(proxy).chat.completions.create(model="m", messages="not a list")
     assert httpx.post(f"{proxy.url}/v1/chat/completions", content=b"{nope").status_code == 400
-    huge = httpx.post(f"{proxy.url}/v1/chat/completions", content=b"x" * (65 * 1024))
-    assert huge.status_code == 413 and "--max-body" in huge.json()["detail"]
+    with pytest.raises(openai.APIStatusError, match="--max-body") as err:
+        _client(proxy).chat.completions.create(model="m", messages=[{"role": "user", "content": "x" * 65 * 1024}])
+    assert err.value.status_code == 413 and err.value.code == "request_too_large"
+    assert upstream.app.state.requests == []
+
+
+def test_a_wrong_token_is_an_authentication_error_that_says_so(memory, upstream):
+    with Served(create_app(memory, f"{upstream.url}/v1", token="t0k")) as guarded:
+        with pytest.raises(openai.AuthenticationError, match="wrong token") as err:
+            _client(guarded, "wrong").chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert err.value.code == "invalid_api_key" and err.value.body["type"] == "invalid_request_error"
+        missing = httpx.get(f"{guarded.url}/v1/models")
+    assert missing.status_code == 401 and "missing token" in missing.json()["error"]["message"]
     assert upstream.app.state.requests == []
 
 
@@ -159,3 +172,17 @@ def test_a_memory_that_is_down_still_answers_without_lessons_and_says_why(upstre
     memory.close()
     assert raw.headers["x-dso-lessons"] == "" and "127.0.0.1:9" in raw.headers["x-dso-error"]
     assert [m["role"] for m in upstream.app.state.requests[-1]["messages"]] == ["user"]
+
+
+def test_the_encoder_loads_at_start_not_on_the_first_request(tmp_path, monkeypatch):
+    path = tmp_path / "lazy.sqlite"
+    Library(path, encoder=HashEncoder()).close()  # the file's profile is HashEncoder's space
+    loads = []
+    monkeypatch.setattr("dsonet.encoders.default_encoder", lambda: loads.append(time.monotonic()) or HashEncoder())
+    memory = LocalMemory(Library(path))  # no encoder given: the library loads the default when first asked
+    assert loads == []
+    with Served(scripted_upstream()) as up, Served(create_app(memory, f"{up.url}/v1")) as proxy:
+        assert len(loads) == 1  # before any request: the proxy's start loaded it
+        _client(proxy).chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
+    memory.close()
+    assert len(loads) == 1

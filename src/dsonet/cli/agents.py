@@ -44,9 +44,15 @@ def _memory(db: Path | None, node: str | None, node_token: str | None, encoder: 
 @max_body_option
 @click.option("--timeout", type=click.FloatRange(0.1), default=30.0, show_default=True,
               help="Seconds per request to the node (--node); idle HTTP sessions close after 60x this.")
-def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, timeout) -> None:
-    """Serve the library as MCP tools (search, add, record_outcome, stats) for Claude Desktop,
-    Cursor or any MCP host, over stdio or streamable HTTP.
+@k_option()
+@min_similarity_option
+@click.option("--allow-delete", is_flag=True,
+              help="Add the delete tool: an agent may delete lessons this node (or this file) wrote, never peers'.")
+def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, timeout, k, min_similarity,
+        allow_delete) -> None:
+    """Serve the library as MCP tools (search, add, list, record_outcome, stats; delete with
+    --allow-delete) for Claude Desktop, Cursor or any MCP host, over stdio or streamable HTTP.
+    -k and --min-similarity are the search tool's defaults.
 
     \b
     Examples:
@@ -62,17 +68,17 @@ def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, t
         memory = _memory(db, node, node_token, encoder, timeout)
     except DsoError as exc:
         raise click.ClickException(str(exc)) from None
-    from dsonet.mcp.server import build_server, http_app
+    from dsonet.asgi import serve
+    from dsonet.mcp.server import build_server, http_app, warm_up
 
-    server = build_server(memory)
+    server = build_server(memory, k=k, min_similarity=min_similarity, allow_delete=allow_delete)
     try:
+        warm_up(memory)  # the encoder loads now, not on the first search
         if transport == "stdio":
             server.run("stdio")
         else:
-            import uvicorn
-
             app = http_app(server, token, max_body, idle_timeout_s=60 * timeout)
-            uvicorn.run(app, host=host, port=port, log_level="warning", timeout_keep_alive=int(timeout))
+            serve(app, host, port, "dso mcp", "/mcp", timeout_keep_alive=int(timeout))
     finally:
         memory.close()
 
@@ -100,7 +106,8 @@ def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, tok
     """Serve an OpenAI-compatible API (/v1/chat/completions, /v1/responses; streaming or not) that
     puts the library's lessons for the last user message into the system message and forwards to
     UPSTREAM. Each answer names the lessons (X-DSO-Lessons) and its retrieval (X-DSO-Retrieval-Id);
-    POST /v1/outcomes {"retrieval_id", "helped"} records whether they helped.
+    POST /v1/outcomes {"retrieval_id", "helped"} records whether they helped. Every other /v1 route
+    (models, embeddings, completions...) goes to UPSTREAM unchanged.
 
     \b
     Examples:
@@ -115,13 +122,12 @@ def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, tok
         memory = _memory(db, node, node_token, encoder, timeout)
     except DsoError as exc:
         raise click.ClickException(str(exc)) from None
-    import uvicorn
-
+    from dsonet.asgi import serve
     from dsonet.proxy.app import create_app
 
     app = create_app(memory, upstream, upstream_key=upstream_key, token=token, max_body=max_body, timeout_s=timeout,
                      k=k, min_similarity=min_similarity)
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        serve(app, host, port, "dso proxy", "/v1")  # the encoder loads at start, then the line says it is ready
     finally:
         memory.close()

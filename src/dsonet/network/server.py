@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import signal
 
 import uvicorn
 
-from dsonet.asgi import check_exposure
+from dsonet.asgi import AnnouncedServer, check_exposure
 from dsonet.network.access import serving
 from dsonet.network.api import DEFAULT_MAX_BODY, create_app
 from dsonet.network.jetstream import NatsConfig, NatsTransport
@@ -21,10 +20,8 @@ from dsonet.network.node import Node, NodeConfig
 from dsonet.network.protocol import guarded_protocol
 from dsonet.network.transport import InProcessHub
 
-log = logging.getLogger(__name__)
 
-
-class _Server(uvicorn.Server):
+class _Server(AnnouncedServer):
     # uvicorn re-raises SIGTERM after serving, which would end the process with -15 even after a
     # clean shutdown; this loop installs its own handlers instead (see serve_node).
     @contextlib.contextmanager
@@ -50,9 +47,9 @@ async def _serve(config: NodeConfig, nats: NatsConfig | None, host: str, port: i
     # limit_concurrency is off: it counts connections still sending headers, so those could make
     # every real request 503; requests in flight are bounded by the connection cap.
     server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
-                                    timeout_graceful_shutdown=10, http=guarded_protocol(), timeout_keep_alive=5))
+                                    timeout_graceful_shutdown=10, http=guarded_protocol(), timeout_keep_alive=5),
+                     f"dso node {node.node_id[:16]}")  # says "listening on" once started (docs at /docs)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
-    log.info("node %s serving on http://%s:%d (docs at /docs)", node.node_id[:16], host, port)
     await server.serve()

@@ -3,20 +3,26 @@
     POST /v1/chat/completions   lessons for the last user message go into the system message
     POST /v1/responses          ... into ``instructions`` (the Responses API's system message)
     POST /v1/outcomes           {"retrieval_id", "helped"}: did the lessons of that response help?
-    GET  /v1/models             forwarded
+    *    /v1/...                every other route (models, embeddings, completions, files...) passed
+                                through to the upstream unchanged
     GET  /health                no token needed
 
 Both completion endpoints forward the (amended) body to ``upstream`` unchanged otherwise,
 streaming or not, and pass the upstream's answer back byte for byte. Every answer carries
 ``X-DSO-Lessons`` (the injected experiences' ids, comma-separated; empty when none passed the
-threshold) and, when lessons were injected, ``X-DSO-Retrieval-Id`` to send to /v1/outcomes.
-When the memory cannot be searched (a node that is down), the request still goes upstream,
-without lessons, and ``X-DSO-Error`` says why.
+threshold), ``X-DSO-Threshold`` (the cosine a lesson had to reach), ``X-DSO-Best-Score`` (the best
+lesson's score, when there was one) and, when lessons were injected, ``X-DSO-Retrieval-Id`` to
+send to /v1/outcomes. When the memory cannot be searched (a node that is down), the request still
+goes upstream, without lessons, and ``X-DSO-Error`` says why.
 
 Authentication: with ``token``, clients send it as their API key and the proxy talks to the
 upstream with ``upstream_key``; without one (loopback only), the client's own Authorization
 header goes to the upstream, so pointing OPENAI_BASE_URL at the proxy is the whole setup.
-Bodies over ``max_body`` get 413; an upstream that does not answer within ``timeout_s`` gets 504.
+The proxy's own refusals have OpenAI's error shape, so SDK clients raise them with our message:
+a wrong token 401, bodies over ``max_body`` (on every route) 413, a body that is not an OpenAI
+request 400, an upstream that cannot be reached 502, one that does not answer within
+``timeout_s`` 504. The memory is searched once at start, so the encoder is loaded before the
+first request is taken.
 """
 
 from __future__ import annotations
@@ -41,14 +47,32 @@ from dsonet.proxy.inject import RequestShapeError, chat_query, inject_chat, inje
 
 LESSONS_HEADER = "x-dso-lessons"
 RETRIEVAL_HEADER = "x-dso-retrieval-id"
+THRESHOLD_HEADER = "x-dso-threshold"
+BEST_SCORE_HEADER = "x-dso-best-score"
 ERROR_HEADER = "x-dso-error"  # why no lessons were looked up (the request still went upstream)
 log = logging.getLogger(__name__)
 HOP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
+# not passed upstream: the proxy's own connection and framing, the upstream's host, and the key (see upstream_headers)
+CLIENT_ONLY_HEADERS = HOP_HEADERS | {"host", "authorization", "accept-encoding"}
+PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+# OpenAI's (type, code) for the statuses the proxy answers itself
+ERROR_KINDS = {401: ("invalid_request_error", "invalid_api_key"), 413: ("invalid_request_error", "request_too_large"),
+               502: ("upstream_error", None), 504: ("upstream_error", "timeout")}
 
 
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
-    """OpenAI's error shape, so SDK clients raise with our message."""
-    return JSONResponse({"error": {"message": message, "type": kind, "code": None, "param": None}}, status_code=status)
+def openai_error(status: int, message: str) -> dict:
+    """OpenAI's error object, so SDK clients raise with our message (not a bare 'Error code: 401')."""
+    kind, code = ERROR_KINDS.get(status, ("invalid_request_error", None))
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse(openai_error(status, message), status_code=status)
+
+
+def _error_body(status: int, message: str) -> bytes:
+    """The token and body-size guards' refusals (`dsonet.asgi`), in OpenAI's shape."""
+    return json.dumps(openai_error(status, message)).encode()
 
 
 def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None, token: str | None = None,
@@ -63,6 +87,7 @@ def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
+        await anyio.to_thread.run_sync(warm_up, memory)
         yield
         await client.aclose()
 
@@ -70,14 +95,11 @@ def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None
                   description="OpenAI-compatible; injects the library's lessons into the system message.")
 
     def upstream_headers(request: Request) -> dict[str, str]:
-        headers = {"content-type": "application/json"}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in CLIENT_ONLY_HEADERS}
         if upstream_key:
             headers["authorization"] = f"Bearer {upstream_key}"
         elif token is None and "authorization" in request.headers:
             headers["authorization"] = request.headers["authorization"]  # the client's own key, passed through
-        for name in ("openai-organization", "openai-project"):
-            if name in request.headers:
-                headers[name] = request.headers[name]
         return headers
 
     async def read_body(request: Request) -> dict[str, Any] | JSONResponse:
@@ -96,24 +118,32 @@ def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None
             lambda: memory.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens))
 
     def lesson_headers(r: Recall | None) -> dict[str, str]:
+        headers = {LESSONS_HEADER: "", THRESHOLD_HEADER: f"{min_similarity:g}"}
         if r is None or not r.lessons:
-            return {LESSONS_HEADER: ""}
-        return {LESSONS_HEADER: ",".join(lesson.id for lesson in r.lessons), RETRIEVAL_HEADER: r.retrieval_id}
+            return headers
+        return headers | {LESSONS_HEADER: ",".join(lesson.id for lesson in r.lessons),
+                          RETRIEVAL_HEADER: r.retrieval_id, BEST_SCORE_HEADER: f"{r.lessons[0].score:.4f}"}
 
-    async def forward(request: Request, path: str, body: dict, extra: dict[str, str]) -> Response:
-        url = f"{base}{path}"
-        req = client.build_request("POST", url, headers=upstream_headers(request), content=json.dumps(body).encode())
+    async def forward(request: Request, path: str, content: bytes, extra: dict[str, str]) -> Response:
+        """``content`` to the upstream's ``path`` with the request's method, query and headers; its answer
+        back as it comes (an event stream chunk by chunk), with ``extra`` headers."""
+        url = f"{base}{path}" + (f"?{request.url.query}" if request.url.query else "")
+        req = client.build_request(request.method, url, headers=upstream_headers(request), content=content)
         try:
             reply = await client.send(req, stream=True)
         except httpx.TimeoutException:
-            return _error(504, f"upstream {url} did not answer within {timeout_s:g} s (raise --timeout)", "upstream_error")
+            return _error(504, f"upstream {url} did not answer within {timeout_s:g} s (raise --timeout)")
         except httpx.HTTPError as exc:
-            return _error(502, f"upstream {url} unreachable: {exc}; check --upstream", "upstream_error")
+            return _error(502, f"upstream {url} unreachable: {exc}; check --upstream")
         headers = {k: v for k, v in reply.headers.items() if k.lower() not in HOP_HEADERS} | extra
-        if not body.get("stream"):
-            content = await reply.aread()
-            await reply.aclose()
-            return Response(content, status_code=reply.status_code, headers=headers)
+        if not reply.headers.get("content-type", "").startswith("text/event-stream"):
+            try:
+                answer = await reply.aread()
+            except httpx.HTTPError as exc:
+                return _error(502, f"upstream {url} broke off its answer: {exc}")
+            finally:
+                await reply.aclose()
+            return Response(answer, status_code=reply.status_code, headers=headers)
         return StreamingResponse(_relay(reply), status_code=reply.status_code, headers=headers,
                                  background=BackgroundTask(reply.aclose))
 
@@ -130,10 +160,10 @@ def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None
         except DsoError as exc:  # the memory (a node, say) is down: answer without lessons, and say why
             log.warning("no lessons for this request: %s", exc)
             reason = " ".join(str(exc).split())[:300].encode("ascii", "replace").decode()
-            return await forward(request, path, body, {LESSONS_HEADER: "", ERROR_HEADER: reason})
+            return await forward(request, path, json.dumps(body).encode(), {LESSONS_HEADER: "", ERROR_HEADER: reason})
         if r is not None and r.hits:
             body = amend(body, r.hits)
-        return await forward(request, path, body, lesson_headers(r))
+        return await forward(request, path, json.dumps(body).encode(), lesson_headers(r))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -157,20 +187,29 @@ def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None
             return _error(404 if isinstance(exc, UnknownRetrieval) else 400, str(exc))
         return JSONResponse({"retrieval_id": rid, "helped": helped, "recorded": recorded})
 
-    @app.get("/v1/models")
-    async def models(request: Request) -> Response:
-        try:
-            reply = await client.get(f"{base}/models", headers=upstream_headers(request))
-        except httpx.HTTPError as exc:
-            return _error(502, f"upstream {base}/models: {exc}", "upstream_error")
-        return Response(reply.content, status_code=reply.status_code,
-                        media_type=reply.headers.get("content-type", "application/json"))
-
     @app.get("/health")
     async def health() -> dict:
         return {"status": "ok", "upstream": base}
 
-    return BearerToken(BodyLimit(app, max_body, hint="raise the proxy's --max-body"), token)
+    # last: a route above takes its own path and method first (GET /v1/chat/completions, the stored
+    # completions, comes here)
+    @app.api_route("/v1/{path:path}", methods=PASSTHROUGH_METHODS, include_in_schema=False)
+    async def passthrough(request: Request, path: str) -> Response:
+        """Any other OpenAI route goes to the upstream unchanged (within the body limit)."""
+        return await forward(request, f"/{path}", await request.body(), {})
+
+    guarded = BodyLimit(app, max_body, hint="raise the proxy's --max-body", error_body=_error_body)
+    return BearerToken(guarded, token, error_body=_error_body)
+
+
+def warm_up(memory: Memory) -> None:
+    """One search before the first request: loads the encoder (seconds for the default one) and shows
+    whether a node answers. A memory that fails here is reported; requests then go without lessons."""
+    try:
+        memory.search("warm-up", k=1, min_similarity=1.0)
+    except DsoError as exc:
+        log.warning("the memory did not answer at start (requests go upstream without lessons until it does): %s",
+                    exc)
 
 
 async def _relay(reply: httpx.Response):
