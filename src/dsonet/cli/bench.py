@@ -8,7 +8,7 @@ from dsonet.cli.lazy import LazyGroup
 
 BENCHMARKS = {
     "codec": ("dsonet.bench.codec:cli", "BitDelta fidelity, size and speed on real embeddings."),
-    "learn": ("dsonet.bench.learn:cli", "Accuracy before/after training-free GRPO (SmolLM2, any OpenAI server)."),
+    "learn": ("dsonet.bench.learn:cli", "Accuracy before/after training-free GRPO (the embedded Qwen2.5-Coder, any OpenAI server)."),
     "retrieval": ("dsonet.bench.retrieval:cli", "Search over compressed codes at d = 7680 beside faiss (10k-1M)."),
     "robustness": ("dsonet.bench.robustness:cli", "Retrieval accuracy under Byzantine nodes, per attack and rule."),
     "all": ("dsonet.bench.all:cli", "Run every benchmark and write bench/REPORT.md."),
