@@ -1,18 +1,20 @@
 """A sandbox for model-written code: one line assigning `r`, run and compared with a reference's.
 
 Isolation is bubblewrap (Debian's `bubblewrap`, installed by `make system`): the worker runs in new
-pid, network, ipc and uts namespaces (a network namespace of its own has only a down-or-bare loopback:
-no route anywhere, not to the host's localhost either), on a root built from read-only binds of
-/usr and of the interpreter's prefixes, with a private size-capped tmpfs as /tmp, no home, no /work,
-no /etc beyond the loader cache. Started as root, the worker drops to `nobody` (uid 0 ignores
-RLIMIT_NPROC); otherwise bwrap maps the caller's uid in a user namespace. Nothing on the host is
-writable from inside.
+pid, network, ipc and uts namespaces (a network namespace of its own holds only a loopback: no route
+anywhere, not to the host's localhost either), on a root built from read-only binds of /usr and of
+the interpreter's prefixes, with a private 256 MiB tmpfs as /tmp (emptied after every run) and
+nothing else writable: no home, no /work, no /etc beyond the loader cache. Started as root, bwrap
+sets up the mounts and the worker drops to `nobody` (uid 0 ignores RLIMIT_NPROC); otherwise bwrap
+maps the caller's uid in a user namespace. Without bwrap, or where it cannot make namespaces,
+`Sandbox` refuses with a SandboxError saying how to fix it: model-written code never runs bare.
 
 The worker imports the preload modules once, then forks a child per run; the child sets rlimits
 (CPU, address space, file size, open files, no new processes or threads), runs the code in a fresh
 directory with prints captured to a bounded buffer, and returns the canonical form of `r` as JSON
 (never pickle: what comes out of the sandbox is untrusted). The worker kills a child at the
-wall-clock limit; this side has its own deadline and restarts a worker that died or hangs.
+wall-clock limit; this side has its own deadline and restarts a worker that died or hangs, or that
+a run left SysV IPC objects in.
 
 Canonical forms (JSON): None, bool, str, int and finite floats as themselves; lists as lists; any
 other value as a one-key dict naming its kind: {"float": "nan"}, {"tuple": [...]}, {"set": sorted},
@@ -21,12 +23,23 @@ other value as a one-key dict naming its kind: {"float": "nan"}, {"tuple": [...]
 {"Series": {name, dtype, index, values}}, {"Index": {dtype, names, values}} (the index class is not
 kept: a RangeIndex equals an int64 Index of the same labels), {"graph": {directed, multigraph,
 attrs, nodes, edges}}, {"sparse": ndarray form}, {"na": "<NA>"}, else {"repr": ..., "type": ...}.
+dtypes are kept whole ("float32", not just the kind "f"): NumPy 2's promotion rules show there.
 
-Measured on the dev container (2 shared cores, `python -m dsonet.learn.sandbox`, see _measure):
+Cost, measured on the dev container (2 cores shared by six sessions, load 2-8;
+`DSONET_SANDBOX_PYTHON=.venv-drift/bin/python python -m dsonet.learn.sandbox MODULES...`):
+worker start 0.15-0.4 s with numpy, 1.4-4 s with drift.PRELOAD (numpy, scipy, pandas, networkx,
+sklearn and seven submodules); a trivial numpy line then costs 3-13 ms median (numpy) and 8-45 ms
+(drift.PRELOAD: forking a 175 MB process), against 0.4 s for a bare interpreter start + numpy.
+Every drift fact's reference and stale line (278 runs): 36 ms median, 80 ms at most.
+
+Not contained: CPU is limited per run, not shared fairly (a run may use a whole core for cpu_s);
+an answer may forge its own result (write JSON to the result pipe, patch the worker's canonical())
+- it can only claim a value it could have computed; and the sandbox trusts the kernel and bwrap.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -77,9 +90,10 @@ class Limits:
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise LimitsError(f"Limits.{name}: {value!r} is not a positive number; "
-                                  f"pass e.g. {name}={getattr(Limits, name)}")
+            kinds = int if name in ("memory_mb", "output_bytes") else (int, float)
+            if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:
+                what = "a positive integer" if kinds is int else "a positive number"
+                raise LimitsError(f"Limits.{name}: {value!r} is not {what}; pass e.g. {name}={getattr(Limits, name)}")
 
 
 @dataclass(frozen=True)
@@ -203,7 +217,8 @@ class Sandbox:
 
     def __del__(self) -> None:
         if getattr(self, "_proc", None) is not None:
-            self._stop()
+            with contextlib.suppress(Exception):  # at interpreter exit the modules may already be gone
+                self._stop()
 
     # ---- worker lifecycle ----
 
@@ -232,6 +247,10 @@ class Sandbox:
             self._stop()
             raise SandboxError(f"preload: {self.python} cannot import {list(self.preload)}: {ready.get('error')}; "
                                "install them in that interpreter or drop them from preload")
+        if ready.get("uid") == 0:
+            self._stop()  # uid 0 is exempt from RLIMIT_NPROC: answers could fork
+            raise SandboxError("the worker runs as uid 0 inside the sandbox, where fork cannot be stopped; "
+                               "run dsonet as root (the worker then becomes nobody) or as an ordinary user")
         self.start_seconds = time.perf_counter() - started
 
     def _command(self) -> list[str]:
@@ -335,13 +354,13 @@ def _result(reply: dict, limits: Limits, seconds: float) -> RunResult:
     return RunResult(ok, reply.get("value") if ok else None, "" if ok else error, stdout, seconds)
 
 
-def _measure(python: str | None = None, runs: int = 50) -> None:
+def _measure(python: str | None, preload: Sequence[str], runs: int = 50) -> None:
     """Print the worker's start time and the median run of a trivial numpy line (the docstring's numbers)."""
-    with Sandbox(python, preload=("numpy",)) as box:
-        print(f"worker start with numpy: {box.start_seconds * 1000:.0f} ms")
+    with Sandbox(python, preload=preload) as box:
         times = [box.run("import numpy as np\nr = np.arange(5).sum()").seconds for _ in range(runs)]
-        print(f"median run of a numpy line over {runs}: {statistics.median(times) * 1000:.1f} ms")
+        print(f"preload {list(preload)}: worker start {box.start_seconds:.2f} s, "
+              f"median run of a numpy line over {runs}: {statistics.median(times) * 1000:.1f} ms")
 
 
 if __name__ == "__main__":
-    _measure(sys.argv[1] if len(sys.argv) > 1 else None)
+    _measure(os.environ.get("DSONET_SANDBOX_PYTHON"), sys.argv[1:] or ["numpy"])
