@@ -15,10 +15,11 @@ import random
 import re
 import string
 import tomllib
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
-from typing import Literal, Protocol, Sequence
+from typing import Literal, Protocol
 
 from dsonet.errors import DsoError
 from dsonet.learn.sandbox import RunResult, same
@@ -54,7 +55,7 @@ class Fact:
     poison: str | None = None
     hides: tuple[str, ...] = ()
     names: tuple[tuple[str, str], ...] = ()  # (placeholder, pool), in draw order
-    params: tuple[tuple[str, dict], ...] = ()
+    params: tuple[tuple[str, dict], ...] = field(default=(), hash=False)  # specs hold lists: not hashable
 
     @property
     def control(self) -> bool:
@@ -213,13 +214,13 @@ def render(fact: Fact, k: int, seed: int) -> dict[str, str]:
         values[key] = value
         fill[key] = str(value) if as_text else repr(value)
     out = {}
-    for field in _TEMPLATES:
-        template = getattr(fact, field)
+    for part in _TEMPLATES:
+        template = getattr(fact, part)
         if template is not None:
             try:
-                out[field] = string.Template(template).substitute(fill)
+                out[part] = string.Template(template).substitute(fill)
             except (KeyError, ValueError) as exc:
-                raise DriftError(f"fact {fact.id}: {field} uses placeholder {exc} that names/params do not define") from exc
+                raise DriftError(f"fact {fact.id}: {part} uses placeholder {exc} that names/params do not define") from exc
     return out
 
 
@@ -232,13 +233,13 @@ def question(fact: Fact, setup: str, task: str) -> str:
             f"Write one line of Python that assigns to r {task}.")
 
 
-def instances(fact: Fact, n: int, seed: int = 0, start: int = 0) -> list[Task]:
-    """n distinct instances of a fact (distinct setup + reference), numbered from `start`."""
+def instances(fact: Fact, n: int, seed: int = 0) -> list[Task]:
+    """n distinct instances of a fact (distinct setup + reference); the same (n, seed) gives the same list."""
     tasks: list[Task] = []
     seen: set[tuple[str, str]] = set()
-    k = start
+    k = 0
     while len(tasks) < n:
-        if k - start > 50 * n + 100:
+        if k > 50 * n + 100:
             raise DriftError(f"fact {fact.id}: only {len(tasks)} distinct instances of {n} asked; widen its params")
         filled = render(fact, k, seed)
         key = (filled["setup"], filled["reference"])
@@ -336,18 +337,19 @@ def _restates_with_placeholder(statement: str, setup: str) -> bool:
     return all(isinstance(t, ast.Name) and t.id in defined for t in node.targets)
 
 
-_REFERENCE_VALUES: dict[str, object] = {}  # reference code -> its canonical r: the reference runs once
+# (interpreter, reference code) -> its canonical r: each reference runs once per environment
+_REFERENCE_VALUES: dict[tuple[str, str], object] = {}
 
 
 def reference_value(runner: Runner, task: Task) -> object:
-    code = task.entry["setup"] + "\n" + task.entry["reference"]
-    if code not in _REFERENCE_VALUES:
-        res = runner.run(code, result="r")
+    key = (str(getattr(runner, "python", "")), task.entry["setup"] + "\n" + task.entry["reference"])
+    if key not in _REFERENCE_VALUES:
+        res = runner.run(key[1], result="r")
         if not res.ok:
             raise DriftError(f"task {task.id}: the reference does not run in the sandbox ({res.error}); "
                              "is the sandbox's python .venv-drift (make install)?")
-        _REFERENCE_VALUES[code] = res.value
-    return _REFERENCE_VALUES[code]
+        _REFERENCE_VALUES[key] = res.value
+    return _REFERENCE_VALUES[key]
 
 
 def check(runner: Runner, task: Task, reply: str) -> Check:
