@@ -205,6 +205,12 @@ def test_the_answer_runs_unprivileged(box):
     assert int(status["CapEff"], 16) == 0 and status["NoNewPrivs"] == "1"
 
 
+def test_namespaces_keyrings_and_ptrace_are_denied(box):
+    out = box.run("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                  "r = [[libc.unshare(0x10000000), ctypes.get_errno()], [libc.ptrace(0, 0, 0, 0), ctypes.get_errno()]]")
+    assert out.value == [[-1, 1], [-1, 1]]  # EPERM from the seccomp filter
+
+
 def test_an_answer_that_kills_its_worker_is_contained(box):
     out = box.run("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
     assert not out.ok and "worker was lost" in out.error

@@ -29,6 +29,15 @@ FILE_BYTES = 64 << 20  # RLIMIT_FSIZE: no single file the answer writes grows pa
 OPEN_FILES = 256  # RLIMIT_NOFILE: enough for any library call, too few to exhaust the tmpfs inodes
 MAX_ITEMS = 100_000  # elements in one array or frame turned into JSON; larger results are errors
 PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+# Syscalls an answer never needs and kernel exploits favour: new namespaces (a user namespace would give
+# it capabilities there, and an uncapped tmpfs), keyrings, bpf, perf, userfaultfd, io_uring, ptrace.
+# (audit arch, numbers) per machine; elsewhere the rlimits and bwrap hold alone.
+DENIED_SYSCALLS = {
+    "x86_64": (0xC000003E, (272, 308, 248, 249, 250, 321, 298, 323, 425, 101)),
+    "aarch64": (0xC00000B7, (97, 268, 217, 218, 219, 280, 241, 282, 425, 117)),
+}
+X32_BIT = 0x40000000  # x86_64's x32 ABI numbers: another way to name the same syscalls
 
 
 def main() -> None:
@@ -187,6 +196,7 @@ def _child(request: dict, limits: dict, workdir: str, out_path: str, result_fd: 
         os.dup2(null, 0)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an over-size write fails with EFBIG instead of killing
         _set_limits(limits)
+        _deny_syscalls()
         captured = _Bounded(limits["output_bytes"])
         sys.stdout = sys.stderr = captured
         reply = _execute(request["code"], request["result"], limits, result_bytes)
@@ -214,6 +224,33 @@ def _set_limits(limits: dict) -> None:
     resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))  # POSIX message queues hold kernel memory
     # no new processes or threads at all: fork bombs, os.system and subprocess fail with EAGAIN
     resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _deny_syscalls() -> None:
+    """A seccomp filter: DENIED_SYSCALLS fail with EPERM, as does any syscall of another ABI (i386, x32)."""
+    if os.uname().machine not in DENIED_SYSCALLS:
+        return
+    arch, numbers = DENIED_SYSCALLS[os.uname().machine]
+    load, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    n = len(numbers)
+    deny_at = 6 + n  # index of the final `ret deny`
+    program = [(load, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, deny), (load, 0, 0, 0)]
+    program += [(jeq, deny_at - (4 + i) - 1, 0, nr) for i, nr in enumerate(numbers)]
+    program += [(jge, deny_at - (4 + n) - 1, 0, X32_BIT), (ret, 0, 0, allow), (ret, 0, 0, deny)]
+    filters = (_SockFilter * len(program))(*[_SockFilter(*op) for op in program])
+    prog = _SockFprog(len(program), filters)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "seccomp filter refused")
 
 
 def _address_space_bytes() -> int:
