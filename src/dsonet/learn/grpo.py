@@ -193,7 +193,7 @@ class Learner:
         n = self.config.candidates
         replies = self._generate([user((prompts.ADVANTAGE_CODE if g.feedback else prompts.ADVANTAGE).format(
             problem=g.query, reference=g.reference or "unknown", max_lessons=self.config.max_lessons,
-            summaries="\n".join(summaries[gi]))) + prefill for gi, g in enumerate(mixed)],
+            summaries="\n".join(summaries[gi]), example=prompts.CODE_EXAMPLE)) + prefill for gi, g in enumerate(mixed)],
             n=n, temperature=self.config.temperature if n > 1 else 0.0,
             max_tokens=self.config.note_tokens if not prefill else 64, llm=self.reflector)
         out = []
@@ -202,8 +202,8 @@ class Learner:
             truncated = reply.completion_tokens >= self.config.note_tokens * n
             conf = confidence_from_gap(max(g.rewards), min(g.rewards))
             for text in reply.texts:
-                parsed = parse.experiences(text, self.config.max_lessons, problem=g.query, reference=g.reference,
-                                           truncated=truncated, shared=shared[g.domain])
+                parsed = parse.experiences(text, self.config.max_lessons, (prompts.CODE_EXAMPLE,), problem=g.query,
+                                           reference=g.reference, truncated=truncated, shared=shared[g.domain])
                 for reason in parsed.skipped:
                     self._skip("propose", reason, text)
                 for lesson in parsed.items:

@@ -58,6 +58,9 @@ Reference solution: {reference}
 Attempts (code -> what running it showed):
 {summaries}
 
-Compare the attempts that passed with those that failed. What does this environment's library accept or refuse (a function, argument or behaviour)? Write at most {max_lessons} lessons that would help on a different task using the same library function, one per line, each at most 32 words, each of the form:
-When <doing what, with which library>, <what to call or pass, and what not to>.
+Compare the attempts that passed with those that failed: which function, argument or behaviour of the library did this environment refuse or answer differently, and what worked instead? Write at most {max_lessons} lessons that would help on a different task using the same library function, one per line, each at most 32 words, like this example about another library:
+{example}
 Name the library and its functions; never this task's variable names or data."""
+
+# The shape of a lesson about an environment, shown to the reflector; never kept as a lesson itself.
+CODE_EXAMPLE = "When reading a JSON file with the json module, call json.load(f); json.read does not exist."
