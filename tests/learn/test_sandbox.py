@@ -163,6 +163,12 @@ def test_printing_100_mb_is_cut_to_the_output_limit(box):
     assert len(out.stdout.encode()) == QUICK.output_bytes and set(out.stdout) == {"x"}
 
 
+def test_a_huge_result_is_refused_not_returned(box):
+    assert box.run("r = ['x' * 100] * 20000").error == "ValueError: the result's JSON is 2080000 bytes (limit 1048576)"
+    out = box.run("import numpy as np\nr = np.zeros(10**6)")
+    assert out.error == "ValueError: the result has 1000000 elements (the sandbox returns at most 100000)"
+
+
 def test_allocating_50_gb_is_a_memory_error(box):
     out = box.run("r = bytearray(50 * 2**30)")
     assert out.error == "MemoryError: out of memory (memory limit of 512 MB)"
@@ -214,6 +220,14 @@ def test_namespaces_keyrings_and_ptrace_are_denied(box):
 def test_an_answer_that_kills_its_worker_is_contained(box):
     out = box.run("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
     assert not out.ok and "worker was lost" in out.error
+    _serves(box)
+
+
+def test_an_answer_that_freezes_its_worker_meets_this_sides_deadline(box):
+    quick = Limits(cpu_s=1, memory_mb=512, output_bytes=4096, wall_s=1)
+    out = box.run("import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nr = 1", limits=quick)
+    assert not out.ok and "no reply from the worker in time" in out.error
+    assert out.seconds < 10  # wall_s + the grace this side gives the worker
     _serves(box)
 
 

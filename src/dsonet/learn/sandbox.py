@@ -10,7 +10,8 @@ maps the caller's uid in a user namespace. Without bwrap, or where it cannot mak
 `Sandbox` refuses with a SandboxError saying how to fix it: model-written code never runs bare.
 
 The worker imports the preload modules once, then forks a child per run; the child sets rlimits
-(CPU, address space, file size, open files, no new processes or threads), runs the code in a fresh
+(CPU, address space, file size, open files, no new processes or threads) and a seccomp filter (no new
+namespaces, keyrings, bpf, perf, userfaultfd, io_uring or ptrace), runs the code in a fresh
 directory with prints captured to a bounded buffer, and returns the canonical form of `r` as JSON
 (never pickle: what comes out of the sandbox is untrusted). The worker kills a child at the
 wall-clock limit; this side has its own deadline and restarts a worker that died or hangs, or that
