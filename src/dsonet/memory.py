@@ -3,9 +3,11 @@
 The MCP server (`dsonet.mcp`) and the OpenAI-compatible proxy (`dsonet.proxy`) both talk to
 one `Memory`: a local library file (`LocalMemory`) or a running node (`NodeMemory`, over the
 node's HTTP API, where the node issues the ids and feeds outcomes to its peers' reputation). A
-search returns a `Recall`: the hits and a retrieval id. An outcome names that id rather than
-experience ids, so a caller can only vote on lessons it was actually given, once
-(`dsonet.library.retrievals`).
+search returns a `Recall`: the hits, a retrieval id (None when nothing was found), and the
+threshold applied with the best score seen, so an empty answer can say how near it came. An
+outcome names the retrieval id rather than experience ids, so a caller can only vote on lessons
+it was actually given, once (`dsonet.library.retrievals`). ``min_similarity`` left None is the
+threshold calibrated for the library's space (`dsonet.library.policy.default_min_similarity`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Protocol
 
 from dsonet.errors import DsoError
 from dsonet.experience import Experience
-from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
+from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import Retrievals, UnknownRetrieval
 
 __all__ = ["LocalMemory", "Memory", "NodeMemory", "Recall", "RecallError", "UnknownRetrieval", "open_memory"]
@@ -41,13 +43,23 @@ class Lesson:
 
 @dataclass(frozen=True)
 class Recall:
-    retrieval_id: str
+    retrieval_id: str | None  # None: nothing found, nothing to report an outcome on
     lessons: list[Lesson]
-    hits: list  # the library's `Hit`s, for the learn layer's renderers
+    hits: list  # the library's `Hits`, for the learn layer's renderers
+
+    @property
+    def threshold(self) -> float:
+        """The cosine every lesson had to reach."""
+        return self.hits.threshold
+
+    @property
+    def best_score(self) -> float | None:
+        """The best score the search saw, above the threshold or not (None: nothing to score)."""
+        return self.hits.best_score
 
 
 class Memory(Protocol):
-    def search(self, query: str, k: int = K, min_similarity: float = MIN_SIMILARITY, max_tokens: int = MAX_TOKENS,
+    def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
                domain: str | None = None) -> Recall: ...
 
     def add(self, text: str, domain: str = "general", confidence: float = 0.5) -> Experience: ...
@@ -74,7 +86,7 @@ class LocalMemory:
         self.retrievals = Retrievals()
         self._lock = threading.Lock()
 
-    def search(self, query: str, k: int = K, min_similarity: float = MIN_SIMILARITY, max_tokens: int = MAX_TOKENS,
+    def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
                domain: str | None = None) -> Recall:
         with self._lock:
             hits = self.library.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens,
@@ -110,7 +122,7 @@ class NodeMemory:
     def __init__(self, client):
         self.client = client
 
-    def search(self, query: str, k: int = K, min_similarity: float = MIN_SIMILARITY, max_tokens: int = MAX_TOKENS,
+    def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
                domain: str | None = None) -> Recall:
         rid, hits = self.client.recall(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens,
                                        domain=domain)

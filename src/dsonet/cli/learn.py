@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from dsonet.cli.options import db_option, db_path, json_option
+from dsonet.cli.options import db_option, db_path, json_option, min_similarity_option
 from dsonet.errors import DsoError
 
 
@@ -87,8 +87,7 @@ def load_split(task, size, config, verifier, held_out, seed):
 @click.option("--max-tokens", default=128, show_default=True, help="Tokens per rollout.")
 @click.option("--run-dir", type=click.Path(path_type=Path), default=None,
               help="State and JSONL run log; rerun with the same dir to resume (default: <library>.runs/<task>).")
-@click.option("--min-similarity", default=0.6, show_default=True,
-              help="Retrieval threshold for experiences in rollout prompts and for similar-lesson lookup.")
+@min_similarity_option
 @click.option("--node-id", default="", help="Recorded in each experience's provenance.")
 @click.option("--validation", type=click.IntRange(min=0), default=0, show_default=True,
               help="Training tasks held apart as the quality gate's slice (0: no gate); 40 or more keeps it out of noise.")
@@ -159,7 +158,7 @@ def learn(task, db, url, model, concurrency, timeout, size, config, verifier, he
               help="Library to retrieve from (env DSONET_DB; neither given: ask without experiences).")
 @llm_options
 @click.option("-k", "k", type=click.IntRange(1, 100), default=5, show_default=True, help="Experiences retrieved at most.")
-@click.option("--min-similarity", default=0.6, show_default=True)
+@min_similarity_option
 @click.option("--context-tokens", default=2048, show_default=True, help="Token budget of injected experiences.")
 @click.option("--max-tokens", default=256, show_default=True, help="Tokens in the answer.")
 @click.option("--show-prompt", is_flag=True, help="Print the prompt with the injected experiences.")
@@ -169,13 +168,14 @@ def learn(task, db, url, model, concurrency, timeout, size, config, verifier, he
 def ask(question, db, url, model, concurrency, timeout, k, min_similarity, context_tokens, max_tokens,
         show_prompt, feedback, as_json):
     """Answer QUESTION with the library's most relevant experiences in the system message
-    (k = 5 at similarity > 0.6, at most 2048 tokens, as plain bullets). With --feedback, the
+    (k = 5 at or above the space's calibrated threshold, at most 2048 tokens, as plain bullets). With --feedback, the
     lessons used get an outcome (helped or not), which feeds eviction by usefulness.
 
     \b
     Example:
       dso ask "State the final answer: 12 - 7 + 3 =" --db lib.db --show-prompt
     """
+    from dsonet.cli.library import empty_answer
     from dsonet.learn.context import Retrieval
     from dsonet.learn.evaluate import ask as _ask
     from dsonet.learn.evaluate import record_outcome
@@ -194,6 +194,8 @@ def ask(question, db, url, model, concurrency, timeout, k, min_similarity, conte
     else:
         for hit in answer.hits:
             click.echo(f"[{hit.score:.2f}] {hit.experience.text}", err=True)
+        if lib is not None and not answer.hits:
+            click.echo(empty_answer(answer.hits.threshold, answer.hits.best_score), err=True)
         if show_prompt:
             click.echo(prompt + "\n---", err=True)
         click.echo(answer.text)
@@ -210,7 +212,7 @@ def ask(question, db, url, model, concurrency, timeout, k, min_similarity, conte
 @llm_options
 @task_options
 @click.option("--max-tokens", default=128, show_default=True)
-@click.option("--min-similarity", default=0.6, show_default=True, help="Retrieval threshold (paper: 0.6).")
+@min_similarity_option
 @json_option
 def evaluate(task, db, url, model, concurrency, timeout, size, config, verifier, held_out, seed, max_tokens,
              min_similarity, as_json):

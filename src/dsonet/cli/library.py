@@ -16,6 +16,7 @@ import click
 
 from dsonet.cli.options import (DEFAULT_KEY, db_option, db_path, json_option, k_option, max_tokens_option,
                                 min_similarity_option, node_option, node_token_option)
+from dsonet.library.policy import ENV_MIN_SIMILARITY
 
 
 @contextmanager
@@ -71,14 +72,16 @@ def add(text: str, domain: str, confidence: float, db: Path | None, node: str | 
 @node_option
 @node_token_option
 @json_option
-def search(query: str, k: int, min_similarity: float, max_tokens: int, domain: str | None, db: Path | None,
+def search(query: str, k: int, min_similarity: float | None, max_tokens: int, domain: str | None, db: Path | None,
            node: str | None, node_token: str | None, as_json: bool) -> None:
-    """Find the experiences nearest to QUERY (scored over compressed codes, rescored exactly where possible).
+    """Find the experiences nearest to QUERY (scored over compressed codes, rescored exactly where
+    possible) at or above the relevance threshold. With none above it, stdout stays empty (--json:
+    zero lines) and one line on stderr gives the threshold and the closest score.
 
     \b
     Examples:
-      dso search "A train travels 120 km in 2 hours; how fast?" -k 3 --min-similarity 0.3
-      dso search "sparse graphs" --node http://127.0.0.1:8080 --json
+      dso search "A train travels 120 km in 2 hours; how fast?" -k 3
+      dso search "sparse graphs" --node http://127.0.0.1:8080 --json --min-similarity 0.3
     """
     with _store(db, node, node_token) as store:
         hits = store.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain)
@@ -87,6 +90,15 @@ def search(query: str, k: int, min_similarity: float, max_tokens: int, domain: s
             click.echo(json.dumps({"score": round(h.score, 4), "members": list(h.members), **h.experience.to_dict()}))
         else:
             click.echo(f"{h.score:.3f}  {h.experience.id[:12]}  [{h.experience.domain}]  {h.experience.text}")
+    if not hits:
+        click.echo(empty_answer(hits.threshold, hits.best_score), err=True)
+
+
+def empty_answer(threshold: float, best_score: float | None) -> str:
+    """Why a search returned nothing, quoting no lesson: the threshold and the closest score."""
+    closest = "the library holds no lesson to score" if best_score is None else f"the closest scored {best_score:.3f}"
+    return (f"no lesson above {threshold:.3f}; {closest} (--min-similarity or {ENV_MIN_SIMILARITY} "
+            "lowers the threshold)")
 
 
 @click.command()

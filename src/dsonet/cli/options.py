@@ -5,6 +5,7 @@
     --node-token  the node's API token    DSONET_NODE_TOKEN
     --token T     the token a server demands of its clients   DSONET_TOKEN  (node start, mcp, proxy)
     -k N          how many results
+    --min-similarity X   relevance threshold   DSONET_MIN_SIMILARITY  (default: the space's calibrated one)
     --json        machine-readable output
 
 Environment variables are declared on each option (click's auto_envvar_prefix would derive
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
+from dsonet.library.policy import ENV_MIN_SIMILARITY, MAX_TOKENS, K
 
 HOME = Path("~/.dsonet")  # one home: keygen's key, node start's data dir and the library all live here
 DEFAULT_DB = HOME / "library.sqlite"
@@ -38,8 +39,12 @@ node_token_option = click.option("--node-token", envvar="DSONET_NODE_TOKEN", def
 token_option = click.option("--token", envvar="DSONET_TOKEN", default=None,
                             help="Bearer token clients must send (env DSONET_TOKEN); required beyond loopback.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-min_similarity_option = click.option("--min-similarity", type=click.FloatRange(-1, 1), default=MIN_SIMILARITY,
-                                     show_default=True, help="Only experiences at least this similar (cosine).")
+# None reaches the library, which applies its space's calibrated threshold (`default_min_similarity`)
+min_similarity_option = click.option(
+    "--min-similarity", type=click.FloatRange(-1, 1), envvar=ENV_MIN_SIMILARITY, default=None,
+    help=f"Only experiences at least this similar (cosine); default: the threshold `dso bench relevance` "
+         f"calibrated for the library's space (the protocol's 0.6 for a space never calibrated). "
+         f"Env {ENV_MIN_SIMILARITY}.")
 max_tokens_option = click.option("--max-tokens", type=click.IntRange(1), default=MAX_TOKENS, show_default=True,
                                  help="Token budget of the returned experiences' text.")
 

@@ -19,7 +19,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
-from dsonet.library.policy import MIN_SIMILARITY, K
+from dsonet.library.policy import K
 
 
 class DsonetRetriever(BaseRetriever):
@@ -28,7 +28,7 @@ class DsonetRetriever(BaseRetriever):
     model_config = ConfigDict(arbitrary_types_allowed=True)
     memory: Any  # a dsonet.memory.Memory
     k: int = K
-    min_similarity: float = MIN_SIMILARITY
+    min_similarity: float | None = None  # None: the threshold calibrated for the memory's space
     domain: str | None = None
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:

@@ -29,14 +29,16 @@ class Retrievals:
         self._pending: OrderedDict[str, list] = OrderedDict()
         self._lock = threading.Lock()
 
-    def issue(self, hits: list) -> str:
-        """A new retrieval id for these hits (remembered only when there is something to judge)."""
+    def issue(self, hits: list) -> str | None:
+        """A new retrieval id for these hits; None for a search that found nothing (there is nothing
+        to judge, so no id that an outcome could not be recorded under)."""
+        if not hits:
+            return None
         rid = secrets.token_hex(12)
-        if hits:
-            with self._lock:
-                self._pending[rid] = list(hits)
-                while len(self._pending) > self.capacity:
-                    self._pending.popitem(last=False)
+        with self._lock:
+            self._pending[rid] = list(hits)
+            while len(self._pending) > self.capacity:
+                self._pending.popitem(last=False)
         return rid
 
     def take(self, retrieval_id: str) -> list:

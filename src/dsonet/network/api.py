@@ -5,7 +5,9 @@
     GET    /experiences/{id}   -> the experience, or 404
     DELETE /experiences/{id}   -> {"deleted": true} (a signed tombstone is published), or 404
     POST   /search             {query | vector, k?, min_similarity?, max_tokens?, domain?}
-                               -> {"retrieval_id", "hits": [...]}
+                               -> {"retrieval_id", "hits": [...], "threshold", "best_score"}
+                               (min_similarity omitted: the library's calibrated threshold; an empty
+                               search has retrieval_id null, and best_score says how near it came)
     POST   /outcomes           {retrieval_id, helped} -> {"recorded": n} (ids this node issued, once)
     GET    /stats  /peers  /metrics (Prometheus text)  /health (no token needed)
 
@@ -31,7 +33,7 @@ from dsonet import __version__
 from dsonet.asgi import BearerToken, BodyLimit
 from dsonet.errors import DsoError
 from dsonet.library import StorageError
-from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
+from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import UnknownRetrieval
 from dsonet.network.node import Node
 from dsonet.network.transport import TransportError
@@ -53,7 +55,8 @@ class SearchRequest(BaseModel):
     query: str | None = Field(None, min_length=1, max_length=4096)
     vector: list[float] | None = None
     k: int = Field(K, ge=1, le=100)
-    min_similarity: float = Field(MIN_SIMILARITY, ge=-1.0, le=1.0)
+    min_similarity: float | None = Field(None, ge=-1.0, le=1.0, description="Cosine a hit must reach; omit it "
+                                         "for the threshold calibrated for the node's space")
     max_tokens: int = Field(MAX_TOKENS, ge=1, le=1_000_000)
     domain: str | None = Field(None, max_length=64)
 
@@ -122,7 +125,8 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
     @app.post("/search")
     async def search(req: SearchRequest) -> dict:
         rid, hits = await node.recall(req.query, req.vector, req.k, req.min_similarity, req.max_tokens, req.domain)
-        return {"retrieval_id": rid, "hits": [_jsonable(h) for h in hits]}
+        return {"retrieval_id": rid, "hits": [_jsonable(h) for h in hits], "threshold": hits.threshold,
+                "best_score": hits.best_score}
 
     @app.post("/outcomes")
     async def outcome(req: OutcomeRequest) -> dict:

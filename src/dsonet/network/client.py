@@ -10,7 +10,8 @@ import httpx
 
 from dsonet.errors import DsoError
 from dsonet.experience import Experience
-from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
+from dsonet.library.store import Hit, Hits
+from dsonet.library.policy import MAX_TOKENS, K
 
 
 class NodeClientError(DsoError):
@@ -58,20 +59,22 @@ class NodeClient:
         self.delete(exp_id)
         return self.add(text, old.domain, old.confidence)
 
-    def search(self, query: str, k: int = K, min_similarity: float = MIN_SIMILARITY, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None) -> list:
+    def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
+               domain: str | None = None) -> Hits:
         return self.recall(query, k, min_similarity, max_tokens, domain)[1]
 
-    def recall(self, query: str, k: int = K, min_similarity: float = MIN_SIMILARITY, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None) -> tuple[str, list]:
-        """(retrieval id, hits): the id names this search when its outcome is reported (`outcome`)."""
-        from dsonet.library import Hit
-
-        body = {"query": query, "k": k, "min_similarity": min_similarity, "max_tokens": max_tokens, "domain": domain}
+    def recall(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
+               domain: str | None = None) -> tuple[str | None, Hits]:
+        """(retrieval id, hits): the id names this search when its outcome is reported (`outcome`);
+        None when nothing was found (there is nothing to judge). ``min_similarity`` None: the
+        node's calibrated threshold, which the hits carry back with the best score it saw."""
+        body = {"query": query, "k": k, "max_tokens": max_tokens, "domain": domain,
+                **({} if min_similarity is None else {"min_similarity": min_similarity})}
         reply = self._call("POST", "/search", json=body)
-        hits = [Hit(Experience.from_dict(h["experience"]), float(h["score"]), tuple(h.get("members", ())),
-                    tuple(h.get("sources", ()))) for h in reply.get("hits", [])]
-        return reply.get("retrieval_id", ""), hits
+        hits = Hits([Hit(Experience.from_dict(h["experience"]), float(h["score"]), tuple(h.get("members", ())),
+                         tuple(h.get("sources", ()))) for h in reply.get("hits", [])],
+                    reply.get("threshold", min_similarity), reply.get("best_score"))
+        return reply.get("retrieval_id"), hits
 
     def outcome(self, retrieval_id: str, helped: bool) -> int:
         """Report whether the lessons of a search helped; returns how many lessons were judged."""

@@ -44,10 +44,10 @@ from dsonet.codec.batch import MAX_EXPERIENCES
 from dsonet.errors import BatchError, DsoError
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
-from dsonet.library import Hit, Library, LibraryError, MergeRule
+from dsonet.library import Hit, Hits, Library, LibraryError, MergeRule
 from dsonet.library.store import DamagedFile
 from dsonet.library.merge import THETA_DUP
-from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
+from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import Retrievals
 from dsonet.network.access import FairLock, SerialEncoder
 from dsonet.network.metrics import NodeMetrics
@@ -268,8 +268,10 @@ class Node:
         return exp
 
     async def search(self, query: str | None = None, vector: np.ndarray | list | None = None, k: int = K,
-                     min_similarity: float = MIN_SIMILARITY, max_tokens: int = MAX_TOKENS,
-                     domain: str | None = None) -> list:
+                     min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
+                     domain: str | None = None) -> Hits:
+        """The library's hits for a query (encoded here) or a vector; ``min_similarity`` None: the
+        threshold calibrated for the library's space."""
         if (query is None) == (vector is None):
             raise NodeError("query/vector: give exactly one of them")
         t = time.perf_counter()
@@ -284,9 +286,9 @@ class Node:
         return hits
 
     async def recall(self, query: str | None = None, vector: np.ndarray | list | None = None, k: int = K,
-                     min_similarity: float = MIN_SIMILARITY, max_tokens: int = MAX_TOKENS,
-                     domain: str | None = None) -> tuple[str, list[Hit]]:
-        """`search`, with a retrieval id to report the outcome under (`outcome`)."""
+                     min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
+                     domain: str | None = None) -> tuple[str | None, Hits]:
+        """`search`, with a retrieval id to report the outcome under (`outcome`; None when nothing was found)."""
         hits = await self.search(query, vector, k, min_similarity, max_tokens, domain)
         return self.retrievals.issue(hits), hits
 
