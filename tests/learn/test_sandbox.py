@@ -259,6 +259,14 @@ def test_a_missing_interpreter_or_preload_is_refused(tmp_path):
         Sandbox(PYTHON, preload=("no_such_module",))
 
 
+@needs_bwrap
+def test_a_closed_sandbox_refuses_to_run():
+    sandbox = Sandbox(PYTHON)
+    sandbox.close()
+    with pytest.raises(SandboxError, match="closed"):
+        sandbox.run("r = 1")
+
+
 def test_limits_must_be_positive():
     with pytest.raises(LimitsError, match=r"Limits.cpu_s: 0 is not a positive number; pass e.g. cpu_s=5.0"):
         Limits(cpu_s=0)

@@ -56,14 +56,13 @@ def main() -> None:
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)  # a stray print in the worker must not corrupt the protocol
-    started = time.perf_counter()
     try:
         for name in filter(None, args.preload.split(",")):
             importlib.import_module(name)
     except BaseException as exc:  # noqa: BLE001 - any import failure is reported, not raised
         _reply(protocol, {"ready": False, "error": _last_line(exc)})
         return
-    _reply(protocol, {"ready": True, "seconds": time.perf_counter() - started, "uid": os.getuid()})
+    _reply(protocol, {"ready": True, "uid": os.getuid()})
     for line in sys.stdin:
         request = json.loads(line)
         _reply(protocol, _run(request, args.result_bytes))

@@ -176,6 +176,7 @@ class Sandbox:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._buffer = b""
+        self._closed = False
         self._start()
 
     # ---- public ----
@@ -183,11 +184,13 @@ class Sandbox:
     def run(self, code: str, result: str = "r", limits: Limits | None = None) -> RunResult:
         if not isinstance(code, str):
             raise SandboxError(f"code: expected str, got {type(code).__name__}")
-        if not result.isidentifier():
+        if not isinstance(result, str) or not result.isidentifier():
             raise SandboxError(f"result: {result!r} is not a variable name; pass e.g. result='r'")
         limits = limits or self.limits
         request = json.dumps({"code": code, "result": result, "limits": asdict(limits)}) + "\n"
         with self._lock:
+            if self._closed:
+                raise SandboxError("run: this Sandbox is closed; make a new one")
             if self._proc is None or self._proc.poll() is not None:
                 self._start()
             started = time.perf_counter()
@@ -208,6 +211,7 @@ class Sandbox:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._stop()
 
     def __enter__(self) -> Self:
