@@ -100,6 +100,9 @@ def test_a_sleep_stops_at_the_wall_clock_limit(box):
     out = box.run("import time\ntime.sleep(60)", limits=Limits(cpu_s=1, memory_mb=512, output_bytes=4096, wall_s=1))
     assert out.error == "TimeoutError: wall-clock limit of 1 s"
     assert out.seconds < 5
+    hidden = "import os, time\nos.closerange(3, 256)\ntime.sleep(60)"  # closes its result pipe first
+    assert box.run(hidden, limits=Limits(cpu_s=1, memory_mb=512, output_bytes=4096, wall_s=1)).error == (
+        "TimeoutError: wall-clock limit of 1 s")
     _serves(box)
 
 

@@ -84,8 +84,12 @@ def _run(request: dict, result_bytes: int) -> dict:
         os.close(read_fd)
         _child(request, limits, workdir, out_path, write_fd, result_bytes)
     os.close(write_fd)
-    data, reason = _collect(read_fd, pid, started + limits["wall_s"], result_bytes + 8 * limits["output_bytes"])
+    deadline = started + limits["wall_s"]
+    data, reason = _collect(read_fd, pid, deadline, result_bytes + 8 * limits["output_bytes"])
     os.close(read_fd)
+    if not _exits_by(pid, max(deadline, time.monotonic() + 0.5)):
+        os.kill(pid, signal.SIGKILL)  # it closed the pipe but lives on (a sleep, say)
+        data, reason = b"", "wall"
     _, status, usage = os.wait4(pid, 0)
     reply = _verdict(data, reason, status, usage, limits)
     reply["stdout"] = _merge_output(reply.get("stdout", ""), out_path, limits["output_bytes"])
@@ -131,6 +135,15 @@ def _collect(fd: int, pid: int, deadline: float, cap: int) -> tuple[bytes, str]:
         if size > cap:
             os.kill(pid, signal.SIGKILL)
             return b"", "size"
+
+
+def _exits_by(pid: int, deadline: float) -> bool:
+    """Whether the child exits before `deadline` (a pidfd turns readable when it does)."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        return bool(select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0])
+    finally:
+        os.close(pidfd)
 
 
 def _verdict(data: bytes, reason: str, status: int, usage: resource.struct_rusage, limits: dict) -> dict:
