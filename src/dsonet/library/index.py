@@ -35,10 +35,15 @@ present when the refit fell due (rows are only ever appended or masked), so it r
 the lock searches take, and `install` then shows the new fit, the sketch catching up on the rows
 added meanwhile; until then searches use the previous fit, which covers every row (new rows are
 sketched as they arrive) and stays exact, only less sharp.
+
+A fit is a function of the rows it read: `fitted_states` hands each stage's arrays out with the
+rows it was fitted on, and `restore` takes them back where `fingerprint` of those rows is
+unchanged, so a library file keeps its fit and an open skips it (`dsonet.library.saved_fit`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from dataclasses import dataclass
@@ -68,6 +73,8 @@ SUBSPACE_SHARE = 0.95  # ... and runs only where they hold this share of the del
 SUBSPACE_STEP = 1.25  # stage 2b's consistency step, in units of √(π / 8d) (measured at 10k: 1.0–1.5 alike, 1.75 less)
 REFINE_STEPS = 3
 REFINE_STEP = 1.5  # measured at 10k: 1.0 converges slower, 2.5 oscillates
+# Part of every fingerprint: raise it when a stage's fit or saved arrays change meaning, and saved fits are refitted.
+FIT_FORMAT = 1
 
 
 def _byte_table(q8: np.ndarray) -> np.ndarray:
@@ -198,6 +205,31 @@ class CodeIndex:
         if fitted.sketch is not None:
             fitted.sketch.catch_up(self)
             self.sketch = fitted.sketch
+
+    def fingerprint(self, rows: int) -> str:
+        """A digest of what a fit on the first ``rows`` rows reads: their codes and scales, the
+        baselines they are coded against, the index's shape and the stages' constants."""
+        referenced = int(self.base_rows[:rows].max()) + 1 if rows else 0
+        h = hashlib.blake2b(digest_size=16)
+        h.update(f"{FIT_FORMAT}:{self.dim}:{self.group_size}:{self.rotation_seed}:{rows}:{SKETCH_DIM}:{SKETCH_FIT_ROWS}:"
+                 f"{SUBSPACE_DIM}:{SUBSPACE_SHARE}".encode())
+        for part in (self._codes[:rows], self.scales[:rows], self.base_rows[:rows], self._baselines[:referenced]):
+            h.update(np.ascontiguousarray(part).data)
+        return h.hexdigest()
+
+    def fitted_states(self) -> dict[str, tuple[int, dict[str, np.ndarray]]]:
+        """stage name -> (the rows it was fitted on, its arrays), for each fitted stage: what `restore` takes."""
+        stages = {"subspace": self.subspace, "sketch": self.sketch}
+        return {name: (stage.fitted_at, stage.state()) for name, stage in stages.items() if stage is not None}
+
+    def restore(self, stage: str, state: dict[str, np.ndarray]) -> None:
+        """Install a stage from `fitted_states`' arrays; the caller has checked `fingerprint` of its rows."""
+        if stage == "subspace":
+            self.install(Fitted(_Subspace.from_state(state), None))
+        elif stage == "sketch":
+            self.install(Fitted(None, _Sketch.from_state(self, state)))
+        else:
+            raise ValueError(f"stage: {stage!r} is not a fitted stage; expected subspace or sketch")
 
     def _reserve(self, size: int) -> None:
         if size <= len(self.scales):
@@ -411,6 +443,16 @@ class _Subspace:
         self.step = step.astype(np.float32)
         self.fitted_at = fitted_at
 
+    def state(self) -> dict[str, np.ndarray]:
+        return {"codes": self.codes, "step": self.step, "fitted_at": np.int64(self.fitted_at), "held": np.float64(self.held)}
+
+    @classmethod
+    def from_state(cls, state: dict[str, np.ndarray]) -> "_Subspace":
+        subspace = cls.__new__(cls)  # the int8 directions as saved: quantising them again would round twice
+        subspace.codes, subspace.step = state["codes"].astype(np.int8), state["step"].astype(np.float32)
+        subspace.fitted_at, subspace.held = int(state["fitted_at"]), float(state["held"])
+        return subspace
+
     @classmethod
     def fit(cls, index: CodeIndex, n: int) -> "_Subspace":
         """The top directions of a sample of the first ``n`` rows' κΔ̂, kept only where they hold nearly all of the signal."""
@@ -459,7 +501,7 @@ class _Sketch:
     def __init__(self, index: CodeIndex, rotated: np.ndarray, mean: np.ndarray, step: np.ndarray, fitted_at: int,
                  baselines: int):
         """Projects the first ``baselines`` baselines; `add` sketches rows, `catch_up` the rest."""
-        self.rotated, self.step = rotated, step  # (K, d) P Rᵀ; (K,) int8 step per direction
+        self.rotated, self.step, self.mean = rotated, step, mean  # (K, d) P Rᵀ; (K,) int8 step per direction; (d,)
         self.mean_proj = self._project(index, mean)
         self.base_proj = np.zeros((0, len(rotated)), np.float32)
         for base in index.baselines[:baselines]:
@@ -471,6 +513,16 @@ class _Sketch:
     def _project(self, index: CodeIndex, v: np.ndarray) -> np.ndarray:
         """P v for a vector of the profile's space."""
         return matvec(self.rotated, index._rotate(np.asarray(v, np.float32)))
+
+    def state(self) -> dict[str, np.ndarray]:
+        """The fitted directions, not the rows' sketches: those are one product a row, redone on restore."""
+        return {"rotated": self.rotated, "mean": self.mean, "step": self.step, "fitted_at": np.int64(self.fitted_at)}
+
+    @classmethod
+    def from_state(cls, index: CodeIndex, state: dict[str, np.ndarray]) -> "_Sketch":
+        """A fitted sketch with no rows sketched yet: `CodeIndex.install` catches it up."""
+        return cls(index, np.ascontiguousarray(state["rotated"], np.float32), state["mean"].astype(np.float32),
+                   state["step"].astype(np.float32), int(state["fitted_at"]), 0)
 
     @classmethod
     def fit(cls, index: CodeIndex, n: int, baselines: int) -> "_Sketch":

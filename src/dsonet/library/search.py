@@ -15,6 +15,7 @@ import numpy as np
 from dsonet.codec.batch import Profile
 from dsonet.library.index import CodeIndex, matvec
 from dsonet.library.rows import RowStore
+from dsonet.library.saved_fit import fit_on_open
 
 OVERSAMPLE = 2048  # coarse candidates per query rescored by the asymmetric estimate (about 2 ms)
 RESCORE = 64  # best candidates rescored exactly where this node holds the float vector
@@ -27,7 +28,8 @@ class RowIndex:
         """``defer_refit``: once the file's rows are loaded (and fitted), writes leave the index's
         refits to the owner (see `CodeIndex`)."""
         self.store, self.profile = store, profile
-        self.index = CodeIndex(profile.dim, profile.group_size, profile.rotation_seed, support=support)
+        # fitted once the file's rows are loaded: from the fit the file keeps where its rows are unchanged
+        self.index = CodeIndex(profile.dim, profile.group_size, profile.rotation_seed, support=support, defer_refit=True)
         self._baseline_rows: dict[int, int] = {}  # file baseline id -> index baseline row
         for bid, vector in store.baselines():
             self._baseline_rows[bid] = self.index.add_baseline(vector)
@@ -43,7 +45,8 @@ class RowIndex:
         self._dom_cache_n = -1  # len(self.domains) when the domain-code array was last built
         for chunk in store.index_rows():
             self._append(chunk)
-        self.index.defer_refit = defer_refit  # nobody searches while the file loads: it was fitted as it went
+        self.fits = fit_on_open(self.index, store.db)  # stage -> "restored" | "fitted"
+        self.index.defer_refit = defer_refit
 
     def __len__(self) -> int:
         return len(self._rows_of_id)

@@ -1,0 +1,114 @@
+"""The index's fit is kept in the library file: an unchanged file opens without fitting and
+searches exactly as it did, a change under the fit refits, and a file from before the table opens."""
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dsonet.codec import Profile
+from dsonet.library import Library, index as index_module
+from dsonet.library.index import CodeIndex
+from lib_helpers import experiences, unit
+
+PROFILE = Profile(96, 32, "test:fits", rotation_seed=7)
+OLD_FILE = Path(__file__).parent / "data" / "library-v1.sqlite"
+
+
+@pytest.fixture(autouse=True)
+def small_thresholds(monkeypatch):
+    """Both stages due at a few hundred rows of 96 dims (the real thresholds need 16k rows, 1024 dims)."""
+    monkeypatch.setattr(index_module, "SKETCH_MIN_ROWS", 1024)
+    monkeypatch.setattr(index_module, "SUBSPACE_MIN_ROWS", 512)
+    monkeypatch.setattr(index_module, "SUBSPACE_MIN_DIM", 64)
+    monkeypatch.setattr(index_module, "SUBSPACE_DIM", 8)
+    monkeypatch.setattr(index_module, "SKETCH_DIM", 8)
+
+
+def _vectors(n: int, seed: int) -> np.ndarray:
+    """Unit vectors in 8 directions of 96 coordinates: the subspace stage holds their signal."""
+    lift = np.linalg.qr(np.random.default_rng(1).standard_normal((96, 8)))[0].T.astype(np.float32)
+    x = unit(n, seed, dim=8) @ lift
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _library(path: Path, n: int = 1200) -> np.ndarray:
+    """A file of n rows (both stages due); returns the vectors, ids are experiences(n, seed=1)'s."""
+    x = _vectors(n, 1)
+    with Library(path, profile=PROFILE) as lib:
+        lib.add_vectors(experiences(n, seed=1), x)
+    return x
+
+
+def _ranking(lib: Library, queries: np.ndarray) -> list[tuple]:
+    return [tuple((h.experience.id, round(h.score, 6)) for h in lib.search_vector(q, k=5, min_similarity=-1))
+            for q in queries]
+
+
+def _no_fit(monkeypatch):
+    def refuse(self, due):
+        raise AssertionError(f"fitted again: {due}")
+
+    monkeypatch.setattr(CodeIndex, "fit", refuse)
+
+
+def test_an_unchanged_library_opens_without_fitting_and_searches_the_same(tmp_path, monkeypatch):
+    _library(tmp_path / "lib.sqlite")
+    queries = _vectors(20, 2)
+    with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:  # fits once (the rows were fitted live) and keeps it
+        assert lib.search_index.fits == {"subspace": "fitted", "sketch": "fitted"}
+        before = _ranking(lib, queries)
+        fitted = lib.search_index.index
+    _no_fit(monkeypatch)
+    with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:
+        index = lib.search_index.index
+        assert lib.search_index.fits == {"subspace": "restored", "sketch": "restored"}
+        assert index.subspace.fitted_at == fitted.subspace.fitted_at == 1200 and len(index.subspace.codes) == 8
+        np.testing.assert_array_equal(index.subspace.codes, fitted.subspace.codes)
+        np.testing.assert_array_equal(index.sketch.codes[: index.n], fitted.sketch.codes[: fitted.n])
+        assert _ranking(lib, queries) == before
+
+
+def test_rows_added_past_the_fit_keep_it_until_the_refit_rule_says(tmp_path, monkeypatch):
+    _library(tmp_path / "lib.sqlite")
+    Library(tmp_path / "lib.sqlite", profile=PROFILE).close()  # fit and keep
+    with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:
+        lib.add_vectors(experiences(50, seed=3), _vectors(50, 3))  # 1250 < 4 × 1200: no refit due
+    _no_fit(monkeypatch)
+    with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:
+        assert lib.search_index.fits == {"subspace": "restored", "sketch": "restored"}
+        assert lib.search_index.index.sketch.n == 1250  # the new rows are sketched by the kept fit
+
+
+def test_a_row_deleted_under_the_fit_refits(tmp_path):
+    _library(tmp_path / "lib.sqlite")
+    with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:
+        assert lib.delete(experiences(1200, seed=1)[10].id)
+    with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:
+        assert lib.search_index.fits == {"subspace": "fitted", "sketch": "fitted"}
+        assert lib.search_index.index.subspace.fitted_at == 1199
+    with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:
+        assert lib.search_index.fits == {"subspace": "restored", "sketch": "restored"}
+
+
+def test_a_file_without_saved_fits_opens_fits_and_keeps_them(tmp_path):
+    _library(tmp_path / "lib.sqlite")
+    Library(tmp_path / "lib.sqlite", profile=PROFILE).close()
+    with sqlite3.connect(tmp_path / "lib.sqlite") as db:
+        db.execute("DROP TABLE index_fits")  # as written before the index kept its fit
+    with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:
+        assert lib.search_index.fits == {"subspace": "fitted", "sketch": "fitted"}
+    with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:
+        assert lib.search_index.fits == {"subspace": "restored", "sketch": "restored"}
+
+
+def test_the_schema_1_file_still_opens_and_searches(tmp_path):
+    path = tmp_path / "old.sqlite"
+    shutil.copy(OLD_FILE, path)
+    with Library(path, encoder=None) as lib:
+        assert lib.search_index.fits == {}  # too few rows for either stage: nothing to fit or keep
+        (row,) = lib.search_index.live_rows()[:1]
+        hit = lib.search_vector(lib.search_index.vectors(np.array([row]))[0], k=1, min_similarity=-1)[0]
+        assert hit.experience.id == lib.search_index.ids[row]
