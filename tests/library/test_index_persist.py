@@ -7,11 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from lib_helpers import experiences, unit
 
 from dsonet.codec import Profile
-from dsonet.library import Library, index as index_module
+from dsonet.library import Library
+from dsonet.library import index as index_module
 from dsonet.library.index import CodeIndex
-from lib_helpers import experiences, unit
 
 PROFILE = Profile(96, 32, "test:fits", rotation_seed=7)
 OLD_FILE = Path(__file__).parent / "data" / "library-v1.sqlite"
