@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import gc
 import importlib
 import io
 import json
@@ -62,6 +63,7 @@ def main() -> None:
     except BaseException as exc:  # noqa: BLE001 - any import failure is reported, not raised
         _reply(protocol, {"ready": False, "error": _last_line(exc)})
         return
+    gc.freeze()  # a child's collections then skip the preloaded objects instead of copying their pages
     _reply(protocol, {"ready": True, "uid": os.getuid()})
     for line in sys.stdin:
         request = json.loads(line)

@@ -29,9 +29,14 @@ dtypes are kept whole ("float32", not just the kind "f"): NumPy 2's promotion ru
 Cost, measured on the dev container (2 cores shared by six sessions, load 2-8;
 `DSONET_SANDBOX_PYTHON=.venv-drift/bin/python python -m dsonet.learn.sandbox MODULES...`):
 worker start 0.15-0.4 s with numpy, 1.4-4 s with drift.PRELOAD (numpy, scipy, pandas, networkx,
-sklearn and seven submodules); a trivial numpy line then costs 3-13 ms median (numpy) and 8-45 ms
-(drift.PRELOAD: forking a 175 MB process), against 0.4 s for a bare interpreter start + numpy.
+sklearn and seven submodules); a trivial numpy line then costs 3-13 ms median with numpy and 8-47 ms
+with drift.PRELOAD, against 0.4 s for a bare interpreter start + numpy. Most of the latter is the
+fork itself: ~11 ms of CPU to copy 1545 mappings (175 MB resident), the rest waiting for a core.
 Every drift fact's reference and stale line (278 runs): 36 ms median, 80 ms at most.
+
+What answers cannot do: start threads or processes (n_jobs=2, workers=2, multiprocessing fail with
+BlockingIOError/RuntimeError; BLAS runs on one thread), write outside the run's directory and /tmp,
+reach any network, or read anything of the host but the interpreter, /usr and the loader cache.
 
 Not contained: CPU is limited per run, not shared fairly (a run may use a whole core for cpu_s);
 an answer may forge its own result (write JSON to the result pipe, patch the worker's canonical())
