@@ -34,8 +34,9 @@ with drift.PRELOAD, against 0.4 s for a bare interpreter start + numpy. Most of 
 fork itself: ~11 ms of CPU to copy 1545 mappings (175 MB resident), the rest waiting for a core.
 Every drift fact's reference and stale line (278 runs): 36 ms median, 80 ms at most.
 
-What answers cannot do: start threads or processes (n_jobs=2, workers=2, multiprocessing fail with
-BlockingIOError/RuntimeError; BLAS runs on one thread), write outside the run's directory and /tmp,
+What answers cannot do: start threads or processes (os.fork, subprocess, threading and multiprocessing
+fail; sklearn's n_jobs=2 and scipy.fft's workers=2 still run, on one thread, as BLAS does),
+write outside the run's directory and /tmp,
 reach any network, or read anything of the host but the interpreter, /usr and the loader cache.
 
 Not contained: CPU is limited per run, not shared fairly (a run may use a whole core for cpu_s);
