@@ -84,8 +84,8 @@ def cli(quick: bool) -> None:
     """
     from dsonet.data import gsm8k
     from dsonet.encoders import minilm
-    from dsonet.encoders.default import zen_minilm
     from dsonet.encoders.align import anchor_split, gsm8k_vectors, learn_adapter
+    from dsonet.encoders.default import zen_minilm
     from dsonet.encoders.wordllama import WordLlamaEncoder
 
     native, wordllama = zen_minilm(), WordLlamaEncoder()  # the torch path: the timings split sentence-transformers' steps
