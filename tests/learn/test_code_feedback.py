@@ -115,3 +115,9 @@ def test_a_code_problems_variables_are_specific_but_library_names_are_not():
     # a variable every problem of the step assigns is the kind's vocabulary
     shared = parse.shared_words([problem, "weights_b = 1\nother"])
     assert parse.specific_to("When integrating weights_b, call np.trapezoid.", problem, shared=shared) == ""
+
+
+def test_a_plain_word_variable_is_refused_only_where_it_sits_in_code():
+    problem = "The code below has run:\nsamples = [1, 2]\nvalues = [3]\nIntegrate values over samples."
+    assert "names the problem's variable" in parse.specific_to("When integrating, call np.trapezoid(values, samples).", problem)
+    assert parse.specific_to("When integrating samples with NumPy, call np.trapezoid, not np.trapz.", problem) == ""

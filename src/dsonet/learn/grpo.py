@@ -67,6 +67,8 @@ class LearnConfig:
     # of which the gate keeps the one that does best on validation (a small reflector is a proposer to select from)
     gate_items: int = 0  # 0: gate on the whole validation slice; N: on the N validation items nearest the lesson
     # (where retrieval would inject it) plus N // 2 others drawn at random (harm elsewhere); needs an encoder
+    all_failed: bool = False  # also reflect on groups where every attempt failed, against the reference: where
+    # running the code explains each failure (an error line), a group that never passed still shows what to change
     gate_gain: float = 0.0  # validation accuracy a lesson must add over max(without, neutral text): 0 admits ties;
     # above 0, only lessons that fix something (on tasks where lessons are facts, a tie is a lesson that did nothing)
     summary_words: int = 30  # rollouts longer than this are summarised by the LLM; shorter ones are their own
@@ -183,9 +185,10 @@ class Learner:
                 record(member, helped)
 
     def propose(self, groups: Sequence[Group]) -> list[Proposal]:
-        mixed = [g for g in groups if g.mixed]
         self.stats.groups += len(groups)
-        self.stats.mixed_groups += len(mixed)
+        self.stats.mixed_groups += sum(g.mixed for g in groups)
+        failed = lambda g: self.config.all_failed and bool(g.feedback) and bool(g.reference) and max(g.rewards) < 1  # noqa: E731
+        mixed = [g for g in groups if g.mixed or failed(g)]
         summaries = self._summaries(mixed)
         # A back end that can continue a started reply gets "When" as the reply's start and writes one
         # lesson line: a 0.5B model asked for free text rambles past its budget and restates the problem.

@@ -65,8 +65,7 @@ _NUM = re.compile(r"\d+(?:\.\d+)?")
 _COMMON = {"0", "1", "2"}
 _NAME = re.compile(r"\b[A-Z][a-z]+\b")  # not GCD or ASCII
 _CAPITALISED = re.compile(r"(?<=\s)[A-Z][a-z]+\b")  # as _NAME, but not a lesson's first word ("When")
-# a code problem's variables, where they cannot be plain words of a lesson ("values", "model"): with _ or a digit
-_ASSIGNED = re.compile(r"^[ \t>]*([A-Za-z]*[_\d]\w*)\s*=(?!=)", re.MULTILINE)
+_ASSIGNED = re.compile(r"^[ \t>]*([A-Za-z_]\w+)\s*=(?!=)", re.MULTILINE)  # a code problem's variables (2+ chars)
 
 
 def _names(problem: str) -> set[str]:
@@ -106,10 +105,12 @@ def specific_to(lesson: str, problem: str, reference: str = "", shared: frozense
     for word in _CAPITALISED.findall(lesson):
         if word in named:
             return f"names the problem's {word!r}"
-    variables = set(_ASSIGNED.findall(problem)) - shared
-    for word in re.findall(r"[A-Za-z_]\w+", lesson):
-        if word in variables:
-            return f"names the problem's variable {word!r}"
+    for name in set(_ASSIGNED.findall(problem)) - shared:
+        # a name with _ or a digit is code wherever it stands; a plain word ("values", "model") only
+        # where it sits in code: an argument, an index, an assignment
+        anywhere = re.search(r"[_\d]", name) and re.search(rf"\b{name}\b", lesson)
+        if anywhere or re.search(rf"[(\[,=]\s*{name}\b|\b{name}\s*[)\]\[=]", lesson):
+            return f"names the problem's variable {name!r}"
     return ""
 
 

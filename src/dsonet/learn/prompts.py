@@ -58,7 +58,7 @@ Reference solution: {reference}
 Attempts (code -> what running it showed):
 {summaries}
 
-Compare the attempts that passed with those that failed: which function, argument or behaviour of the library did this environment refuse or answer differently, and what worked instead? Write at most {max_lessons} lessons that would help on a different task using the same library function, one per line, each at most 32 words, like this example about another library:
+The reference solution works in this environment; each failed attempt shows what this environment refuses or answers differently. Write at most {max_lessons} lessons that would help on a different task using the same library function, one per line, each at most 32 words, of the form "When <what the task does> with <library>, use <what the reference calls or passes>; <what the failed attempts used> <fails how>." For example, about another library:
 {example}
 Name the library and its functions; never this task's variable names or data."""
 
