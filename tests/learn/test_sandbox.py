@@ -210,7 +210,7 @@ def test_the_network_reaches_neither_the_host_nor_the_internet(box):
 def test_the_answer_runs_unprivileged(box):
     out = box.run("r = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)")
     status = {k: v for k, v in out.value["dict"]}
-    assert status["Uid"].split()[0] != "0" or os.geteuid() != 0
+    assert status["Uid"].split()[0] != "0"  # nobody when started as root, else the caller's own uid
     assert int(status["CapEff"], 16) == 0 and status["NoNewPrivs"] == "1"
 
 

@@ -35,9 +35,9 @@ fork itself: ~11 ms of CPU to copy 1545 mappings (175 MB resident), the rest wai
 Every drift fact's reference and stale line (278 runs): 36 ms median, 80 ms at most.
 
 What answers cannot do: start threads or processes (os.fork, subprocess, threading and multiprocessing
-fail; sklearn's n_jobs=2 and scipy.fft's workers=2 still run, on one thread, as BLAS does),
-write outside the run's directory and /tmp,
-reach any network, or read anything of the host but the interpreter, /usr and the loader cache.
+fail; sklearn's n_jobs=2 and scipy.fft's workers=2 still run, on one thread, as BLAS does), write
+outside /tmp, reach any network, or read anything of the host but the interpreter, /usr and the
+loader cache.
 
 Not contained: CPU is limited per run, not shared fairly (a run may use a whole core for cpu_s);
 an answer may forge its own result (write JSON to the result pipe, patch the worker's canonical())
