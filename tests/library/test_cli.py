@@ -1,4 +1,5 @@
 import json
+import re
 
 import numpy as np
 import pytest
@@ -35,6 +36,24 @@ def test_add_search_show_delete_through_the_cli_with_the_default_encoder(tmp_pat
     with Library(db) as lib:
         assert len(lib) == 2 and lib.tombstones() == [ids[2]]
     assert json.loads(run("stats", "--db", db, "--json"))["experiences"] == 2
+
+
+@pytest.mark.slow
+def test_an_empty_search_prints_nothing_and_says_why_on_stderr_quoting_no_lesson(tmp_path):
+    db = tmp_path / "lib.sqlite"
+    search = ["search", "How do I undo my last git commit?", "--db", str(db)]
+    empty = CliRunner().invoke(cli, search, catch_exceptions=False)
+    assert empty.stdout == "" and empty.stderr.splitlines()[-1].startswith("no lesson above 0.")
+    assert "the library holds no lesson to score" in empty.stderr
+    run("add", LESSONS[0][0], "--domain", LESSONS[0][1], "--db", db)
+    for extra in ([], ["--json"]):  # --json stays JSON Lines: zero lines
+        result = CliRunner().invoke(cli, search + extra, catch_exceptions=False)
+        assert result.exit_code == 0 and result.stdout == ""
+        assert re.fullmatch(r"no lesson above 0\.\d{3}; the closest scored -?0\.\d{3} \(--min-similarity or "
+                            r"DSONET_MIN_SIMILARITY lowers the threshold\)", result.stderr.splitlines()[-1])
+        assert LESSONS[0][0] not in result.stderr
+    lowered = CliRunner().invoke(cli, search + ["--json"], env={"DSONET_MIN_SIMILARITY": "-1"}, catch_exceptions=False)
+    assert [json.loads(line)["text"] for line in lowered.stdout.splitlines()] == [LESSONS[0][0]]
 
 
 @pytest.mark.slow

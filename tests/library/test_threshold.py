@@ -1,0 +1,117 @@
+"""The relevance threshold: calibrated for each shipped space, kept beside the head (not in the
+profile), overridden by DSONET_MIN_SIMILARITY, and the default of every entry point."""
+
+import inspect
+import json
+from pathlib import Path
+
+import click
+import pytest
+
+import dsonet.encoders
+from dsonet.cli.main import cli
+from dsonet.codec import Profile
+from dsonet.integrations.langchain import DsonetRetriever
+from dsonet.library import Library
+from dsonet.library.policy import (ENV_MIN_SIMILARITY, MIN_SIMILARITY, PolicyError, RetrievalPolicy,
+                                   default_min_similarity)
+from dsonet.memory import LocalMemory, NodeMemory
+from dsonet.network.api import SearchRequest
+from dsonet.network.client import NodeClient
+from dsonet.network.node import Node
+
+CALIBRATION = Path(dsonet.encoders.__file__).parent / "weights" / "minilm-zen7680" / "relevance.json"
+LESSON = "When a ratio is asked, simplify the fraction by the greatest common divisor."
+BETWEEN = "Simplify the ratio 12:18."  # scores 0.545 against LESSON: above the calibrated threshold, under 0.6
+
+
+@pytest.fixture(autouse=True)
+def no_override(monkeypatch):
+    monkeypatch.delenv(ENV_MIN_SIMILARITY, raising=False)
+
+
+@pytest.fixture(scope="module")
+def calibrated() -> float:
+    return json.loads(CALIBRATION.read_text())["min_similarity"]
+
+
+def test_the_default_spaces_threshold_is_the_one_beside_its_head(calibrated):
+    entry = json.loads(CALIBRATION.read_text())
+    assert default_min_similarity() == calibrated == default_min_similarity(entry["encoder_id"])
+    assert default_min_similarity(Profile(16, 16, entry["encoder_id"])) == calibrated
+
+
+def test_the_calibration_names_the_shipped_heads_space():
+    # a retrained head has another id: this fails until `dso bench relevance --write-calibration` runs again
+    assert json.loads(CALIBRATION.read_text())["encoder_id"] == dsonet.encoders.default_encoder().id
+
+
+def test_the_threshold_is_not_part_of_the_profile_so_its_key_does_not_move():
+    profile = Profile(16, 16, json.loads(CALIBRATION.read_text())["encoder_id"])
+    assert set(profile.to_dict()) == {"dim", "group_size", "encoder_id", "rotation_seed", "baseline_hash"}
+
+
+def test_a_space_never_calibrated_keeps_the_protocols_threshold():
+    assert default_min_similarity("st:some-other-model") == MIN_SIMILARITY
+    assert default_min_similarity(Profile(16, 16, "none")) == MIN_SIMILARITY
+
+
+def test_the_environment_overrides_every_space(monkeypatch):
+    monkeypatch.setenv(ENV_MIN_SIMILARITY, "0.25")
+    assert default_min_similarity() == default_min_similarity("st:some-other-model") == 0.25
+
+
+@pytest.mark.parametrize("value", ["high", "1.5", "nan"])
+def test_a_bad_environment_value_is_refused_naming_the_variable(monkeypatch, value):
+    monkeypatch.setenv(ENV_MIN_SIMILARITY, value)
+    with pytest.raises(PolicyError, match=f"{ENV_MIN_SIMILARITY}: '{value}' is not a cosine"):
+        default_min_similarity()
+
+
+def test_a_policy_left_unset_takes_its_spaces_threshold_and_an_explicit_one_stays(calibrated):
+    space = json.loads(CALIBRATION.read_text())["encoder_id"]
+    assert RetrievalPolicy().resolved(space).min_similarity == calibrated
+    assert RetrievalPolicy(min_similarity=0.2).resolved(space).min_similarity == 0.2
+    with pytest.raises(PolicyError, match="resolve the policy"):
+        RetrievalPolicy().admits(0.9)
+
+
+@pytest.mark.parametrize("command", ["search", "ask", "learn", "eval", "mcp", "proxy"])
+def test_every_cli_command_leaves_the_threshold_to_the_space_and_reads_the_environment(command):
+    (option,) = [p for p in cli.get_command(click.Context(cli), command).params if p.name == "min_similarity"]
+    assert option.default is None and option.envvar == ENV_MIN_SIMILARITY
+
+
+@pytest.mark.parametrize("call", [Library.search, Library.search_vector, Node.search, Node.recall, NodeClient.search,
+                                  NodeClient.recall, LocalMemory.search, NodeMemory.search])
+def test_every_python_entry_point_leaves_the_threshold_to_the_space(call):
+    assert inspect.signature(call).parameters["min_similarity"].default is None
+
+
+def test_the_api_and_langchain_leave_the_threshold_to_the_space():
+    assert SearchRequest(query="q").min_similarity is None
+    assert DsonetRetriever.model_fields["min_similarity"].default is None
+
+
+@pytest.fixture(scope="module")
+def ratio_library(tmp_path_factory):
+    lib = Library(tmp_path_factory.mktemp("threshold") / "lib.sqlite")
+    lib.add(LESSON, domain="math.ratios")
+    yield lib
+    lib.close()
+
+
+def test_memory_and_langchain_find_by_default_what_the_protocols_threshold_dropped(ratio_library, calibrated):
+    memory = LocalMemory(ratio_library)
+    recall = memory.search(BETWEEN)
+    assert [lesson.text for lesson in recall.lessons] == [LESSON] and recall.threshold == calibrated
+    assert calibrated <= recall.best_score < MIN_SIMILARITY
+    assert memory.search(BETWEEN, min_similarity=MIN_SIMILARITY).lessons == []  # what 0.6 gave
+    docs = DsonetRetriever(memory=memory).invoke(BETWEEN)
+    assert [d.page_content for d in docs] == [LESSON]
+
+
+def test_an_empty_search_carries_the_threshold_and_the_best_score_and_no_retrieval_id(ratio_library, calibrated):
+    recall = LocalMemory(ratio_library).search("How do I undo a git commit?")
+    assert recall.lessons == [] and recall.retrieval_id is None
+    assert recall.threshold == calibrated and recall.best_score < calibrated
