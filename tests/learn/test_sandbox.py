@@ -147,6 +147,7 @@ def test_a_huge_file_fails_at_the_file_size_limit(box):
 def test_the_private_tmp_is_capped_and_emptied_between_runs(box):
     out = box.run("for i in range(6):\n    open(f'/tmp/junk{i}', 'wb').write(b'x' * (60 << 20))")
     assert out.error.startswith("OSError: [Errno 28] No space left on device"), out.error
+    assert box.run("import os\nos.makedirs('/tmp/locked/in')\nos.chmod('/tmp/locked', 0)\nr = 1").ok
     left = box.run("import os\nrun = os.path.basename(os.getcwd())\n"
                    "r = [n for n in os.listdir('/tmp') if n not in (run, run + '.out')]")
     assert left.value == []

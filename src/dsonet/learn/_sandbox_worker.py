@@ -105,7 +105,7 @@ def _wipe(top: str) -> bool:
     try:
         for entry in os.scandir(top):
             if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, onerror=_force_remove)
+                _rmtree(entry.path)
             else:
                 os.unlink(entry.path)
     except OSError:
@@ -185,12 +185,18 @@ def _merge_output(captured: str, out_path: str, limit: int) -> str:
     return merged[:limit].decode("utf-8", "replace")
 
 
+def _rmtree(path: str) -> None:
+    # onexc replaces onerror from 3.12 (same arguments but the last, which _force_remove ignores)
+    handler = {"onexc" if sys.version_info >= (3, 12) else "onerror": _force_remove}
+    shutil.rmtree(path, **handler)
+
+
 def _force_remove(func, path, _exc_info) -> None:
     """rmtree's retry for a directory the answer made unwritable (it runs as our uid)."""
     os.chmod(os.path.dirname(path), 0o700)
     if os.path.isdir(path) and not os.path.islink(path):
         os.chmod(path, 0o700)
-        shutil.rmtree(path, onerror=_force_remove)
+        _rmtree(path)
     elif os.path.lexists(path):
         os.unlink(path)
 
