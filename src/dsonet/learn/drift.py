@@ -157,6 +157,8 @@ def _draw(spec: dict, rng: random.Random, values: dict, used: set, where: str) -
             pool = rng.sample(pool, spec.get("pick", len(pool)))
             return [rng.choice(pool) for _ in range(length())], False
         return rng.sample(pool, length()), False
+    if "one_of" in spec:  # one element of a list drawn before (e.g. a name that is in the frame)
+        return rng.choice(values[spec["one_of"]]), False
     if "same" in spec:
         base = values[spec["same"]]
         if "nodes" in spec:  # a node of the graph drawn before: its last one, or one strictly inside
