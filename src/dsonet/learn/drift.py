@@ -6,6 +6,15 @@ generate many instances: setup code, a task that says *what* to compute (never *
 a reference line and, for a change, the stale line its older release took. An instance shows the
 setup and asks for one line assigning `r`; `check` runs setup + answer in the sandbox (the pinned
 `.venv-drift`, see drift.lock) and compares `r` with the reference's `r`.
+
+    train, val, test = drift_splits([4, 2, 4], seed=0)          # per fact, disjoint
+    with Sandbox(preload=PRELOAD) as box:                        # dsonet.learn.sandbox
+        taskset = drift_taskset(train, box)                      # verify(task, reply) -> 1.0 / 0.0
+        check(box, train[0], "r = np.trapz(y, x)").feedback      # the error's last line, never the reference
+    FACTS_BY_ID[task.entry["fact"]].lesson / .poison             # the bench's correct and wrong lessons
+
+`Task.answer` holds the reference line: it names the new API, so it must not reach a model's prompt
+unless a condition means to show it.
 """
 
 from __future__ import annotations
