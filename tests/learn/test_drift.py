@@ -101,6 +101,14 @@ def test_extract_code_strips_fences_prose_and_restated_setup():
     assert extract_code("I cannot do that.", setup) == ""
 
 
+def test_the_drift_environment_runs_the_pinned_releases(sandbox):
+    code = "import numpy, scipy, sklearn, networkx, pandas\n" \
+           "r = [m.__version__ for m in (numpy, scipy, sklearn, networkx, pandas)]"
+    res = sandbox.run(code)
+    assert res.ok, res.error
+    assert res.value == [VERSIONS[lib] for lib in ("numpy", "scipy", "scikit-learn", "networkx", "pandas")]
+
+
 def _sweep(sandbox, per_fact: int, seed: int) -> None:
     for fact in FACTS:
         for task in instances(fact, per_fact, seed=seed):
