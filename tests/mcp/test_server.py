@@ -15,8 +15,8 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: E402
 
 from dsonet.bench.proxy import Served  # noqa: E402
-from dsonet.library import Library  # noqa: E402
 from dsonet.experience import Provenance  # noqa: E402
+from dsonet.library import Library  # noqa: E402
 from dsonet.mcp.server import build_server, http_app, warm_up  # noqa: E402
 from dsonet.memory import LocalMemory  # noqa: E402
 
@@ -71,6 +71,7 @@ def test_a_search_with_nothing_above_the_threshold_returns_no_lessons(memory):
     found = anyio.run(session)
     assert found["hits"] == [] and found["lessons"] == ""
     assert found["retrieval_id"] is None  # nothing to report an outcome on
+    assert found["best_score"] is not None and found["best_score"] < found["threshold"]  # how near it came
 
 
 @pytest.mark.parametrize("tool,args,says", [

@@ -57,7 +57,7 @@ def test_chat_completion_gets_the_lessons_in_the_system_message_and_names_them(p
     assert [m["role"] for m in sent["messages"]] == ["system", "user"] and sent["messages"][1]["content"] == QUESTION
     lesson_id = memory.library.all()[0].id
     assert raw.headers["x-dso-lessons"] == lesson_id and raw.headers["x-dso-retrieval-id"]
-    assert raw.headers["x-dso-threshold"] == "0.5" and float(raw.headers["x-dso-best-score"]) == pytest.approx(1, abs=1e-3)
+    assert raw.headers["x-dso-threshold"] == "0.5000" and float(raw.headers["x-dso-best-score"]) == pytest.approx(1, abs=1e-3)
     assert "Authorization" not in sent  # body untouched otherwise
 
 
@@ -69,6 +69,7 @@ def test_without_a_system_message_one_is_added_and_unmatched_questions_get_nothi
     raw = client.chat.completions.with_raw_response.create(
         model="m", messages=[{"role": "user", "content": "How do I reverse a linked list?"}])
     assert raw.headers["x-dso-lessons"] == "" and "x-dso-retrieval-id" not in raw.headers
+    assert float(raw.headers["x-dso-best-score"]) < float(raw.headers["x-dso-threshold"]) == 0.5  # how near it came
     assert [m["role"] for m in upstream.app.state.requests[-1]["messages"]] == ["user"]
 
 

@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field
 from dsonet import __version__
 from dsonet.errors import DsoError
 from dsonet.experience import Experience
-from dsonet.library.policy import MIN_SIMILARITY, K
+from dsonet.library.policy import K
 from dsonet.memory import Memory, NodeMemory, Recall
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,8 @@ class SearchOut(BaseModel):
     lessons: str = Field(description="The lessons rendered as they are injected into a prompt; empty if none")
     hits: list[LessonOut]
     threshold: float = Field(description="The cosine a lesson had to reach")
-    best_score: float | None = Field(description="The best lesson's cosine; null when nothing was found")
+    best_score: float | None = Field(description="The best cosine the search saw, passed or not (how near an "
+                                                 "empty answer came); null when the library holds nothing to score")
 
 
 class AddOut(BaseModel):
@@ -129,10 +130,11 @@ def _delete(memory: Memory, exp_id: str) -> bool:
     return memory.client.delete(exp_id) if isinstance(memory, NodeMemory) else memory.library.delete(exp_id)
 
 
-def build_server(memory: Memory, *, k: int = K, min_similarity: float = MIN_SIMILARITY,
+def build_server(memory: Memory, *, k: int = K, min_similarity: float | None = None,
                  allow_delete: bool = False) -> MCPServer:
     """An MCP server whose tools read and write ``memory``; ``k`` and ``min_similarity`` are the
-    search tool's defaults, ``allow_delete`` adds the delete tool."""
+    search tool's defaults (None: the threshold calibrated for the memory's space), ``allow_delete``
+    adds the delete tool."""
     server = MCPServer("dsonet", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     lock = threading.Lock()
 
@@ -148,15 +150,16 @@ def build_server(memory: Memory, *, k: int = K, min_similarity: float = MIN_SIMI
     def search(
         task: Annotated[str, Field(min_length=1, max_length=4096, description="The task or question at hand")],
         k: Annotated[int, Field(ge=1, le=50, description="Lessons at most")] = k,
-        min_similarity: Annotated[float, Field(ge=-1.0, le=1.0, description="Cosine threshold")] = min_similarity,
+        min_similarity: Annotated[float | None, Field(ge=-1.0, le=1.0, description="Cosine threshold; null: the one "
+                                                      "calibrated for the library's space")] = min_similarity,
         domain: Annotated[str | None, Field(max_length=64, description="Only this dotted domain")] = None,
     ) -> SearchOut:
         """Lessons other agents learned that apply to this task, best first, with a retrieval id."""
         recall = guard(memory.search, task, k=k, min_similarity=min_similarity, domain=domain)
-        return SearchOut(retrieval_id=recall.retrieval_id if recall.lessons else None,
-                         lessons=render_lessons(recall), hits=[LessonOut(**lesson.to_dict()) for lesson in recall.lessons],
-                         threshold=min_similarity,
-                         best_score=round(recall.lessons[0].score, 4) if recall.lessons else None)
+        return SearchOut(retrieval_id=recall.retrieval_id, lessons=render_lessons(recall),
+                         hits=[LessonOut(**lesson.to_dict()) for lesson in recall.lessons],
+                         threshold=round(recall.threshold, 4),
+                         best_score=None if recall.best_score is None else round(recall.best_score, 4))
 
     @server.tool()
     def add(

@@ -10,9 +10,10 @@
 Both completion endpoints forward the (amended) body to ``upstream`` unchanged otherwise,
 streaming or not, and pass the upstream's answer back byte for byte. Every answer carries
 ``X-DSO-Lessons`` (the injected experiences' ids, comma-separated; empty when none passed the
-threshold), ``X-DSO-Threshold`` (the cosine a lesson had to reach), ``X-DSO-Best-Score`` (the best
-lesson's score, when there was one) and, when lessons were injected, ``X-DSO-Retrieval-Id`` to
-send to /v1/outcomes. When the memory cannot be searched (a node that is down), the request still
+threshold), ``X-DSO-Threshold`` (the cosine a lesson had to reach: ``min_similarity``, else the
+one calibrated for the memory's space), ``X-DSO-Best-Score`` (the best score the search saw, passed
+or not, so an empty answer says how near it came) and, when lessons were injected,
+``X-DSO-Retrieval-Id`` to send to /v1/outcomes. When the memory cannot be searched (a node that is down), the request still
 goes upstream, without lessons, and ``X-DSO-Error`` says why.
 
 Authentication: with ``token``, clients send it as their API key and the proxy talks to the
@@ -40,7 +41,7 @@ from starlette.background import BackgroundTask
 
 from dsonet import __version__
 from dsonet.errors import DsoError
-from dsonet.library.policy import MAX_TOKENS, MIN_SIMILARITY, K
+from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import UnknownRetrieval
 from dsonet.memory import Memory, Recall
 from dsonet.proxy.inject import RequestShapeError, chat_query, inject_chat, inject_responses, responses_query
@@ -77,9 +78,10 @@ def _error_body(status: int, message: str) -> bytes:
 
 def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None, token: str | None = None,
                max_body: int = 4 * 1024 * 1024, timeout_s: float = 300.0, k: int = K,
-               min_similarity: float = MIN_SIMILARITY, max_tokens: int = MAX_TOKENS,
+               min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
                transport: httpx.AsyncBaseTransport | None = None):
-    """The proxy as an ASGI app. ``transport`` replaces the network in tests of the app alone."""
+    """The proxy as an ASGI app. ``min_similarity`` None: the threshold calibrated for the memory's
+    space. ``transport`` replaces the network in tests of the app alone."""
     from dsonet.asgi import BearerToken, BodyLimit
 
     base = upstream.rstrip("/")
@@ -118,11 +120,14 @@ def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None
             lambda: memory.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens))
 
     def lesson_headers(r: Recall | None) -> dict[str, str]:
-        headers = {LESSONS_HEADER: "", THRESHOLD_HEADER: f"{min_similarity:g}"}
-        if r is None or not r.lessons:
-            return headers
-        return headers | {LESSONS_HEADER: ",".join(lesson.id for lesson in r.lessons),
-                          RETRIEVAL_HEADER: r.retrieval_id, BEST_SCORE_HEADER: f"{r.lessons[0].score:.4f}"}
+        if r is None:  # no user text: nothing was searched
+            return {LESSONS_HEADER: ""}
+        headers = {LESSONS_HEADER: ",".join(lesson.id for lesson in r.lessons), THRESHOLD_HEADER: f"{r.threshold:.4f}"}
+        if r.best_score is not None:  # seen even when under the threshold: how near the library came
+            headers[BEST_SCORE_HEADER] = f"{r.best_score:.4f}"
+        if r.retrieval_id is not None:
+            headers[RETRIEVAL_HEADER] = r.retrieval_id
+        return headers
 
     async def forward(request: Request, path: str, content: bytes, extra: dict[str, str]) -> Response:
         """``content`` to the upstream's ``path`` with the request's method, query and headers; its answer
