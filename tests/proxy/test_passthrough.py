@@ -90,6 +90,9 @@ def test_embeddings_completions_and_models_reach_the_upstream_unchanged(proxy, u
     odd = b'{ "model":"emb",\n  "input" : "byte for byte" }'  # not how the proxy would write it
     httpx.post(f"{proxy.url}/v1/embeddings", content=odd, headers={"content-type": "application/json"})
     assert upstream.app.state.seen[-1]["body"] == odd
+    streamed = httpx.post(f"{proxy.url}/v1/embeddings", content=iter([odd[:9], odd[9:]]),  # chunked, no length
+                          headers={"content-type": "application/json"})
+    assert streamed.status_code == 200 and upstream.app.state.seen[-1]["body"] == odd
     assert client.completions.create(model="m", prompt="two words").choices[0].text == "echo: two words"
     streamed = "".join(c.choices[0].text for c in client.completions.create(model="m", prompt="a b", stream=True))
     assert streamed == "echo: a b "
@@ -112,4 +115,6 @@ def test_the_body_limit_holds_on_passed_through_routes(proxy, upstream):
     with pytest.raises(openai.APIStatusError, match="--max-body") as err:
         _client(proxy).embeddings.create(model="emb", input="x" * 65 * 1024)
     assert err.value.status_code == 413 and err.value.code == "request_too_large"
+    chunked = httpx.post(f"{proxy.url}/v1/completions", content=iter([b"x" * 40 * 1024] * 2))  # no length declared
+    assert chunked.status_code == 413 and chunked.json()["error"]["code"] == "request_too_large"
     assert upstream.app.state.seen == []
