@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import math
+import threading
+from contextlib import contextmanager, nullcontext
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -27,6 +29,7 @@ from dsonet.encoders.wordpiece import WordPiece
 
 MINILM_DIR = "all-minilm-l6-v2"  # the folder under dsonet/encoders/weights/
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
+ONE_THREAD_TOKENS = 512  # encodes of at most this many tokens run on one BLAS thread (see `encode`)
 TOKEN_BUDGET = 4096  # padded tokens per batch (texts of like length batched together, padded to the longest)
 _ERF = tuple(np.float32(c) for c in (0.3275911, 0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429))
 _DTYPES = {"F16": np.float16, "F32": np.float32, "BF16": None, "I64": np.int64}
@@ -153,6 +156,14 @@ class NumpyMiniLM:
         texts = check_texts(texts, kind)
         ids = [self.tokenizer.encode(t, MAX_TOKENS) for t in texts]
         out = np.zeros((len(texts), self.hidden), np.float32)
+        # a query or a few texts: one BLAS thread. Products this small wait on a second thread's
+        # wake-up; on the busy 2-core machine one query took 46 ms on one thread, 570 ms on two.
+        small = sum(map(len, ids)) <= ONE_THREAD_TOKENS
+        with _one_blas_thread() if small else nullcontext():
+            self._encode_ids(ids, out)
+        return l2_normalise(out)
+
+    def _encode_ids(self, ids: list[list[int]], out: np.ndarray) -> None:
         batch: list[int] = []
         for i in sorted(range(len(ids)), key=lambda i: len(ids[i])):  # like lengths together: little padding
             if batch and (len(batch) + 1) * len(ids[i]) > TOKEN_BUDGET:
@@ -161,7 +172,6 @@ class NumpyMiniLM:
             batch.append(i)
         if batch:
             out[batch] = self._forward([ids[j] for j in batch])
-        return l2_normalise(out)
 
     def _forward(self, ids: list[list[int]]) -> np.ndarray:
         """Mean-pooled last hidden states (B, H) of a batch of token id lists (padded to the longest)."""
@@ -187,6 +197,22 @@ class NumpyMiniLM:
             x = layer_norm(x + gelu(x @ w["up_w"] + w["up_b"]) @ w["down_w"] + w["down_b"], *w["ln2"], self.eps)
         x = x.reshape(b, t, h)
         return (x * mask[:, :, None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)  # (B, H)
+
+
+_BLAS_LOCK = threading.Lock()  # the limit is process-wide: two threads' nested windows would restore it wrongly
+
+
+@contextmanager
+def _one_blas_thread():
+    with _BLAS_LOCK, _blas().limit(limits=1, user_api="blas"):
+        yield
+
+
+@lru_cache(maxsize=1)
+def _blas():
+    from threadpoolctl import ThreadpoolController  # found once, on the first query (it scans the loaded libraries)
+
+    return ThreadpoolController()
 
 
 @lru_cache(maxsize=1)
