@@ -121,3 +121,12 @@ def test_a_plain_word_variable_is_refused_only_where_it_sits_in_code():
     problem = "The code below has run:\nsamples = [1, 2]\nvalues = [3]\nIntegrate values over samples."
     assert "names the problem's variable" in parse.specific_to("When integrating, call np.trapezoid(values, samples).", problem)
     assert parse.specific_to("When integrating samples with NumPy, call np.trapezoid, not np.trapz.", problem) == ""
+
+
+def test_a_copied_reference_call_keeps_its_function_and_loses_the_tasks_variables():
+    problem = "The code below has run:\nsamples = [1, 2]\nz = [3]\nIntegrate z over samples."
+    parsed = parse.experiences("When integrating with NumPy, call np.trapezoid(z, samples); np.trapz does not exist.",
+                               problem=problem)
+    assert parsed.items == ("When integrating with NumPy, call np.trapezoid(...); np.trapz does not exist.",)
+    assert parse.without_arguments("When sorting, call sorted(items, key=len).", problem) == \
+        "When sorting, call sorted(items, key=len)."

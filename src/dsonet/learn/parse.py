@@ -82,6 +82,20 @@ def shared_words(problems: list[str]) -> frozenset[str]:
     return frozenset(set.intersection(*words) if len(words) > 1 else set().union(*words))
 
 
+def without_arguments(lesson: str, problem: str, shared: frozenset[str] = frozenset()) -> str:
+    """``lesson`` with the argument lists that name ``problem``'s variables written ``(...)``: a reflector
+    that copies the reference call ("call np.trapezoid(z, samples)") still names the right function, and
+    the lesson keeps the function, not one task's variables."""
+    names = set(_ASSIGNED.findall(problem)) - shared
+    if not names:
+        return lesson
+
+    def general(m: re.Match) -> str:
+        return "(...)" if names & set(re.findall(r"[A-Za-z_]\w*", m.group(0))) else m.group(0)
+
+    return re.sub(r"\([^()]*\)", general, lesson)
+
+
 def specific_to(lesson: str, problem: str, reference: str = "", shared: frozenset[str] = frozenset()) -> str:
     """Why ``lesson`` restates one problem instead of generalising ('' when it does not): it names
     the reference answer or a number from the problem (0, 1 and 2 are too common in general advice
@@ -119,7 +133,8 @@ def experiences(text: str, max_items: int = 3, reject: tuple[str, ...] = (), pro
     """"When X, Y" lessons from free text or from a JSON object/list of them. A lesson needs a
     condition and a strategy of at least two words each; lessons in ``reject`` (e.g. the prompt's
     example) are dropped, and so are lessons specific to ``problem`` (its numbers, quoted words
-    or ``reference`` answer) and, when the reply hit the token limit (``truncated``), its last
+    or ``reference`` answer; an argument list naming its variables is first written ``(...)``, see
+    `without_arguments`) and, when the reply hit the token limit (``truncated``), its last
     lesson unless it ends its sentence: it may be cut mid-sentence even if it parses."""
     text = _PLACEHOLDER.sub("", text)
     rejected = {r.casefold().rstrip(".") for r in reject}
@@ -152,7 +167,7 @@ def experiences(text: str, max_items: int = 3, reject: tuple[str, ...] = (), pro
             skipped.append(f"too short: {lesson!r}")
         elif lesson.casefold().rstrip(".") in rejected:
             skipped.append("repeats the prompt's example")
-        elif specific_to(lesson, problem, reference, shared):
+        elif specific_to(lesson := without_arguments(lesson, problem, shared), problem, reference, shared):
             skipped.append(f"problem-specific ({specific_to(lesson, problem, reference, shared)}): {lesson[:80]!r}")
         elif lesson.lower() not in seen:
             seen.add(lesson.lower())
