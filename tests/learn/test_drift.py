@@ -98,6 +98,8 @@ def test_extract_code_strips_fences_prose_and_restated_setup():
     elided = "ys = np.array([...])\nfrom scipy import integrate\nr = integrate.simpson(ys)"
     assert extract_code(elided, setup) == "from scipy import integrate\nr = integrate.simpson(ys)"
     assert extract_code("Answer: r = len(ys)", setup) == "r = len(ys)"
+    two_blocks = "Given:\n```python\nys = np.array([1.0, 2.0])\n```\nthen\n```python\nr = ys.max()\n```"
+    assert extract_code(two_blocks, setup) == "r = ys.max()"
     assert extract_code("I cannot do that.", setup) == ""
 
 

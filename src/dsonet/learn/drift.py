@@ -286,11 +286,12 @@ _FENCE = re.compile(r"```[ \t]*[\w+-]*[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 
 def extract_code(reply: str, setup: str = "") -> str:
-    """The code in a model's reply: the first fenced block if any, else the reply's lines that are
-    Python; minus statements that restate the setup (the same statement, or a placeholder like `...`)
-    since re-running them is at best a no-op. Imports are kept: a new import can be part of the answer."""
-    fenced = _FENCE.search(reply)
-    text = fenced.group(1) if fenced else reply
+    """The code in a model's reply: its fenced blocks if any (a reply may restate the setup in one and
+    answer in the next), else the reply's lines that are Python; minus statements that restate the
+    setup (the same statement, or a placeholder like `...`) since re-running them is at best a no-op.
+    Imports are kept: a new import can be part of the answer."""
+    fenced = _FENCE.findall(reply)
+    text = "\n".join(fenced) if fenced else reply
     lines = [_unwrap(ln) for ln in text.splitlines()]
     lines = [ln for ln in lines if ln.strip()]
     try:
