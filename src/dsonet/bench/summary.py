@@ -239,6 +239,20 @@ def _rows_section(data: dict, columns: list[str]) -> str:
     return _table(columns, [[r.get(c) for c in columns] for r in data["rows"]])
 
 
+def _coldstart_section(data: dict) -> str:
+    table = _rows_section(data, ["measure", "setup", "median_s", "min_s", "texts_per_s", "runs"])
+    notes = [f"Library of {data['rows_in_library']:,} rows; query: \"{data['query']}\"."]
+    if data.get("numpy_vs_torch"):
+        a = data["numpy_vs_torch"]
+        notes.append(f"numpy vs torch encoder on {a['texts']} texts: cosine min {a['cosine_min']:.7f}, mean {a['cosine_mean']:.7f}.")
+    if data.get("core_install"):
+        c = data["core_install"]
+        notes.append(f"Core install (`pip install .`, fresh venv): {c['packages']} packages, {c['site_packages_mb']} MB "
+                     f"site-packages ({c['dsonet_package_mb']} MB of it dsonet, MiniLM's float16 weights included); "
+                     f"torch importable: {c['torch_importable']}.")
+    return table + "\n\n" + " ".join(notes)
+
+
 def write_report(results: Path) -> Path:
     sections = ["# dsonet benchmark report", "Built by `dso bench all` from `bench/results/*.json`; medians on a shared "
                 "2-core machine. Each figure sits beside the paper's claim and, where one exists, beside the library a "
@@ -273,6 +287,9 @@ def write_report(results: Path) -> Path:
         data = _load(results, name)
         body = "```json\n" + json.dumps({k: v for k, v in data.items() if k != "machine"}, indent=1)[:6000] + "\n```" if data else "_not run_"
         sections += [f"## {title}", body]
+    coldstart = _load(results, "coldstart")
+    sections += ["## Cold start (`dso bench coldstart`): one `dso search` from a fresh process, and the core install",
+                 _coldstart_section(coldstart) if coldstart else "_not run_"]
     path = results.parent / "REPORT.md"
     path.write_text("\n\n".join(sections) + "\n")
     _update_readme(Path("README.md"), headline(results))

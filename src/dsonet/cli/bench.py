@@ -17,6 +17,7 @@ BENCHMARKS = {
     "proxy": ("dsonet.bench.proxy:cli", "Latency `dso proxy` adds to a chat completion (p50, p99)."),
     "train": ("dsonet.bench.train:cli", "A short Zen head training: each stage's metric before and after."),
     "relevance": ("dsonet.bench.relevance:cli", "The relevance threshold: injection precision/recall on labelled pairs."),
+    "coldstart": ("dsonet.bench.coldstart:cli", "Cold `dso search` at 10k rows (numpy vs torch encoder), import time, core install size."),
 }
 
 
