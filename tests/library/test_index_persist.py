@@ -113,3 +113,27 @@ def test_the_schema_1_file_still_opens_and_searches(tmp_path):
         (row,) = lib.search_index.live_rows()[:1]
         hit = lib.search_vector(lib.search_index.vectors(np.array([row]))[0], k=1, min_similarity=-1)[0]
         assert hit.experience.id == lib.search_index.ids[row]
+
+
+def test_the_merged_views_clusters_are_kept_and_rebuilt_only_for_a_changed_domain(tmp_path, monkeypatch):
+    from dsonet.library.merge import MergedView
+
+    x = _vectors(300, 4)
+    near = x[:5] + 0.01 * _vectors(5, 5)  # five near-duplicates: five clusters of two
+    exps = experiences(300, seed=4) + experiences(5, seed=5, prefix="When near case")
+    with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:
+        lib.add_vectors(exps[:300], x)
+        lib.add_vectors(exps[300:], near / np.linalg.norm(near, axis=1, keepdims=True))
+        lib.add_vectors(experiences(20, domain="other", seed=6), _vectors(20, 6))
+        built = {d: sorted(map(tuple, (c.tolist() for c in lib.view.clusters(d)))) for d in ("general", "other")}
+    assert sum(len(c) == 2 for c in built["general"]) == 5
+    rebuilt = []
+    build = MergedView.build
+    monkeypatch.setattr(MergedView, "build", lambda self, rows: (rebuilt.append(len(rows)), build(self, rows))[1])
+    with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:
+        kept = {d: sorted(map(tuple, (c.tolist() for c in lib.view.clusters(d)))) for d in ("general", "other")}
+        assert kept == built and rebuilt == []
+        lib.add_vectors(experiences(1, domain="other", seed=7), _vectors(1, 7))
+    with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:
+        assert len(lib.view.clusters("general")) == 300 and len(lib.view.clusters("other")) == 21
+        assert rebuilt == [21]  # the changed domain only

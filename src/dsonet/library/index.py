@@ -206,14 +206,17 @@ class CodeIndex:
             fitted.sketch.catch_up(self)
             self.sketch = fitted.sketch
 
-    def fingerprint(self, rows: int) -> str:
-        """A digest of what a fit on the first ``rows`` rows reads: their codes and scales, the
-        baselines they are coded against, the index's shape and the stages' constants."""
-        referenced = int(self.base_rows[:rows].max()) + 1 if rows else 0
+    def fingerprint(self, rows: int | np.ndarray, salt: str = "") -> str:
+        """A digest of what a computation over some rows reads: their codes and scales, the baselines
+        they are coded against, the index's shape and the stages' constants. ``rows``: the first
+        that many (what a fit reads), or these rows in this order; ``salt`` names the computation."""
+        pick = slice(0, rows) if isinstance(rows, (int, np.integer)) else np.asarray(rows, np.int64)
+        base_rows = self.base_rows[pick]
+        referenced = int(base_rows.max()) + 1 if len(base_rows) else 0
         h = hashlib.blake2b(digest_size=16)
-        h.update(f"{FIT_FORMAT}:{self.dim}:{self.group_size}:{self.rotation_seed}:{rows}:{SKETCH_DIM}:{SKETCH_FIT_ROWS}:"
-                 f"{SUBSPACE_DIM}:{SUBSPACE_SHARE}".encode())
-        for part in (self._codes[:rows], self.scales[:rows], self.base_rows[:rows], self._baselines[:referenced]):
+        h.update(f"{FIT_FORMAT}:{self.dim}:{self.group_size}:{self.rotation_seed}:{len(base_rows)}:{SKETCH_DIM}:"
+                 f"{SKETCH_FIT_ROWS}:{SUBSPACE_DIM}:{SUBSPACE_SHARE}:{salt}".encode())
+        for part in (self._codes[pick], self.scales[pick], base_rows, self._baselines[:referenced]):
             h.update(np.ascontiguousarray(part).data)
         return h.hexdigest()
 

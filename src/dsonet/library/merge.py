@@ -67,9 +67,12 @@ class MergedView:
 
     def __init__(self, rule: MergeRule, reconstruct: Callable[[np.ndarray], np.ndarray],
                  key: Callable[[int], tuple[str, str]], domain_rows: Callable[[str], np.ndarray], dim: int,
-                 live: Callable[[np.ndarray], np.ndarray] | None = None):
+                 live: Callable[[np.ndarray], np.ndarray] | None = None,
+                 on_build: Callable[[str, np.ndarray, list[np.ndarray]], None] | None = None):
+        """``on_build(domain, rows, clusters)``: told of each domain a read rebuilt (the library
+        keeps them in its file, so the next open need not rebuild: `dsonet.library.saved_fit`)."""
         self.rule, self._reconstruct, self._key, self._domain_rows, self.dim = rule, reconstruct, key, domain_rows, dim
-        self._live = live
+        self._live, self._on_build = live, on_build
         self._clusters: dict[str, list[np.ndarray]] = {}  # domain -> clusters (index rows, sorted by key)
         self._cluster_of: dict[int, tuple[str, int]] = {}  # index row -> (domain, cluster number)
         self._dirty: set[str] = set()  # rebuilt at the next read
@@ -100,7 +103,7 @@ class MergedView:
     def pending(self) -> dict[str, np.ndarray]:
         """The deferred domains' rows, in the order `build` needs (call it under the lock that guards
         the index); they count as built from now on."""
-        jobs = {domain: self._sorted_rows(domain) for domain in sorted(self._deferred - self._dirty)}
+        jobs = {domain: self.sorted_rows(domain) for domain in sorted(self._deferred - self._dirty)}
         self._deferred.clear()
         return jobs
 
@@ -121,10 +124,11 @@ class MergedView:
             if domain not in self._dirty:
                 self._set(domain, clusters)
 
-    def _sorted_rows(self, domain: str) -> np.ndarray:
+    def sorted_rows(self, domain: str) -> np.ndarray:
+        """A domain's live rows in the order `build` takes them (by key: the set decides, not the arrival order)."""
         rows = self._domain_rows(domain)
         keys = [self._key(r) for r in rows.tolist()]
-        return rows[sorted(range(len(rows)), key=keys.__getitem__)]  # the set decides, not the arrival order
+        return rows[sorted(range(len(rows)), key=keys.__getitem__)]
 
     def _set(self, domain: str, clusters: list[np.ndarray]) -> None:
         for c in self._clusters.pop(domain, []):
@@ -136,5 +140,9 @@ class MergedView:
 
     def _update(self) -> None:
         for domain in sorted(self._dirty):
-            self._set(domain, self.build(self._sorted_rows(domain)))
+            rows = self.sorted_rows(domain)
+            clusters = self.build(rows)
+            self._set(domain, clusters)
+            if self._on_build is not None:
+                self._on_build(domain, rows, clusters)
         self._dirty.clear()

@@ -35,6 +35,7 @@ from dsonet.library.merge import Member, MergedView, MergeRule
 from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy, estimate_tokens
 from dsonet.library.rows import (ANY_SIGNER, COLUMN, DamagedFile, IngestResult, LibraryError, RowStore, damaged,
                                  row_code, row_experience)
+from dsonet.library.saved_fit import keep_clusters, restore_clusters
 from dsonet.library.search import RowIndex
 
 __all__ = ["DamagedFile", "Hit", "Hits", "IngestResult", "Library", "LibraryError"]
@@ -100,8 +101,10 @@ class Library:
             raise
         idx = self.search_index
         self.view = MergedView(merge, idx.index.reconstruct, lambda r: (idx.ids[r], idx.signers[r]), idx.domain_rows,
-                               self.profile.dim, live=lambda rows: idx.index.live[rows])
-        self.view.touch(set(idx.domains))
+                               self.profile.dim, live=lambda rows: idx.index.live[rows],
+                               on_build=lambda *built: keep_clusters(self.rows.db, idx.index, self.view, *built))
+        # the clusters the file keeps for unchanged domains; the others are built at their first read
+        self.view.touch(set(idx.domains) - restore_clusters(self.view, idx.index, self.rows.db, set(idx.domains)))
 
     # ------------------------------------------------------------------ setup
 
