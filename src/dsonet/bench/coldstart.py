@@ -5,7 +5,8 @@ Measured in one run, so the machine's load colours every row alike:
 - cold `dso search` on a library of ``--rows`` rows (built once, kept under $DSONET_CACHE):
   the real CLI in a fresh process, median of ``--runs``, runs of the set-ups interleaved. Set-ups:
   the encoder's path (numpy, the default; or torch, ``DSONET_ENCODER_BACKEND=torch``) × the
-  index's fit kept in the file or not (the table dropped before each run, as every open was before);
+  index's fit and the merged view's clusters kept in the file or not (both tables dropped before
+  each run: every open was so before);
 - import time (``python -X importtime``, the top-level modules' cumulative time) of the CLI, and
   of the search path with each encoder;
 - opening the library in-process, with and without the kept fit;
@@ -67,8 +68,10 @@ def library_file(rows: int) -> Path:
 
 
 def _drop_saved_fit(path: Path) -> None:
+    """The file as it was before opens kept anything: no index fit, no merged clusters."""
     with sqlite3.connect(path) as db:
         db.execute("DROP TABLE IF EXISTS index_fits")
+        db.execute("DROP TABLE IF EXISTS merged_clusters")
 
 
 def _dso(python: str) -> list[str]:
@@ -77,9 +80,9 @@ def _dso(python: str) -> list[str]:
 
 
 def cold_search(path: Path, runs: int, setups: list[tuple[str, bool]], python: str = sys.executable) -> list[dict]:
-    """Median wall seconds of `dso search` in a fresh process, per set-up (encoder backend, fit kept
-    in the file or not), the set-ups' runs interleaved. A run without the kept fit refits on open and
-    keeps it again, so the set-up after it finds the fit in the file."""
+    """Median wall seconds of `dso search` in a fresh process, per set-up (encoder backend; the index
+    fit and merged clusters kept in the file, or not), the set-ups' runs interleaved. A run without
+    them recomputes and keeps them again, so the set-up after it finds them in the file."""
     times: dict[tuple[str, bool], list[float]] = {s: [] for s in setups}
     cmd = [*_dso(python), "search", QUERY, "--db", str(path), "-k", "3", "--min-similarity", "0.3", "--json"]
     for _ in range(runs):
@@ -91,7 +94,8 @@ def cold_search(path: Path, runs: int, setups: list[tuple[str, bool]], python: s
             times[backend, kept].append(time.perf_counter() - start)
             if out.returncode or not out.stdout.strip():  # a hit is expected: the query's lesson is in the library
                 raise click.ClickException(f"dso search failed ({backend}): {out.stderr.strip()[-400:]}")
-    return [{"measure": "cold dso search", "setup": f"{b} encoder, fit {'kept in the file' if kept else 'refitted'}",
+    kept_label = {True: "fit and clusters kept in the file", False: "all recomputed"}
+    return [{"measure": "cold dso search", "setup": f"{b} encoder, {kept_label[kept]}",
              "median_s": float(np.median(times[b, kept])), "min_s": float(min(times[b, kept])), "runs": runs}
             for b, kept in setups]
 
