@@ -137,3 +137,20 @@ def test_the_merged_views_clusters_are_kept_and_rebuilt_only_for_a_changed_domai
     with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:
         assert len(lib.view.clusters("general")) == 300 and len(lib.view.clusters("other")) == 21
         assert rebuilt == [21]  # the changed domain only
+
+
+def test_a_nodes_deferred_rebuild_and_refit_are_kept_too(tmp_path, monkeypatch):
+    import threading
+
+    from dsonet.library.merge import MergedView
+
+    lock = threading.Lock()
+    with Library(tmp_path / "lib.sqlite", profile=PROFILE, defer_merge=True) as lib:
+        lib.add_vectors(experiences(1200, seed=1), _vectors(1200, 1))
+        assert lib.refit_index(lock)  # both stages fell due: fitted off the lock, installed and kept
+        lib.rebuild_merged(lock)
+    _no_fit(monkeypatch)
+    monkeypatch.setattr(MergedView, "build", lambda self, rows: pytest.fail("rebuilt the kept clusters"))
+    with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:
+        assert lib.search_index.fits == {"subspace": "restored", "sketch": "restored"}
+        assert len(lib.view.clusters("general")) == 1200

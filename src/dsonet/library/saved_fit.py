@@ -9,7 +9,9 @@ of those rows (`CodeIndex.fingerprint`: codes, scales, baselines, the stages' co
     index_fits (stage TEXT PRIMARY KEY, rows INTEGER, fingerprint TEXT, state BLOB)   -- state: .npz bytes
 
 On open, a stage whose rows are unchanged is restored; the refit rule then decides as it would
-live (`CodeIndex.refit_due`: ×4 growth since the fit), and what it fits is saved. A row changed,
+live (`CodeIndex.refit_due`: ×4 growth since the fit), and what it fits is saved, as is what a
+node's deferred refit fits (`Library.refit_index`; an eager refit inside a write is not: the next
+open fits again and keeps that). A row changed,
 removed or reordered under the saved fit changes the fingerprint, and the stage is fitted again.
 Files from before this table have none: they fit once on open and keep the fit from then on
 (the table is created on open, the migration). Saving is best effort: a file that cannot be
@@ -18,7 +20,8 @@ written (read-only, locked past the timeout) is searched with the fit made in me
 The merged view's clusters (`dsonet.library.merge`) are the other cost of a first search: every
 row of the domain reconstructed and clustered, 1.9 s at 10k rows, redone by every `dso search`.
 They are a function of the domain's rows in key order (their codes and baselines) and θ_dup, so
-each domain's cluster labels are kept with that fingerprint, saved when a read builds them:
+each domain's cluster labels are kept with that fingerprint, saved when a read (or a node's
+deferred rebuild, `Library.rebuild_merged`) builds them:
 
     merged_clusters (domain TEXT PRIMARY KEY, fingerprint TEXT, labels BLOB)   -- int64 per row, key order
 
@@ -57,7 +60,7 @@ def fit_on_open(index: CodeIndex, db: sqlite3.Connection) -> dict[str, str]:
     index.install(index.fit(due))
     fitted = {name for name, on in (("subspace", due.subspace), ("sketch", due.sketch)) if on}
     done.update(dict.fromkeys(fitted, "fitted"))
-    _save(db, index, fitted)
+    keep_fits(db, index, fitted)
     return done
 
 
@@ -68,7 +71,8 @@ def _saved(db: sqlite3.Connection) -> list[tuple[str, int, str, bytes]]:
         return []
 
 
-def _save(db: sqlite3.Connection, index: CodeIndex, stages: set[str]) -> None:
+def keep_fits(db: sqlite3.Connection, index: CodeIndex, stages: set[str]) -> None:
+    """Save the named stages' fits (an open's, or `Library.refit_index`'s); best effort."""
     records = [(name, rows, index.fingerprint(rows), _pack(state))
                for name, (rows, state) in index.fitted_states().items() if name in stages]
     try:

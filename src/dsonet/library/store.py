@@ -35,7 +35,7 @@ from dsonet.library.merge import Member, MergedView, MergeRule
 from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy, estimate_tokens
 from dsonet.library.rows import (ANY_SIGNER, COLUMN, DamagedFile, IngestResult, LibraryError, RowStore, damaged,
                                  row_code, row_experience)
-from dsonet.library.saved_fit import keep_clusters, restore_clusters
+from dsonet.library.saved_fit import keep_clusters, keep_fits, restore_clusters
 from dsonet.library.search import RowIndex
 
 __all__ = ["DamagedFile", "Hit", "Hits", "IngestResult", "Library", "LibraryError"]
@@ -257,6 +257,8 @@ class Library:
         built = {domain: self.view.build(rows) for domain, rows in jobs.items()}
         with lock:
             self.view.install(built)
+            for domain, clusters in built.items():  # kept for the next open (`dsonet.library.saved_fit`)
+                keep_clusters(self.rows.db, self.search_index.index, self.view, domain, jobs[domain], clusters)
 
     def refit_index(self, lock: AbstractContextManager) -> bool:
         """Fit the index's coarse sketch and subspace stage again where the library has outgrown
@@ -271,6 +273,7 @@ class Library:
         fitted = index.fit(due)
         with lock:
             index.install(fitted)
+            keep_fits(self.rows.db, index, {name for name in ("subspace", "sketch") if getattr(due, name)})
         return True
 
     def update(self, exp_id: str, text: str) -> Experience:
@@ -333,16 +336,23 @@ class Library:
         """Forget the stored batches' hashes older than ``before_ms`` (past the freshness window)."""
         self.rows.forget_seen(before_ms)
 
-    def defer(self, payload: bytes, received_ms: int, signer: str = "") -> None:
-        """Keep a received batch to submit again later (its sender was over its rate)."""
-        self.rows.defer(payload, received_ms, signer)
+    def defer(self, payload: bytes, received_ms: int, signer: str = "", share: str | None = None) -> None:
+        """Hold a verified payload whose sender is over its rate, to submit again later; its bytes
+        count against ``share`` (default: the signer's own; see `Node._defer_or_reject`)."""
+        self.rows.defer(payload, received_ms, signer, share)
 
-    def deferred(self) -> list[tuple[str, bytes, int]]:
-        """(digest, payload, received ms) of the batches held back, oldest first."""
-        return self.rows.deferred()
+    def deferred_signers(self) -> list[str]:
+        return self.rows.deferred_signers()
+
+    def deferred(self, signer: str, after: int = 0, limit: int = 8) -> list[tuple[int, str, bytes, int]]:
+        """A page of ``signer``'s held payloads past position ``after``, oldest first: (position, digest, payload, received ms)."""
+        return self.rows.deferred(signer, after, limit)
 
     def count_deferred(self, signer: str | None = None) -> int:
         return self.rows.count_deferred(signer)
+
+    def deferred_bytes(self, share: str | None = None) -> int:
+        return self.rows.deferred_bytes(share)
 
     def undefer(self, digests: list[str]) -> None:
         self.rows.undefer(digests)
