@@ -1,5 +1,6 @@
-"""Slow clients cannot hold the node's HTTP server: headers have a deadline, and a full table of
-connections gives way to a client whose request arrives whole."""
+"""Slow clients cannot hold a server (`dsonet.asgi.protocol`): headers and bodies have deadlines, a
+full table of connections gives way to a client whose request arrives whole, and a refusal sent
+before a body came in closes the connection instead of reading the rest."""
 
 import asyncio
 import socket
@@ -7,15 +8,22 @@ import time
 
 import httpx
 import pytest
-import uvicorn
 
+from dsonet.asgi import BearerToken, BodyLimit, server_config
+from dsonet.asgi.protocol import FD_RESERVE, MAX_CONNECTIONS, Limits, connection_cap
 from dsonet.network.cluster import free_ports
-from dsonet.network.protocol import HEADER_TIMEOUT_S, MAX_CONNECTIONS, guarded_protocol
 
-PARTIAL = b"GET /health HTTP/1.1\r\nHost: node\r\nX-Slow: "  # headers that never end
+PARTIAL_HEADERS = b"GET /health HTTP/1.1\r\nHost: node\r\nX-Slow: "  # headers that never end
+PARTIAL_BODY = b"POST /echo HTTP/1.1\r\nHost: node\r\nContent-Length: 1000\r\n\r\nx"  # a body that never ends
 
 
-async def _ok(scope, receive, send):
+async def _app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    more = True
+    while more:  # read the whole body, as an endpoint taking JSON does
+        message = await receive()
+        more = message.get("more_body", False)
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
     await send({"type": "http.response.body", "body": b"ok"})
 
@@ -29,59 +37,119 @@ def _closed_by_server(sock: socket.socket) -> bool:
     return data == b"" or data.startswith(b"HTTP/1.1 408")
 
 
-def test_slow_headers_time_out_and_a_full_table_gives_way_to_a_whole_request():
+def _serving(app, limits: Limits, attack):
+    """Run ``app`` with ``limits`` on a free port; ``attack(port, loop, client)`` runs while it serves."""
     port = free_ports(1)[0]
 
     async def main():
-        config = uvicorn.Config(_ok, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
-                                http=guarded_protocol(header_timeout_s=1.0, max_connections=8))
-        server = uvicorn.Server(config)
+        import uvicorn
+
+        server = uvicorn.Server(server_config(app, "127.0.0.1", port, limits, lifespan="off"))
         serving = asyncio.create_task(server.serve())
         while not server.started:
             await asyncio.sleep(0.01)
-        loop = asyncio.get_running_loop()
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
+                return await attack(port, asyncio.get_running_loop(), client)
+        finally:
+            server.should_exit = True
+            await serving
 
-        def attack():
-            socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(12)]  # more than the table holds
-            for s in socks:
-                s.sendall(PARTIAL)
-            return socks
+    return asyncio.run(main())
 
-        socks = await loop.run_in_executor(None, attack)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
-            during = (await client.get("/health")).status_code
-        await asyncio.sleep(1.5)  # past the header deadline
+
+def _open(port: int, n: int, first: bytes) -> list[socket.socket]:
+    socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]
+    for s in socks:
+        s.sendall(first)
+    return socks
+
+
+@pytest.mark.parametrize("partial", [PARTIAL_HEADERS, PARTIAL_BODY], ids=["headers", "body"])
+def test_slow_requests_time_out_and_a_full_table_gives_way_to_a_whole_request(partial):
+    async def attack(port, loop, client):
+        socks = await loop.run_in_executor(None, _open, port, 16, partial)  # twice what the table holds
+        t = time.perf_counter()
+        during = (await client.post("/echo", content=b"{}")).status_code
+        seconds = time.perf_counter() - t
+        await asyncio.sleep(1.5)  # past both deadlines
         closed = await loop.run_in_executor(None, lambda: [_closed_by_server(s) for s in socks])
         for s in socks:
             s.close()
-        server.should_exit = True
-        await serving
-        return during, closed
+        return during, seconds, closed
 
-    during, closed = asyncio.run(main())
-    assert during == 200
+    during, seconds, closed = _serving(_app, Limits(header_timeout_s=1.0, body_timeout_s=1.0, max_connections=8),
+                                       attack)
+    # before: a slow body was never shed nor timed out; with the table full of them a new client was refused
+    assert during == 200 and seconds < 1.0
     assert all(closed)
 
 
-@pytest.mark.slow
-def test_a_node_process_answers_through_a_slowloris_and_drops_it_after_the_header_deadline(tmp_path):
-    from dsonet.network.procs import NodeProcess
+def test_a_body_that_keeps_trickling_is_cut_at_its_deadline_even_while_bytes_come():
+    def trickle(port: int) -> tuple[bytes, float]:
+        sock = _open(port, 1, PARTIAL_BODY)[0]
+        t = time.perf_counter()
+        sock.settimeout(0.2)
+        answer = b""
+        while time.perf_counter() - t < 5 and not answer:
+            try:
+                sock.sendall(b"x")  # one byte every 0.2 s: never idle, never done
+                answer = sock.recv(1024)
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+        sock.close()
+        return answer, time.perf_counter() - t
 
-    node = NodeProcess(tmp_path, [], args=["--encoder", "none", "--dim", "16", "--log-level", "WARNING"])
-    node.start().wait_ready()
-    socks = []
-    try:
-        for _ in range(MAX_CONNECTIONS + 50):
-            s = socket.create_connection(("127.0.0.1", node.port))
-            s.sendall(PARTIAL)
-            socks.append(s)
-        with node.client(timeout=5) as client:
-            answered = [client.get("/stats").status_code for _ in range(3)]
-        time.sleep(HEADER_TIMEOUT_S + 2)
-        closed = [_closed_by_server(s) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-        node.stop()
-    assert answered == [200, 200, 200]  # uvicorn alone answered 503 to every request (limit_concurrency)
-    assert all(closed)
+    async def attack(port, loop, client):
+        return await loop.run_in_executor(None, trickle, port)
+
+    answer, seconds = _serving(_app, Limits(body_timeout_s=1.0), attack)
+    assert answer.startswith(b"HTTP/1.1 408") and seconds < 2.0
+
+
+def test_a_refusal_at_the_headers_closes_the_connection_without_reading_the_body():
+    token_app = BearerToken(BodyLimit(_app, 1024), "secret")
+    smuggled = b"POST /echo HTTP/1.1\r\nHost: node\r\nContent-Length: 10\r\nTransfer-Encoding: chunked\r\n\r\n"
+    chunk = b"10000\r\n" + b"x" * 0x10000 + b"\r\n"  # 64 KiB, well framed: a server that reads on takes them all
+
+    async def attack(port, loop, client):
+        def send():
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.sendall(smuggled + chunk)
+            sock.settimeout(5)
+            answer = sock.recv(4096)
+            sent, t = 0, time.perf_counter()
+            try:  # keep streaming as the attack did: a server that reads on takes it all
+                while sent < 50 * 2**20 and time.perf_counter() - t < 5:
+                    sock.sendall(chunk)
+                    sent += len(chunk)
+            except OSError:
+                pass
+            sock.close()
+            return answer, sent
+
+        return await loop.run_in_executor(None, send)
+
+    answer, sent = _serving(token_app, Limits(), attack)
+    assert answer.startswith(b"HTTP/1.1 401")
+    assert sent < 8 * 2**20  # before: the whole 50 MB went in after the 401 (the attack streamed 300 MB)
+
+
+def test_the_connection_cap_stays_under_the_fd_limit():
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert connection_cap() == min(MAX_CONNECTIONS, soft - FD_RESERVE)
+    assert connection_cap(2) <= (soft - FD_RESERVE) // 2
+    with pytest.raises(ValueError, match="max_connections"):
+        Limits(max_connections=0)
+
+
+def test_the_api_description_needs_the_token_and_health_does_not():
+    async def attack(port, loop, client):
+        return [(await client.get(path)).status_code for path in ("/docs", "/openapi.json", "/health")]
+
+    codes = _serving(BearerToken(_app, "secret"), Limits(), attack)
+    assert codes == [401, 401, 200]  # before: /docs and /openapi.json answered anyone

@@ -1,9 +1,12 @@
-"""The guards of every HTTP server here (the node's API, `dso mcp --transport http`, `dso proxy`),
-at the ASGI level, so that they act before the app reads a byte of a request's body:
+"""The guards of every HTTP server here (the node's API, `dso mcp --transport http`, `dso proxy`).
 
-- `BearerToken`: with a token, every request but the health check and the docs must carry
-  ``Authorization: Bearer <token>``, compared in constant time; without one, the server must
-  listen on loopback only (`check_exposure`);
+On the connection (`dsonet.asgi.protocol`, set up by `server_config` for all three): deadlines on a
+request's headers and body, a cap on connections under the fd limit that sheds the slowest.
+At the ASGI level, so that they act before the app reads a byte of a request's body:
+
+- `BearerToken`: with a token, every request but the health check must carry
+  ``Authorization: Bearer <token>``, compared in constant time (the API's description too: it
+  names every route); without one, the server must listen on loopback only (`check_exposure`);
 - `BodyLimit`: bodies over the limit (declared or streamed) get 413, a request with two framings
   (Content-Length and Transfer-Encoding) 400.
 
@@ -23,11 +26,12 @@ from typing import Any
 
 import uvicorn
 
+from dsonet.asgi.protocol import Limits, guarded_protocol
 from dsonet.errors import DsoError
 
 ErrorBody = Callable[[int, str], bytes]  # (status, message) -> the JSON body of a refusal
 
-OPEN_PATHS = frozenset({"/health", "/docs", "/openapi.json"})  # liveness and the API's own description
+OPEN_PATHS = frozenset({"/health"})  # liveness
 
 
 class ExposureError(DsoError, ValueError):
@@ -72,9 +76,18 @@ class AnnouncedServer(uvicorn.Server):
         return f"http://{f'[{host}]' if ':' in host else host}:{port}{self.path}"
 
 
-def serve(app, host: str, port: int, name: str, path: str = "", **config: Any) -> None:
+def server_config(app, host: str, port: int, limits: Limits = Limits(), **config: Any) -> uvicorn.Config:
+    """uvicorn's settings for every server here: the guarded protocol (`dsonet.asgi.protocol`) with
+    ``limits``. uvicorn's own ``limit_concurrency`` stays off: it counts connections still sending
+    their request, so slow ones could make every real request 503; requests in flight are bounded
+    by the connection cap."""
+    return uvicorn.Config(app, host=host, port=port, log_level="warning", http=guarded_protocol(limits),
+                          timeout_keep_alive=limits.keep_alive_s, **config)
+
+
+def serve(app, host: str, port: int, name: str, path: str = "", limits: Limits = Limits(), **config: Any) -> None:
     """Run ``app`` with uvicorn until Ctrl-C/SIGTERM, announcing it once it is ready (`AnnouncedServer`)."""
-    AnnouncedServer(uvicorn.Config(app, host=host, port=port, log_level="warning", **config), name, path).run()
+    AnnouncedServer(server_config(app, host, port, limits, **config), name, path).run()
 
 
 class BearerToken:

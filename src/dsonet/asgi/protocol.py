@@ -1,74 +1,133 @@
-"""The node's HTTP/1.1 protocol: uvicorn's h11 one, with a deadline on request headers and a
-cap on open connections that gives way to new clients.
+"""HTTP/1.1 for every server the package starts (the node's API, `dso proxy`, `dso mcp --transport
+http`): uvicorn's h11 protocol with deadlines on a request's headers and body, and a cap on open
+connections under the process's file-descriptor limit that sheds the slowest.
 
-uvicorn has no header timeout: a connection that sends its headers a byte at a time is held
-for ever, and `limit_concurrency` counts such connections, so 300 of them made every real
-request to `dso node start` get 503 for as long as they stayed (measured, issue 14). Here:
+uvicorn has neither a header nor a body timeout: a connection that sends its request a byte at a
+time is held for ever. Its `limit_concurrency` counts such connections, so 300 of them made every
+real request to `dso node start` get 503 (issue 14); without it, 1,100 of them used up the file
+descriptors of `dso proxy` (it stopped answering, for good) and of `dso mcp` (EMFILE, and it exited;
+issue 24). Here:
 
-- a request's headers must be complete within `HEADER_TIMEOUT_S` of the connection opening
-  (or of the previous response, on a kept-alive connection), else 408 and the connection closes;
-- at most `MAX_CONNECTIONS` sockets are open (each one a file descriptor; the usual limit is
-  1,024): past it the connection that has waited longest for its headers is closed to make room,
-  so a client whose request arrives whole is served even while slow ones fill the table; only
-  when every connection is busy with a request is the new one refused.
+- a request's headers must be complete within `Limits.header_timeout_s` of the connection opening
+  (or of the previous response, on a kept-alive connection), and its body within
+  `Limits.body_timeout_s` of its headers, else 408 and the connection closes;
+- at most `Limits.max_connections` sockets are open, by default `connection_cap()`: 512, or fewer
+  where the fd limit (``ulimit -n``) leaves less room. Past it, the connection whose request has
+  been coming in longest (headers or body) is closed to make room, so a client whose request
+  arrives whole is served even while slow ones fill the table; only when every connection is
+  busy with a whole request is the new one refused;
+- a response sent before its request's body came in (a refusal: 401, 413) closes the connection:
+  the rest of the body is not read (a chunked body without a token streamed 300 MB to the node
+  before, issue 24).
 
 A deployment facing the open internet should still sit behind a reverse proxy (nginx's
-``client_header_timeout``, ``limit_conn``): one address can open many connections, and this
-process cannot tell a slow client from an attacker.
+``client_header_timeout``, ``client_body_timeout``, ``limit_conn``): one address can open many
+connections, and this process cannot tell a slow client from an attacker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import resource
+from dataclasses import dataclass
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 HEADER_TIMEOUT_S = 10.0
+BODY_TIMEOUT_S = 30.0  # 1 MiB (the node's body limit) at 35 KB/s
 MAX_CONNECTIONS = 512
+# descriptors kept for what is not a client's socket: the library file and its journal, NATS,
+# model files, logs, an upstream connection per proxied request (`fds_per_connection`)
+FD_RESERVE = 64
 _TIMEOUT_REPLY = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 
 
-def guarded_protocol(header_timeout_s: float = HEADER_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS) -> type:
-    """A protocol class for ``uvicorn.Config(http=...)``; each server gets its own table of waiting connections."""
-    waiting: dict[GuardedH11, asyncio.TimerHandle] = {}  # connections still sending headers, oldest first
+def connection_cap(fds_per_connection: int = 1, limit: int = MAX_CONNECTIONS) -> int:
+    """How many client sockets fit under this process's fd limit, at most ``limit``."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return limit
+    return max(1, min(limit, (soft - FD_RESERVE) // fds_per_connection))
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a client may hold of a server; one set for all three servers (`dsonet.asgi.server_config`)."""
+
+    header_timeout_s: float = HEADER_TIMEOUT_S
+    body_timeout_s: float = BODY_TIMEOUT_S
+    max_connections: int | None = None  # None: `connection_cap(fds_per_connection)`
+    fds_per_connection: int = 1  # 2 for a server that opens a connection of its own per request (the proxy)
+    keep_alive_s: float = 5.0  # uvicorn's idle time between two requests on one connection
+
+    def __post_init__(self) -> None:
+        if self.header_timeout_s <= 0 or self.body_timeout_s <= 0:
+            raise ValueError(f"header_timeout_s ({self.header_timeout_s}) and body_timeout_s "
+                             f"({self.body_timeout_s}) must be > 0 seconds")
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ValueError(f"max_connections: {self.max_connections}; give at least 1, or None for the fd limit's")
+
+    @property
+    def cap(self) -> int:
+        return self.max_connections or connection_cap(self.fds_per_connection)
+
+
+def guarded_protocol(limits: Limits = Limits()) -> type:
+    """A protocol class for ``uvicorn.Config(http=...)``; each server gets its own table of connections."""
+    cap = limits.cap
+    # connections whose request is still coming in (headers or body), the one that began first first
+    incoming: dict[GuardedH11, asyncio.TimerHandle] = {}
 
     class GuardedH11(H11Protocol):
         def connection_made(self, transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            if len(self.connections) > max_connections:
-                if not waiting:  # every connection is busy with a request: refuse this one
+            if len(self.connections) > cap:
+                if not incoming:  # every connection is busy with a whole request: refuse this one
                     transport.close()
                     return
-                next(iter(waiting))._give_up()  # the one that has waited longest makes room
+                next(iter(incoming))._give_up()  # the one whose request has been coming longest makes room
             self._await_headers()
 
         def _await_headers(self) -> None:
-            waiting[self] = self.loop.call_later(header_timeout_s, self._give_up)
+            self._in_body = False
+            incoming[self] = self.loop.call_later(limits.header_timeout_s, self._give_up)
 
-        def _headers_done(self) -> None:
-            timer = waiting.pop(self, None)
+        def _request_in(self) -> None:
+            timer = incoming.pop(self, None)
             if timer is not None:
                 timer.cancel()
 
         def _give_up(self) -> None:
-            self._headers_done()
+            self._request_in()
             if not self.transport.is_closing():
-                self.transport.write(_TIMEOUT_REPLY)
+                if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):  # nothing of a response sent yet
+                    self.transport.write(_TIMEOUT_REPLY)
                 self.transport.close()
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
-            if self in waiting and self.conn.their_state is not h11.IDLE:  # a whole request line and headers
-                self._headers_done()
+            if self not in incoming:
+                return
+            state = self.conn.their_state
+            if state is h11.SEND_BODY and not self._in_body:
+                self._in_body = True  # headers in: the body's deadline, keeping its place in the shedding order
+                incoming[self].cancel()
+                incoming[self] = self.loop.call_later(limits.body_timeout_s, self._give_up)
+            elif state not in (h11.IDLE, h11.SEND_BODY):  # the whole request is in (or h11 refused it)
+                self._request_in()
 
         def on_response_complete(self) -> None:
+            if self.conn.their_state is h11.SEND_BODY:  # answered before the body came: do not read the rest
+                self._request_in()
+                self.transport.close()
             super().on_response_complete()
-            if not self.transport.is_closing() and self.conn.their_state is h11.IDLE and self not in waiting:
+            if (not self.transport.is_closing() and self not in incoming
+                    and self.conn.their_state in (h11.IDLE, h11.SEND_BODY)):
                 self._await_headers()  # the next request on a kept-alive connection gets its own deadline
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._headers_done()
+            self._request_in()
             super().connection_lost(exc)
 
     return GuardedH11

@@ -68,7 +68,7 @@ def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, t
         memory = _memory(db, node, node_token, encoder, timeout)
     except DsoError as exc:
         raise click.ClickException(str(exc)) from None
-    from dsonet.asgi import serve
+    from dsonet.asgi import Limits, serve
     from dsonet.mcp.server import build_server, http_app, warm_up
 
     server = build_server(memory, k=k, min_similarity=min_similarity, allow_delete=allow_delete)
@@ -78,7 +78,7 @@ def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, t
             server.run("stdio")
         else:
             app = http_app(server, token, max_body, idle_timeout_s=60 * timeout)
-            serve(app, host, port, "dso mcp", "/mcp", timeout_keep_alive=int(timeout))
+            serve(app, host, port, "dso mcp", "/mcp", Limits(keep_alive_s=timeout))
     finally:
         memory.close()
 
@@ -122,12 +122,14 @@ def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, tok
         memory = _memory(db, node, node_token, encoder, timeout)
     except DsoError as exc:
         raise click.ClickException(str(exc)) from None
-    from dsonet.asgi import serve
+    from dsonet.asgi import Limits, serve
     from dsonet.proxy.app import create_app
 
     app = create_app(memory, upstream, upstream_key=upstream_key, token=token, max_body=max_body, timeout_s=timeout,
                      k=k, min_similarity=min_similarity)
     try:
-        serve(app, host, port, "dso proxy", "/v1")  # the encoder loads at start, then the line says it is ready
+        # the encoder loads at start, then the line says it is ready; each request in flight holds a
+        # second descriptor (its upstream connection), so the connection cap leaves room for those
+        serve(app, host, port, "dso proxy", "/v1", Limits(fds_per_connection=2))
     finally:
         memory.close()

@@ -10,14 +10,11 @@ import asyncio
 import contextlib
 import signal
 
-import uvicorn
-
-from dsonet.asgi import AnnouncedServer, check_exposure
+from dsonet.asgi import AnnouncedServer, check_exposure, server_config
 from dsonet.network.access import serving
 from dsonet.network.api import DEFAULT_MAX_BODY, create_app
 from dsonet.network.jetstream import NatsConfig, NatsTransport
 from dsonet.network.node import Node, NodeConfig
-from dsonet.network.protocol import guarded_protocol
 from dsonet.network.transport import InProcessHub
 
 
@@ -42,12 +39,9 @@ async def _serve(config: NodeConfig, nats: NatsConfig | None, host: str, port: i
     transport = await NatsTransport.connect(nats, name=f"dso-{config.data_dir.name}") if nats else InProcessHub().transport()
     node = await Node.open(config, transport)
     app = create_app(node, token=token, max_body_bytes=max_body_bytes)
-    # slow or idle clients cannot hold the node's sockets: a deadline on headers, a cap on connections
-    # that closes the slowest first (`dsonet.network.protocol`), and 5 s of keep-alive. uvicorn's own
-    # limit_concurrency is off: it counts connections still sending headers, so those could make
-    # every real request 503; requests in flight are bounded by the connection cap.
-    server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
-                                    timeout_graceful_shutdown=10, http=guarded_protocol(), timeout_keep_alive=5),
+    # slow or idle clients cannot hold the node's sockets: deadlines on headers and bodies, a cap on
+    # connections that closes the slowest first, 5 s of keep-alive (`dsonet.asgi.protocol`)
+    server = _Server(server_config(app, host, port, lifespan="on", timeout_graceful_shutdown=10),
                      f"dso node {node.node_id[:16]}")  # says "listening on" once started (docs at /docs)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -1,0 +1,151 @@
+"""Every server the package starts (`dso node start`, `dso proxy`, `dso mcp --transport http`),
+run as a user runs it with the usual fd limit of 1,024, answers a fresh client within a second
+while twice its connection cap are held by slow clients (half sending headers, half a body, a byte
+at a time, reconnecting when shed), and right after they all let go.
+
+Before (issue 24): the node, whose cap did not shed slow bodies, refused fresh clients during such
+a hold; `dso proxy` ran out of file descriptors and stopped answering for good; `dso mcp` crashed
+on EMFILE and exited."""
+
+import os
+import resource
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from dsonet.asgi.protocol import MAX_CONNECTIONS
+from dsonet.bench.proxy import free_port
+
+FD_LIMIT = 1024  # the usual `ulimit -n`
+HELD = 2 * MAX_CONNECTIONS
+HOLD_S = 4.0
+READY_S = 180
+SLOW_HEADERS = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: "
+SLOW_BODY = b"POST /health HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
+
+
+def _fd_limit() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
+
+
+class SlowClients:
+    """``n`` connections that send their request a byte a second and reconnect when the server sheds them."""
+
+    def __init__(self, port: int, n: int):
+        self.port, self.n = port, n
+        self.socks: list[socket.socket | None] = [None] * n
+        self.reconnects = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _connect(self, i: int) -> None:
+        try:
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=1)
+            s.sendall(SLOW_HEADERS if i % 2 else SLOW_BODY)
+            s.setblocking(False)
+            self.socks[i] = s
+        except OSError:
+            self.socks[i] = None
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for i, s in enumerate(self.socks):
+                if self.stop.is_set():
+                    return
+                try:
+                    if s is None:
+                        raise OSError
+                    s.send(b"a")
+                except OSError:
+                    if s is not None:
+                        s.close()
+                        self.reconnects += 1
+                    self._connect(i)
+            self.stop.wait(1.0)
+
+    def __enter__(self) -> "SlowClients":
+        for i in range(self.n):
+            self._connect(i)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        for s in self.socks:
+            if s is not None:
+                s.close()
+
+
+def _fresh(request) -> float:
+    """Seconds a new client waits for its answer (a failed or late request: the assertion says so)."""
+    t = time.perf_counter()
+    response = request(httpx.Client(timeout=5))
+    assert response.status_code < 500, response.text
+    return time.perf_counter() - t
+
+
+def _hold(cmd: list[str], port: int, request) -> tuple[list[float], list[float], int]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen([sys.executable, "-m", "dsonet.cli.main", *cmd, "--port", str(port)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=env, preexec_fn=_fd_limit)
+    try:
+        deadline = time.monotonic() + READY_S
+        while b"listening on" not in proc.stderr.readline():
+            assert proc.poll() is None and time.monotonic() < deadline, f"not ready: exit {proc.poll()}"
+        threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep its stderr flowing
+        with SlowClients(port, HELD) as slow:
+            time.sleep(1.0)
+            during = []
+            end = time.monotonic() + HOLD_S
+            while time.monotonic() < end:
+                during.append(_fresh(request))
+                time.sleep(0.5)
+            reconnects = slow.reconnects
+        after = [_fresh(request) for _ in range(3)]  # right after 1,024 connections closed at once
+        assert proc.poll() is None, f"the server exited ({proc.returncode})"
+        return during, after, reconnects
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def _served_within_a_second(during: list[float], after: list[float], reconnects: int) -> None:
+    assert reconnects > 0  # the slow clients were shed (and came back): the table really was full
+    assert max(during) < 1.0, during
+    assert max(after) < 1.0, after
+
+
+@pytest.mark.slow
+def test_dso_node_start_serves_a_fresh_client_while_twice_its_cap_are_held(tmp_path):
+    port = free_port()
+    cmd = ["node", "start", "--data-dir", str(tmp_path / "node"), "--encoder", "none", "--dim", "16",
+           "--log-level", "WARNING"]
+    _served_within_a_second(*_hold(cmd, port, lambda c: c.get(f"http://127.0.0.1:{port}/stats")))
+
+
+@pytest.mark.slow
+def test_dso_proxy_serves_a_fresh_client_while_twice_its_cap_are_held(tmp_path):
+    port = free_port()
+    cmd = ["proxy", "--upstream", "http://127.0.0.1:9/v1", "--db", str(tmp_path / "lib.sqlite"),
+           "--encoder", "wordllama"]
+    _served_within_a_second(*_hold(cmd, port, lambda c: c.get(f"http://127.0.0.1:{port}/health")))
+
+
+@pytest.mark.slow
+def test_dso_mcp_over_http_serves_a_fresh_client_while_twice_its_cap_are_held(tmp_path):
+    pytest.importorskip("mcp")
+    port = free_port()
+    cmd = ["mcp", "--transport", "http", "--db", str(tmp_path / "lib.sqlite"), "--encoder", "wordllama"]
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                  "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                             "clientInfo": {"name": "fresh", "version": "1"}}}
+    _served_within_a_second(*_hold(cmd, port, lambda c: c.post(
+        f"http://127.0.0.1:{port}/mcp", json=initialize,
+        headers={"Accept": "application/json, text/event-stream"})))
