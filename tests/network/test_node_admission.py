@@ -171,7 +171,6 @@ def test_a_serving_node_leaves_a_core_to_searches_and_restores_blas_after():
 def test_a_sender_not_yet_trusted_holds_at_most_its_share_of_the_deferred_queue(tmp_path, monkeypatch):
     from dsonet.network import node as node_module
 
-    monkeypatch.setattr(node_module, "MAX_DEFERRED_UNTRUSTED", 2)
     clock = [1_750_000_000.0]
 
     async def main():
@@ -179,6 +178,8 @@ def test_a_sender_not_yet_trusted_holds_at_most_its_share_of_the_deferred_queue(
                                                  rate_window_ms=60_000)
         flooder = NodeIdentity.from_seed(b"defer-flooder")
         now = lambda: int(clock[0] * 1000)  # noqa: E731
+        size = len(_batch(node.profile, flooder, 1, 1, now()).to_msgpack())
+        monkeypatch.setattr(node_module, "DEFERRED_KEY_BYTES", 2 * size + size // 2)  # two batches' bytes
         await _publish(sender, _batch(node.profile, flooder, 0, 1, now()))
         await hub.drained([node.durable])  # admitted once: known, not yet trusted
         for seed in range(1, 6):  # each over its row budget: held back, until its share is full

@@ -129,6 +129,9 @@ class Gate:
         horizon = now_ms - c.rate_window_ms
         mine = self._key_rows.get(batch.node_id)
         key_rows = (mine.since(horizon) if mine else 0) + self._pending_rows.get(batch.node_id, 0)
+        if c.new_key_row_limit is not None and len(batch) > c.new_key_row_limit:  # no later window would take it
+            raise AggregationError("rows", f"this batch holds {len(batch)} rows; a key under reputation {c.trusted} "
+                                   f"may send {c.new_key_row_limit} in {minutes:.0f} min: send smaller batches")
         if c.new_key_row_limit is not None and key_rows + len(batch) > c.new_key_row_limit:
             raise RateLimited(batch.node_id, f"{batch.node_id[:12]}… sent {key_rows} rows in the last {minutes:.0f} "
                               f"min; a key under reputation {c.trusted} may send {c.new_key_row_limit}, and this "

@@ -62,7 +62,8 @@ CREATE TABLE IF NOT EXISTS tombstones (id TEXT NOT NULL, signer TEXT NOT NULL, d
                                        PRIMARY KEY (id, signer));
 CREATE TABLE IF NOT EXISTS evicted (id TEXT NOT NULL, signer TEXT NOT NULL, PRIMARY KEY (id, signer));
 CREATE TABLE IF NOT EXISTS deferred (digest TEXT PRIMARY KEY, payload BLOB NOT NULL, received_ms INTEGER NOT NULL,
-                                     signer TEXT NOT NULL DEFAULT '');
+                                     signer TEXT NOT NULL DEFAULT '', bytes INTEGER NOT NULL DEFAULT 0,
+                                     share TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS outbox (digest TEXT PRIMARY KEY, subject TEXT NOT NULL, payload BLOB NOT NULL,
                                    seq INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS seen (hash TEXT PRIMARY KEY, timestamp_ms INTEGER NOT NULL);
@@ -201,8 +202,15 @@ class RowStore:
         for statement in _SCHEMA.split(";"):  # one by one: executescript would commit an open transaction
             if statement.strip():
                 self.db.execute(statement)
-        if "signer" not in self._columns("deferred"):  # files from before deferrals were counted per sender
+        deferred = self._columns("deferred")
+        if "signer" not in deferred:  # files from before deferrals were counted per sender
             self.db.execute("ALTER TABLE deferred ADD COLUMN signer TEXT NOT NULL DEFAULT ''")
+        if "bytes" not in deferred:  # ... and in bytes, against a share (`defer`)
+            self.db.execute("ALTER TABLE deferred ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0")
+            self.db.execute("ALTER TABLE deferred ADD COLUMN share TEXT NOT NULL DEFAULT ''")
+            self.db.execute("UPDATE deferred SET bytes = length(payload), share = signer")
+        self.db.execute("CREATE INDEX IF NOT EXISTS deferred_signer ON deferred (signer)")
+        self.db.execute("CREATE INDEX IF NOT EXISTS deferred_share ON deferred (share, bytes)")
 
     def _columns(self, table: str) -> list[str]:
         return [r[1] for r in self.db.execute(f"PRAGMA table_info({table})")]
@@ -416,20 +424,34 @@ class RowStore:
     def forget_seen(self, before_ms: int) -> None:
         self.db.execute("DELETE FROM seen WHERE timestamp_ms < ?", (int(before_ms),))
 
-    def defer(self, payload: bytes, received_ms: int, signer: str = "") -> None:
-        """Keep a received payload to submit again later (a known sender over its rate)."""
-        self.db.execute("INSERT OR IGNORE INTO deferred (digest, payload, received_ms, signer) VALUES (?, ?, ?, ?)",
-                        (hashlib.sha256(payload).hexdigest(), payload, int(received_ms), signer))
+    def defer(self, payload: bytes, received_ms: int, signer: str = "", share: str | None = None) -> None:
+        """Keep a received payload to submit again later (a sender over its rate); its bytes count
+        against ``share`` (default: the signer's own)."""
+        self.db.execute("INSERT OR IGNORE INTO deferred (digest, payload, received_ms, signer, bytes, share) "
+                        "VALUES (?, ?, ?, ?, ?, ?)", (hashlib.sha256(payload).hexdigest(), payload, int(received_ms),
+                                                      signer, len(payload), signer if share is None else share))
 
-    def deferred(self) -> list[tuple[str, bytes, int]]:
-        """(digest, payload, received ms) of every deferred payload, oldest first."""
-        return self.db.execute("SELECT digest, payload, received_ms FROM deferred ORDER BY received_ms").fetchall()
+    def deferred_signers(self) -> list[str]:
+        """The signers with payloads waiting, the one whose oldest has waited longest first."""
+        return [s for (s,) in self.db.execute("SELECT signer FROM deferred GROUP BY signer ORDER BY MIN(rowid)")]
+
+    def deferred(self, signer: str, after: int = 0, limit: int = 8) -> list[tuple[int, str, bytes, int]]:
+        """(position, digest, payload, received ms) of up to ``limit`` of ``signer``'s payloads past
+        position ``after``, in the order they came: a page, so the queue is never read whole."""
+        return self.db.execute("SELECT rowid, digest, payload, received_ms FROM deferred WHERE signer = ? "
+                               "AND rowid > ? ORDER BY rowid LIMIT ?", (signer, int(after), int(limit))).fetchall()
 
     def count_deferred(self, signer: str | None = None) -> int:
         """How many payloads are deferred (from ``signer`` only, if given), without reading them."""
         if signer is None:
             return self.db.execute("SELECT COUNT(*) FROM deferred").fetchone()[0]
         return self.db.execute("SELECT COUNT(*) FROM deferred WHERE signer = ?", (signer,)).fetchone()[0]
+
+    def deferred_bytes(self, share: str | None = None) -> int:
+        """The bytes deferred (against ``share`` only, if given), without reading the payloads."""
+        if share is None:
+            return self.db.execute("SELECT COALESCE(SUM(bytes), 0) FROM deferred").fetchone()[0]
+        return self.db.execute("SELECT COALESCE(SUM(bytes), 0) FROM deferred WHERE share = ?", (share,)).fetchone()[0]
 
     def undefer(self, digests: list[str]) -> None:
         self.db.executemany("DELETE FROM deferred WHERE digest = ?", [(d,) for d in digests])

@@ -345,7 +345,8 @@ class Library:
         return self.rows.deferred_signers()
 
     def deferred(self, signer: str, after: int = 0, limit: int = 8) -> list[tuple[int, str, bytes, int]]:
-        """A page of ``signer``'s held payloads past position ``after``, oldest first: (position, digest, payload, received ms)."""
+        """A page of ``signer``'s held payloads past position ``after``, oldest first:
+        (position, digest, payload, received ms)."""
         return self.rows.deferred(signer, after, limit)
 
     def count_deferred(self, signer: str | None = None) -> int:

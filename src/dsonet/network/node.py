@@ -60,10 +60,14 @@ BATCH, TOMBSTONE = "batch", "tombstone"
 MAX_PEERS = 1024
 REFERENCE_ROWS = 256  # trusted rows (own, then trusted peers') added to every round's pool (see `_round`)
 MAX_ROUND_ROWS = 4096  # a round closes early once this many rows wait
-MAX_DEFERRED = 10_000  # batches held back from known senders over their rate (see `_defer_or_reject`)
-# ... of which one sender not yet trusted may hold this many: a key admitted once cannot fill the queue
-# (an honest newcomer over its row budget waits for about one window of its own batches, not 10,000)
-MAX_DEFERRED_UNTRUSTED = 100
+# Batches held back from senders over their rate, in the library file (see `_defer_or_reject`), in
+# bytes: 5 keys once holding 500 payloads of 1.49 MB each (counted, not weighed) took 745 MB (issue 24).
+# An honest batch of 10 rows at d = 7680 is ~15 KB, so a share holds thousands of them.
+DEFERRED_BYTES = 256 * 2**20  # the whole queue; a trusted key may hold up to all of it
+DEFERRED_KEY_BYTES = 32 * 2**20  # one key admitted before, not yet trusted
+DEFERRED_NEW_KEYS_BYTES = 32 * 2**20  # all keys never admitted, together: Sybil keys share one share
+NEW_KEYS = "(new keys)"  # the share those count against
+DEFERRED_PAGE = 8  # payloads read at a time (at most 8 × 4 MiB): the queue is never read whole
 TURN_ROWS = MAX_EXPERIENCES  # rows stored per turn on the library's lock: a search waits for at most this many
 READERS = 4  # threads answering agents' calls; library calls take turns, query encoding may overlap them
 
@@ -459,37 +463,57 @@ class Node:
         self._merge()
 
     def _defer_or_reject(self, msg: Message, exc: RateLimited) -> None:
-        """A sender this node has admitted before, over its rate, is pushed back, not dropped: the
-        batch waits in the library file and is submitted again with later rounds (one not yet
-        trusted, up to `MAX_DEFERRED_UNTRUSTED` batches). A new key past its budget is dropped."""
-        peer = self.peers.get(exc.node_id)
+        """A batch over its sender's rate is held back, not dropped (a replay's backlog is no attack):
+        it waits in the library file and is submitted again with later rounds, in the order it came
+        (`_submit_deferred`). Bounded in bytes: a key admitted before holds up to `DEFERRED_KEY_BYTES`
+        (a trusted one, the whole queue), keys never admitted share `DEFERRED_NEW_KEYS_BYTES`, all
+        of them `DEFERRED_BYTES`; a batch past its share is rejected."""
+        signer, size = exc.node_id, len(msg.data)
+        peer = self.peers.get(signer)
         if peer is not None and peer.accepted > 0:
-            trusted = self.soup.reputation.get(exc.node_id) >= self.soup.config.trusted
-            with self._state:
-                room = self.library.count_deferred() < MAX_DEFERRED and (
-                    trusted or self.library.count_deferred(exc.node_id) < MAX_DEFERRED_UNTRUSTED)
-                if room:
-                    self.library.defer(msg.data, msg.timestamp_ms, exc.node_id)
+            trusted = self.soup.reputation.get(signer) >= self.soup.config.trusted
+            share, cap = signer, DEFERRED_BYTES if trusted else DEFERRED_KEY_BYTES
+        else:
+            share, cap = NEW_KEYS, DEFERRED_NEW_KEYS_BYTES
+        with self._state:
+            room = (self.library.deferred_bytes() + size <= DEFERRED_BYTES
+                    and self.library.deferred_bytes(share) + size <= cap)
             if room:
-                self.metrics.deferred_batches.inc()
-                return
-        self._reject(exc.node_id, exc)
+                self.library.defer(msg.data, msg.timestamp_ms, signer, share)
+        if room:
+            self.metrics.deferred_batches.inc()
+            return
+        self._reject(signer, exc)
 
     def _submit_deferred(self, now_ms: int) -> list[str]:
-        """Submit the held-back batches again (fresh as of when they were received); returns the
-        digests that left the queue, admitted or refused for good."""
-        done = []
+        """Submit the held-back batches again (fresh as of when they were received), each signer's in
+        the order they came, a page at a time; a signer's turn ends at its first batch still over
+        its rate (the later ones would be too, and must not overtake it), and the pass ends once the
+        round is full. Returns the digests that left the queue, admitted or refused for good."""
+        done: list[str] = []
         with self._state:
-            deferred = self.library.deferred()
-        for digest, payload, received_ms in deferred:
+            signers = self.library.deferred_signers()
+        for signer in signers:
+            after = 0
+            while self.soup.queued_rows <= MAX_ROUND_ROWS - MAX_EXPERIENCES:
+                with self._state:
+                    page = self.library.deferred(signer, after, DEFERRED_PAGE)
+                if not page or not self._resubmit(page, now_ms, done):
+                    break
+                after = page[-1][0]
+        return done
+
+    def _resubmit(self, page: list[tuple[int, str, bytes, int]], now_ms: int, done: list[str]) -> bool:
+        """One page of a signer's held-back batches into the soup; False once one is still early."""
+        for _, digest, payload, received_ms in page:
             try:
                 self.soup.submit(payload, now_ms=now_ms, received_ms=received_ms)
             except RateLimited:
-                continue  # still early
+                return False
             except (BatchError, AggregationError) as exc:
                 self._reject("deferred", exc)
             done.append(digest)
-        return done
+        return True
 
     def _drain_deferred(self) -> None:
         """A round of held-back batches alone, for when no new message comes to carry them."""
