@@ -29,3 +29,7 @@ class Reputation:
 
     def snapshot(self) -> dict[str, float]:
         return dict(self._rep)
+
+    def forget(self, node_id: str) -> None:
+        """Back to ``initial``, as a key never seen (an operator's reset; `dsonet.network.standing`)."""
+        self._rep.pop(node_id, None)
