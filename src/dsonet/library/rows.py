@@ -453,6 +453,10 @@ class RowStore:
             return self.db.execute("SELECT COALESCE(SUM(bytes), 0) FROM deferred").fetchone()[0]
         return self.db.execute("SELECT COALESCE(SUM(bytes), 0) FROM deferred WHERE share = ?", (share,)).fetchone()[0]
 
+    def drop_deferred(self, signer: str) -> int:
+        """Forget every payload ``signer`` has waiting (a banned key); returns how many."""
+        return self.db.execute("DELETE FROM deferred WHERE signer = ?", (signer,)).rowcount
+
     def undefer(self, digests: list[str]) -> None:
         self.db.executemany("DELETE FROM deferred WHERE digest = ?", [(d,) for d in digests])
 

@@ -32,6 +32,7 @@ from dsonet.codec.bitdelta import BitDeltaCodes, compress
 from dsonet.errors import BatchError
 from dsonet.experience import Experience, Provenance
 from dsonet.library.merge import Member, MergedView, MergeRule
+from dsonet.library import quarantine
 from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy, estimate_tokens
 from dsonet.library.rows import (ANY_SIGNER, COLUMN, DamagedFile, IngestResult, LibraryError, RowStore, damaged,
                                  row_code, row_experience)
@@ -90,6 +91,9 @@ class Library:
         self.profile: Profile | None = None  # known once bound to the file's profile
         try:  # reads the profile and every row's code: where the file's pages are broken, SQLite says so here
             self.profile = self._bind_profile(profile)
+            quarantine.ensure_table(self.rows.db)  # rows whose bytes were damaged are set aside, not fatal
+            quarantine.sweep(self.rows.db, self.profile)
+            self.quarantined = quarantine.count(self.rows.db)
             self.search_index = RowIndex(self.rows, self.profile, support, defer_refit=defer_merge)
         except sqlite3.DatabaseError as exc:
             self.rows.close()
@@ -490,7 +494,26 @@ class Library:
         """Index rows and scores for a unit query, best first, before merging (see `RowIndex.rank`)."""
         return self.search_index.rank(q, k, domain)
 
+    def heal(self) -> list[int]:
+        """Quarantine rows damaged since the file was opened (`dsonet.library.quarantine`) and stop
+        serving them; returns their seqs (none: the failure that called for it was not a row's)."""
+        seqs = quarantine.sweep(self.rows.db, self.profile)
+        if seqs:
+            self._view_changed(self.search_index.refresh([], seqs))
+        self.quarantined = quarantine.count(self.rows.db)
+        return seqs
+
+    def quarantine_list(self, limit: int = 1000) -> list[quarantine.Quarantined]:
+        return quarantine.listed(self.rows.db, limit)
+
+    def quarantine_drop(self, seqs: list[int] | None = None) -> int:
+        """Forget quarantined rows (all when ``seqs`` is None); returns how many."""
+        n = quarantine.drop(self.rows.db, seqs)
+        self.quarantined = quarantine.count(self.rows.db)
+        return n
+
     def stats(self) -> dict:
         return {"path": str(self.path), "profile": self.profile.to_dict(), **self.rows.counts(),
+                "quarantined": self.quarantined,
                 "clusters": len(self.view.clusters()), "tombstones": len(self.tombstones()),
                 "index_bytes": self.search_index.index.memory_bytes(), "file_bytes": self.rows.file_bytes()}

@@ -9,9 +9,10 @@
                                (min_similarity omitted: the library's calibrated threshold; an empty
                                search has retrieval_id null, and best_score says how near it came)
     POST   /outcomes           {retrieval_id, helped} -> {"recorded": n} (ids this node issued, once)
-    GET    /stats  /peers  /metrics (Prometheus text)  /health (no token needed)
+    GET    /stats  /peers  /metrics (Prometheus text)  /health (no token needed; counts quarantined rows)
+    GET    /keys, POST /keys/{id}/ban|reset, GET|DELETE /quarantine: the operator's (`dsonet.network.admin`)
 
-Every request except /health and the docs needs ``Authorization: Bearer <token>`` when the
+Every request except /health (the docs included) needs ``Authorization: Bearer <token>`` when the
 node was given a token (mandatory when it listens beyond loopback). Bodies over
 ``max_body_bytes`` are refused with 413 before they are read; bad input gets a 4xx whose
 ``detail`` names the field and what to send instead; nothing is stored.
@@ -35,6 +36,7 @@ from dsonet.errors import DsoError
 from dsonet.library import StorageError
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import UnknownRetrieval
+from dsonet.network.admin import admin_routes
 from dsonet.network.node import Node
 from dsonet.network.transport import TransportError
 
@@ -153,7 +155,10 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
     async def health() -> dict:
         problem = getattr(node.transport, "problem", "")  # e.g. the stream was deleted and made again
         return {"status": "closing" if node.closed else "degraded" if problem else "ok", "node_id": node.node_id,
+                "quarantined_rows": node.library.quarantined if node.library else 0,  # damaged, set aside
                 **({"problem": problem} if problem else {})}
+
+    app.include_router(admin_routes(node))
 
     # the token is checked, then the body's size, before the app reads a byte of the body
     return BearerToken(BodyLimit(app, max_body_bytes), token)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -47,10 +48,12 @@ from dsonet.identity import NodeIdentity
 from dsonet.library import Hit, Hits, Library, LibraryError, MergeRule
 from dsonet.library.store import DamagedFile
 from dsonet.library.merge import THETA_DUP
+from dsonet.library.quarantine import row_damage
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import Retrievals
 from dsonet.network.access import FairLock, SerialEncoder
 from dsonet.network.metrics import NodeMetrics
+from dsonet.network.standing import Banned, Bans, check_key
 from dsonet.network.tombstone import TombstoneError, decode_tombstone, make_tombstone
 from dsonet.network.transport import MSG_ID, SENDER, Message, Transport, parse_subject, subject_for
 
@@ -140,6 +143,7 @@ class Node:
         self._publish_lock = asyncio.Lock()
         self.library = None
         self.soup = None
+        self.bans: Bans | None = None  # keys the operator banned (`dsonet.network.standing`), read at open
         self.closed = False
         self.on_round: Callable[[RoundResult], None] | None = None  # sees every DeltaSoup round (benchmarks)
         self.retrievals = Retrievals()
@@ -183,6 +187,7 @@ class Node:
                                capacity=self.config.capacity, merge=MergeRule(self.config.theta_dup),
                                trust=self._trust, defer_merge=True, trusted=soup_config.trusted)
         self._pending = self.library.count_unpublished()
+        self.bans = Bans(self.library.rows)
         # replay protection outlives a restart: the batches stored within the freshness window (with
         # the gate's margin for clock skew) are refused again; older ones are stale anyway
         self._seen_pruned_ms = int(time.time() * 1000)
@@ -197,6 +202,8 @@ class Node:
         0 (its rows hidden from searches) once it has fallen under the reputation floor."""
         if signer == self.node_id:
             return 1.0
+        if self.bans is not None and signer in self.bans:
+            return 0.0
         return 0.0 if self.soup.reputation.skipped(signer) else self.soup.reputation.get(signer)
 
     async def start(self) -> None:
@@ -237,9 +244,19 @@ class Node:
         turn being stored, not for the ingest thread's queue."""
         def call():
             with self._state:
-                return fn(*args, **kwargs)
+                return self._healing(fn, *args, **kwargs)
 
         return await asyncio.get_running_loop().run_in_executor(self._readers, call)
+
+    def _healing(self, fn: Callable, *args, **kwargs):
+        """``fn``, called again once the rows damaged since open are quarantined, if that is why it
+        failed (`dsonet.library.quarantine`): the node serves the rest, without a traceback."""
+        try:
+            return fn(*args, **kwargs)
+        except (sqlite3.OperationalError, ValueError) as exc:
+            if not row_damage(exc) or not self.library.heal():
+                raise
+        return fn(*args, **kwargs)
 
     async def _aside(self, fn: Callable, *args):
         """Run work that touches no shared state (encoding, signing) on a reader thread, off the loop."""
@@ -352,6 +369,48 @@ class Node:
             await self.transport.publish(payload, subject, {SENDER: self.node_id, MSG_ID: f"tomb-{digest}"})
             await self._locked(self.library.sent, digest)
 
+    # ------------------------------------------------------------------ operator (`dsonet.network.admin`)
+
+    async def keys(self) -> list[dict]:
+        """Every key this node has heard from or banned: its reputation, batches accepted and
+        rejected, batches held back, and whether it is banned."""
+        rep, banned = self.soup.reputation, self.bans.keys
+        peers = {p.node_id: p for p in list(self.peers.values())}  # one copy: the ingest thread adds peers
+        names = sorted(set(peers) | banned)
+        held = await self._locked(lambda: {k: self.library.count_deferred(k) for k in names})
+        return [{"node_id": k, "reputation": round(rep.get(k), 4), "banned": k in banned,
+                 "accepted": peers[k].accepted if k in peers else 0, "rejected": peers[k].rejected if k in peers else 0,
+                 "deferred": held[k], "last_error": peers[k].last_error if k in peers else ""} for k in names]
+
+    async def ban(self, key: str) -> dict:
+        """Refuse a key's batches, hide its rows and drop what it has waiting (`dsonet.network.standing`)."""
+        check_key(key)
+
+        def apply() -> int:
+            self.bans.add(key)
+            return self.library.rows.drop_deferred(key)
+
+        dropped = await self._locked(apply)
+        log.warning("key %s banned by the operator: its rows hidden, %d held-back batches dropped", key[:12], dropped)
+        return {"node_id": key, "banned": True, "deferred_dropped": dropped}
+
+    async def reset(self, key: str) -> dict:
+        """Lift a key's ban and start it again from the initial reputation, its counts at zero."""
+        check_key(key)
+        lifted = await self._locked(self.bans.remove, key)
+        await self._ingest(self.soup.reputation.forget, key)  # reputation belongs to the ingest thread
+        self.peers.pop(key, None)
+        log.warning("key %s reset by the operator%s", key[:12], " (ban lifted)" if lifted else "")
+        return {"node_id": key, "banned": False, "ban_lifted": lifted, "reputation": self.soup.reputation.get(key)}
+
+    async def quarantined(self, limit: int = 1000) -> list[dict]:
+        """Rows set aside as damaged (`dsonet.library.quarantine`)."""
+        return [q.to_dict() for q in await self._locked(self.library.quarantine_list, limit)]
+
+    async def drop_quarantined(self, seqs: list[int] | None = None) -> int:
+        """Forget quarantined rows (all when ``seqs`` is None); returns how many."""
+        return await self._locked(self.library.quarantine_drop, seqs)
+
     async def stats(self) -> dict:
         lib = await self._locked(self.library.stats)
         return {"node_id": self.node_id, "profile": self.profile.to_dict(), "library": lib,
@@ -430,7 +489,16 @@ class Node:
     # ------------------------------------------------------------------ reading
 
     async def _on_messages(self, chunk: list[Message]) -> None:
-        await self._ingest(self._handle_chunk, chunk)
+        await self._ingest(self._read_chunk, chunk)
+
+    def _read_chunk(self, chunk: list[Message]) -> None:
+        try:
+            self._handle_chunk(chunk)
+        except (sqlite3.OperationalError, ValueError) as exc:  # a damaged row read while judging a round
+            with self._state:
+                if not row_damage(exc) or not self.library.heal():
+                    raise
+            self._handle_chunk(chunk)
 
     def _handle_chunk(self, chunk: list[Message]) -> None:
         """Runs on the ingest thread: verify every batch into the soup; a tombstone first closes
@@ -443,6 +511,9 @@ class Node:
             if msg.headers.get(SENDER) == self.node_id:
                 continue  # our own message: its experiences are in the library already
             self.metrics.received.inc()
+            if msg.headers.get(SENDER, "") in self.bans:  # a header naming a banned key drops only its own message
+                self._reject(msg.headers[SENDER], Banned(msg.headers[SENDER]))
+                continue
             subject = parse_subject(msg.subject)
             if subject is not None and subject.kind == TOMBSTONE:
                 self._round(msg.timestamp_ms)
@@ -572,6 +643,9 @@ class Node:
     def _store(self, batch: CompressedBatch, keep: np.ndarray, floats: list | None = None) -> None:
         """One admitted batch into the library, in its own transaction (the caller holds the lock);
         ``floats``: our encodings of its admitted rows (`_encode_admitted`)."""
+        if batch.node_id in self.bans:  # the verified signer: a ban holds whatever a header claims
+            self._reject(batch.node_id, Banned(batch.node_id))
+            return
         try:
             ingested = self.library.ingest(batch, keep, vectors=floats)
         except (LibraryError, BatchError) as exc:
