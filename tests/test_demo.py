@@ -1,5 +1,5 @@
 """The main job: the Fleet seam, the report's statistics, and the whole demo end to end, shrunk
-(real SmolLM2, real encoder, real codec, signatures and DeltaSoup)."""
+(real SmolLM2, real sandbox, real encoder, real codec, signatures and DeltaSoup)."""
 
 import asyncio
 import json
@@ -11,12 +11,12 @@ import pytest
 
 from dsonet.demo import DemoConfig, Fleet, format_report, run_demo
 from dsonet.demo import adversary
-from dsonet.demo.agents import Answers, split_tasks
-from dsonet.sim.nodes import running
 from dsonet.demo.report import conditions
 from dsonet.experience import Experience, Provenance
+from dsonet.learn.evaluate import Run
 from dsonet.library import Hit
 from dsonet.sim.attacks import Forgery
+from dsonet.sim.nodes import running
 
 LESSON = "When fractions have different denominators, rewrite them over the least common multiple."
 NATS = pytest.param("nats", marks=[pytest.mark.slow, pytest.mark.nats])
@@ -33,37 +33,34 @@ def test_demo_refuses_a_workdir_that_already_holds_nodes(tmp_path):
         asyncio.run(run_demo(DemoConfig(nodes=3, byzantine=1, workdir=tmp_path), echo=lambda _: None))
 
 
-@pytest.mark.parametrize("task", ["letter_counting", "rg:chain_sum"])
-def test_training_slices_and_held_out_tasks_never_share_a_question(task):
-    tasks, train, validation, held_out = split_tasks(task, train_slices=6, train_per_slice=2, eval_tasks=60, seed=0,
-                                                     validation=12)
-
-    questions = [t.question for s in (*train, validation, held_out) for t in s.tasks]
-    assert [len(s.tasks) for s in train] == [2] * 6 and len(validation.tasks) == 12 and len(held_out.tasks) == 60
-    assert len(set(questions)) == 84 == len(tasks.tasks)
+def test_demo_refuses_more_facts_than_drift_has():
+    with pytest.raises(Exception, match="facts: 999"):
+        DemoConfig(facts=999)
 
 
-def test_conditions_are_paired_with_the_answers_without_lessons():
-    def answers(correct, lessons, parsed=(True, True, True, True)):
-        return Answers(np.array(correct, float), np.array(parsed), lessons, [[]] * 4, [""] * 4, 0)
+def test_conditions_count_change_facts_only_and_pair_each_half_run_with_its_own_tasks():
+    def run(correct, hits, texts=None):
+        n = len(correct)
+        return Run(np.array(correct, float), np.ones(n, bool), np.array([bool(h) for h in hits]),
+                   texts or ["r = x.sum()"] * n, hits, 0, 0.0)
 
     attacker, honest = "b" * 64, "a" * 64
 
     def hit(node_id):
-        return Hit(Experience(LESSON, "math", 0.5, Provenance(node_id)), 0.7)
+        return [Hit(Experience(LESSON, "code.python", 0.5, Provenance(node_id)), 0.7)]
 
-    rows = conditions({"without": answers([0, 0, 1, 1], [[], [], [], []]),
-                       "poisoned": answers([1, 0, 1, 0], [[hit(honest)], [hit(attacker)], [], [hit(honest), hit(attacker)]],
-                                           parsed=(True, False, True, True))},
-                      attackers={attacker})
+    # six held-out tasks, the last a control; the half runs answer tasks 0, 1 and 5
+    runs = {"without": run([0, 0, 1, 1, 1, 1], [[]] * 6),
+            "fleet": run([1, 0, 1, 1, 1, 0], [hit(honest), [], [], [], [], hit(honest)]),
+            "poisoned": run([1, 1, 0], [hit(attacker), hit(honest), hit(attacker)], texts=["r = 1", "I cannot tell.", "r = 2"])}
 
-    without, poisoned = rows
-    assert (without.accuracy, without.minus_without, without.coverage) == (0.5, 0.0, 0.0)
-    assert poisoned.accuracy == 0.5 and poisoned.minus_without == 0.0
-    assert poisoned.coverage == 0.75 and poisoned.from_attackers == 0.5
-    assert (without.parse_failures, poisoned.parse_failures) == (0, 1)
-    assert poisoned.minus_without_ci95[0] < 0 < poisoned.minus_without_ci95[1]  # one task gained, one lost
-    assert without.wilson95[0] < 0.5 < without.wilson95[1]
+    without, fleet, poisoned = conditions(runs, half=[0, 1, 5], control=[False] * 5 + [True], attackers={attacker})
+
+    assert (without.n, without.accuracy, without.coverage) == (5, 0.6, 0.0)
+    assert (fleet.n, fleet.accuracy, fleet.minus_without, fleet.coverage) == (5, 0.8, 0.2, 0.2)
+    assert (poisoned.n, poisoned.accuracy, poisoned.minus_without) == (2, 1.0, 1.0)  # without got 0 of tasks 0 and 1
+    assert poisoned.from_attackers == 0.5 and (poisoned.no_code, fleet.no_code) == (1, 0)
+    assert fleet.minus_without_ci95[0] >= 0 and without.wilson95[0] < 0.6 < without.wilson95[1]
 
 
 @pytest.mark.parametrize("kind", ["in-process", NATS])
@@ -97,31 +94,44 @@ def test_a_fleet_shares_a_lesson_and_refuses_a_forged_batch(tmp_path, kind):
         assert sum(p["rejected"] for p in state.peers) == 1
 
 
-@pytest.mark.slow
-def test_small_fleet_learns_shares_and_keeps_every_attack_but_poison_out(tmp_path):
-    config = DemoConfig(nodes=4, byzantine=1, train_per_node=2, eval_tasks=4, rollouts=3, max_tokens=24,
-                        llm_model="smollm2", workdir=tmp_path)
-    report = asyncio.run(run_demo(config, echo=lambda _: None))
+# SmolLM2 answers (fast, ~0 on drift: a plumbing test); the 0.5B writes lessons (SmolLM2 on transformers
+# takes minutes to read a reflection prompt on two cores)
+SMALL = dict(facts=1, train_per_fact=1, eval_per_fact=4, eval_per_control=1, feedback_tasks=2, rollouts=2,
+             candidates=1, gate_items=1, max_tokens=32, llm_model="smollm2", reflector="qwen2.5-coder-0.5b")
 
-    assert report.fleet == "in-process" and report.n_eval == 4
+
+@pytest.mark.slow
+def test_small_fleet_learns_drift_shares_and_keeps_every_attack_but_poison_out(tmp_path):
+    report = asyncio.run(run_demo(DemoConfig(nodes=4, byzantine=1, workdir=tmp_path, **SMALL), echo=lambda _: None))
+
+    assert report.fleet == "in-process"
     assert [n.role for n in report.nodes].count("honest") == 3
-    attacks = {a.name: a for a in report.attacks}
-    assert {"hijack", "random_signs", "forgery", "poison"} <= set(attacks)
-    assert all(a.held_by_honest_libraries == 0 for name, a in attacks.items() if name != "poison")
-    assert attacks["poison"].experiences_sent == len(adversary.wrong_lessons("reasoning.letter_counting")) == 3
-    attacker = next(n for n in report.nodes if n.role != "honest")
-    assert attacker.produced > 0 and attacker.published_bytes > 0 and attacker.batches_rejected > 0
-    assert [c.name for c in report.conditions] == ["without", "own", "fleet", "poisoned"]
+    assert [c.name for c in report.conditions] == ["without", "own", "fleet", "poisoned", "after_feedback"]
+    assert [c.n for c in report.conditions] == [4, 3, 4, 3, 3] and report.controls["n"] == 1
     for c in report.conditions:
         assert c.wilson95[0] <= c.accuracy <= c.wilson95[1]
         assert c.minus_without_ci95[0] - 1e-9 <= c.minus_without <= c.minus_without_ci95[1] + 1e-9
     assert report.condition("without").coverage == 0.0
-    assert report.learning.rollouts == 3 * 2 * 3
+    assert sum(report.ran["without"].values()) == sum(report.ran["fleet"].values()) == 5  # every reply was run
+    assert report.learning.rollouts == 2 * 2  # G x the two training instances (a change fact and a control)
+    attacks = {a.name: a for a in report.attacks}
+    assert {"hijack", "random_signs", "forgery", "poison"} <= set(attacks)
+    assert all(a.held_by_honest_libraries == 0 for name, a in attacks.items() if name != "poison")
+    assert attacks["poison"].experiences_sent == len(report.poison.rows) == 1  # the change fact's wrong lesson
+    for node in report.poison.nodes:  # every honest node admitted it, and says whether it dropped it and why
+        [signer] = node.signers
+        assert signer.name == "byz0" and node.held == 1 and signer.rows == ["p1"]
+        assert node.dropped == (signer.rows if signer.dropped else [])
+        assert signer.dropped == (signer.reputation < report.poison.floor)
+    assert len(report.feedback["passed"]) == 3
+    attacker = next(n for n in report.nodes if n.role != "honest")
+    assert attacker.produced > 0 and attacker.published_bytes > 0 and attacker.batches_rejected > 0
     if report.fidelity.n:
         assert report.fidelity.cosine_mean > 0.5  # rotated BitDelta in the Zen space keeps ~0.7-0.9
     assert json.loads(json.dumps(report.to_dict()))["conditions"][0]["name"] == "without"
     text = format_report(report)
-    assert "Held-out accuracy" in text and "Attacks" in text and "fleet + poison" in text
+    for section in ("Learning", "Attacks", "Poison", "Feedback", "Held-out accuracy", "after feedback"):
+        assert section in text
 
 
 @pytest.mark.slow
@@ -129,16 +139,16 @@ def test_small_fleet_learns_shares_and_keeps_every_attack_but_poison_out(tmp_pat
 def test_the_same_fleet_runs_as_node_processes_over_a_nats_cluster(tmp_path):
     if shutil.which("nats-server") is None:
         pytest.skip("nats-server is not on PATH: `make test` installs it (apt-get install nats-server)")
-    config = DemoConfig(nodes=3, byzantine=1, train_per_node=2, eval_tasks=2, rollouts=3, max_tokens=24,
-                        llm_model="smollm2", nats=True, workdir=tmp_path)
+    config = DemoConfig(nodes=3, byzantine=1, nats=True, workdir=tmp_path, **SMALL)
     report = asyncio.run(run_demo(config, echo=lambda _: None))
 
-    assert report.fleet == "nats" and report.n_eval == 2
+    assert report.fleet == "nats"
     assert [n.role for n in report.nodes].count("honest") == 2
     assert all(a.held_by_honest_libraries == 0 for a in report.attacks if a.name != "poison")
     attacker = next(n for n in report.nodes if n.role != "honest")
     assert attacker.batches_rejected >= 2  # its forged batch, refused by both honest node processes
-    assert [c.name for c in report.conditions] == ["without", "own", "fleet", "poisoned"]
+    assert len(report.feedback["passed"]) == 2 and len(report.poison.nodes) == 2
+    assert [c.name for c in report.conditions] == ["without", "own", "fleet", "poisoned", "after_feedback"]
     pids = [p.read_text().strip() for p in (tmp_path / "nats").glob("*.pid")]
     assert not any(pid and _alive(int(pid)) for pid in pids)  # the cluster is down
 

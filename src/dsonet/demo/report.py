@@ -8,43 +8,48 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from dsonet.aggregate import DeltaSoupConfig
+from dsonet.bench.drift import hidden
 from dsonet.codec import Profile, bytes_per_vector, decode
 from dsonet.demo.adversary import Sent
-from dsonet.demo.agents import Answers, Learned
-from dsonet.sim.nodes import NodeState, is_batch
-from dsonet.learn.evaluate import paired_bootstrap, wilson
+from dsonet.learn.drift import extract_code
+from dsonet.learn.evaluate import Run, paired_bootstrap, wilson
 from dsonet.network.transport import SENDER, Message
+from dsonet.sim.attacks import SimNode
+from dsonet.sim.nodes import NodeState, is_batch
 
 CONDITIONS = {  # name -> what the held-out prompts carried
     "without": "without lessons",
     "own": "the node's own lessons",
     "fleet": "the fleet's lessons",
     "poisoned": "fleet + poison",
+    "after_feedback": "fleet + poison, after feedback",
 }
 
 
 @dataclass(frozen=True)
 class Condition:
     name: str  # a key of CONDITIONS
+    n: int  # held-out change-fact tasks answered (controls apart)
     accuracy: float
     wilson95: tuple[float, float]
-    minus_without: float  # paired: same tasks, prompts and seeds
+    minus_without: float  # paired: the same tasks, answered by the same node without lessons
     minus_without_ci95: tuple[float, float]  # paired bootstrap over tasks
-    coverage: float  # share of held-out prompts that received lessons
-    from_attackers: float  # share of held-out prompts that received a Byzantine node's lesson
-    parse_failures: int  # replies that stated no answer of the task's kind
+    coverage: float  # share of the prompts that received lessons
+    from_attackers: float  # share of the prompts that received a Byzantine node's lesson
+    no_code: int  # replies with no line of Python in them (`drift.extract_code` finds none)
 
 
 @dataclass(frozen=True)
 class Learning:
     rollouts: int
-    mean_reward: float
+    mean_reward: float  # share of the practice attempts that passed
     groups: int
     mixed_groups: int
     proposals: int
     skipped: int  # LLM outputs that were not a usable lesson or operation
-    gated_out: int  # candidates that lowered accuracy on the validation slice, refused
-    kept: int  # lessons added or rewritten, all nodes together
+    gated_out: int  # candidates that fixed no validation task, refused
+    kept: int  # lessons in the honest libraries after learning, all nodes together
     tokens: int
 
 
@@ -63,13 +68,16 @@ class Injected:
 
 @dataclass(frozen=True)
 class Example:
-    condition: str
-    node: str  # the node that answered
+    """A held-out task that failed without lessons and passed with the fleet's."""
+
+    node: str  # the node whose agent answered
+    fact: str
     question: str
-    lessons: list[Injected]
-    chat: list[dict]  # the messages the LLM was sent
-    response: str
-    correct: bool
+    without: str  # the reply without lessons
+    without_error: str  # what running it showed
+    lessons: list[Injected]  # what the fleet's library gave the same prompt
+    fleet: str  # the reply with them, which passed
+    from_peer: bool  # a lesson another node learned was among them
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,42 @@ class AttackRow:
     name: str
     experiences_sent: int
     held_by_honest_libraries: int  # summed over the honest nodes
+
+
+@dataclass(frozen=True)
+class PoisonRow:
+    id: str  # p1, p2... in the order of the wire
+    signer: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Signer:
+    """One Byzantine signer as one honest node sees it at the end."""
+
+    name: str
+    rows: list[str]  # ids of its poison rows the node holds
+    reputation: float  # the node's DeltaSoup reputation of the signer (starts at 0.5)
+    helped: int  # outcomes its agent reported on tasks where the signer's lessons were given: passed
+    harmful: int  # ... failed
+    dropped: bool  # reputation under the floor: every row it signed is hidden from the node's searches
+
+
+@dataclass(frozen=True)
+class NodePoison:
+    node: str
+    held: int  # poison rows in its library
+    dropped: list[str]  # ids of the ones hidden
+    signers: list[Signer]
+
+
+@dataclass(frozen=True)
+class Poison:
+    floor: float  # DeltaSoup's reputation floor
+    rows: list[PoisonRow]
+    nodes: list[NodePoison]
+    poison_rows_hidden: float  # the least share over the honest nodes
+    honest_rows_hidden: float  # the most share of honest peers' rows hidden over the honest nodes
 
 
 @dataclass(frozen=True)
@@ -113,13 +157,16 @@ class Fidelity:
 class DemoReport:
     config: dict
     fleet: str  # "in-process" or "nats"
-    n_eval: int
     conditions: list[Condition]
+    controls: dict  # held-out tasks whose API did not change: n, accuracy without and with the fleet's lessons
+    ran: dict[str, dict[str, int]]  # per full condition, what running each held-out reply showed (`ran`)
     learning: Learning
-    lessons: list[Lesson]  # a few of the lessons learned
-    example: Example | None  # one held-out prompt with the lessons injected into it
+    lessons: list[Lesson]  # every lesson the honest nodes kept
+    example: Example | None
     nodes: list[NodeRow]
     attacks: list[AttackRow]
+    poison: Poison
+    feedback: dict  # tasks per node, share passed per node, outcomes reported per node
     wire: Wire
     fidelity: Fidelity
     seconds: dict[str, float]
@@ -134,48 +181,80 @@ class DemoReport:
 # ---------------------------------------------------------------------------- building the records
 
 
-def conditions(answers: dict[str, Answers], attackers: set[str]) -> list[Condition]:
-    """One row per condition; differences are paired with the condition without lessons."""
-    base = answers["without"].correct
+def conditions(runs: dict[str, Run], half: list[int], control: list[bool], attackers: set[str]) -> list[Condition]:
+    """One row per condition on its change-fact tasks (every held-out task, or the ``half`` rows),
+    paired with the condition without lessons on the same tasks."""
+    change = ~np.asarray(control, bool)
     out = []
-    for name, a in answers.items():
-        from_attackers = [any(h.experience.provenance.node_id in attackers for h in hits) for hits in a.lessons]
+    for name, run in runs.items():
+        rows = np.arange(change.size) if len(run.correct) == change.size else np.asarray(half)
+        mask = change[rows]
+        correct, base = run.correct[mask], runs["without"].correct[rows][mask]
+        hits = [h for h, m in zip(run.hits, mask) if m]
+        from_attackers = [any(h.experience.provenance.node_id in attackers for h in hs) for hs in hits]
         out.append(Condition(
-            name, _r(a.correct.mean()), _r2(wilson(float(a.correct.sum()), len(a.correct))),
-            _r(a.correct.mean() - base.mean()), _r2(paired_bootstrap(a.correct, base)),
-            _r(np.mean([bool(hits) for hits in a.lessons])), _r(np.mean(from_attackers)), int((~a.parsed).sum())))
+            name, int(mask.sum()), _r(correct.mean()), _r2(wilson(float(correct.sum()), int(mask.sum()))),
+            _r(correct.mean() - base.mean()), _r2(paired_bootstrap(correct, base)), _r(run.injected[mask].mean()),
+            _r(np.mean(from_attackers)), sum(not extract_code(t) for t, m in zip(run.texts, mask) if m)))
     return out
 
 
-def learning(learned: Learned) -> Learning:
-    rewards = [r for n in learned.nodes for r in n.rewards]
-    return Learning(len(rewards), _r(np.mean(rewards)) if rewards else 0.0, sum(n.groups for n in learned.nodes),
-                    sum(n.mixed_groups for n in learned.nodes), sum(n.proposals for n in learned.nodes),
-                    sum(n.skipped for n in learned.nodes), sum(n.gated_out for n in learned.nodes),
-                    sum(len(n.kept) for n in learned.nodes), learned.tokens)
+def controls(runs: dict[str, Run], control: list[bool]) -> dict:
+    """Tasks on APIs that did not change: lessons should not break them."""
+    mask = np.asarray(control, bool)
+    return {"n": int(mask.sum()), **{name: _r(runs[name].correct[mask].mean()) if mask.any() else None
+                                     for name in ("without", "fleet")}}
 
 
-def lessons(learned: Learned, names: list[str], count: int = 5) -> list[Lesson]:
-    """Up to ``count`` lessons: every node's first before any node's second."""
-    ranked = sorted((i, node) for node, n in enumerate(learned.nodes) for i in range(len(n.kept)))
-    return [Lesson(names[node], learned.nodes[node].kept[i]) for i, node in ranked[:count]]
+def ran(held, runs: dict[str, Run]) -> dict[str, dict[str, int]]:
+    """What running the replies in the sandbox showed, without lessons and with the fleet's: passed,
+    the exception's name, a wrong value, or no code."""
+    def kind(feedback: str) -> str:
+        if feedback == "r is correct":
+            return "passed"
+        if feedback.startswith("r = "):
+            return "wrong value"
+        if feedback.startswith("no Python code"):
+            return "no code"
+        return feedback.split(":")[0].split()[0] if feedback.strip() else "error"
+
+    return {name: dict(Counter(kind(held.explain(t, text)) for t, text in zip(held.tasks, runs[name].texts))
+                       .most_common()) for name in ("without", "fleet")}
 
 
-def example(answers: dict[str, Answers], held_out, names: dict[str, str], honest: list[str]) -> Example | None:
-    """The first held-out prompt that carried lessons, in the most shared condition that gave any."""
-    for condition in ("poisoned", "fleet", "own"):
-        a = answers.get(condition)
-        for i, hits in enumerate(a.lessons if a else []):
-            if hits:
-                task = held_out.tasks[i]
-                injected = [Injected(names.get(h.experience.provenance.node_id, "unknown"), round(h.score, 3),
-                                     h.experience.text) for h in hits]
-                return Example(condition, names[honest[i % len(honest)]], task.question, injected, a.chats[i],
-                               a.responses[i], bool(a.correct[i]))
-    return None
+def learning(learned: list[dict]) -> Learning:
+    rollouts = sum(n["rollouts"] for n in learned)
+    reward = sum(n["mean_reward"] * n["rollouts"] for n in learned) / rollouts if rollouts else 0.0
+    return Learning(rollouts, _r(reward), sum(n["groups"] for n in learned), sum(n["mixed_groups"] for n in learned),
+                    sum(n["proposals"] for n in learned), sum(n["skipped"] for n in learned),
+                    sum(n["gated_out"] for n in learned), sum(len(n["lessons"]) for n in learned),
+                    sum(n["tokens"] for n in learned))
 
 
-def node_rows(names: dict[str, str], learned: Learned, final: list[NodeState], wire: list[Message],
+def lessons(learned: list[dict], names: list[str]) -> list[Lesson]:
+    return [Lesson(names[n["node"]], text) for n in learned for text in n["lessons"]]
+
+
+def example(held, runs: dict[str, Run], honest: list[str], names: dict[str, str]) -> Example | None:
+    """The first held-out task that failed without lessons and passed with the fleet's, preferring
+    one where a lesson another node learned was in the prompt."""
+    found = []
+    for i, task in enumerate(held.tasks):
+        hits = runs["fleet"].hits[i]
+        if runs["without"].correct[i] < 1 and runs["fleet"].correct[i] >= 1 and hits:
+            peer = any(h.experience.provenance.node_id != honest[i % len(honest)] for h in hits)
+            found.append((not peer, i, peer))
+    if not found:
+        return None
+    _, i, peer = min(found)
+    task, without = held.tasks[i], runs["without"].texts[i]
+    lessons = [Injected(names.get(h.experience.provenance.node_id, "unknown"), round(h.score, 3), h.experience.text)
+               for h in runs["fleet"].hits[i]]
+    return Example(names[honest[i % len(honest)]], task.entry["fact"], task.question, without,
+                   held.explain(task, without), lessons, runs["fleet"].texts[i], peer)
+
+
+def node_rows(names: dict[str, str], learned: list[dict], final: list[NodeState], wire: list[Message],
               sent: list[Sent]) -> list[NodeRow]:
     holders = {s.node_id: Counter(e.provenance.node_id for e in s.experiences) for s in final}
     rejected = Counter()
@@ -189,11 +268,9 @@ def node_rows(names: dict[str, str], learned: Learned, final: list[NodeState], w
         others = [held[node_id] for holder, held in holders.items() if holder != node_id]
         return round(float(np.mean(others)), 2) if others else 0.0
 
-    rows = []
-    for state, n in zip(final, learned.nodes):
-        rows.append(NodeRow(names[state.node_id], state.node_id, "honest", len(n.kept), sent_bytes[state.node_id],
-                            admitted_elsewhere(state.node_id), rejected[state.node_id],
-                            _r(np.mean(n.rewards)) if n.rewards else None))
+    rows = [NodeRow(names[state.node_id], state.node_id, "honest", len(n["lessons"]), sent_bytes[state.node_id],
+                    admitted_elsewhere(state.node_id), rejected[state.node_id], n["mean_reward"])
+            for state, n in zip(final, learned)]
     for node_id in dict.fromkeys(s.node_id for s in sent):
         mine = [s for s in sent if s.node_id == node_id]
         rows.append(NodeRow(names[node_id], node_id, "+".join(sorted({s.attack for s in mine})),
@@ -215,6 +292,33 @@ def attack_rows(sent: list[Sent], final: list[NodeState]) -> list[AttackRow]:
         rows.append(AttackRow(name, sum(s.experiences for s in sent if s.attack == name),
                               sum(1 for e in held if e.text in texts)))
     return rows
+
+
+def poison_rows(final: list[NodeState], byz: list[SimNode], names: dict[str, str], outcomes: list[Counter],
+                sent: list[Sent], floor: float = DeltaSoupConfig().rep_floor) -> Poison:
+    """Which poison rows each honest node holds and hides, and why: its reputation of their signer,
+    moved by the outcomes its agent reported, is under the floor."""
+    rows = [PoisonRow(f"p{j + 1}", names[s.node_id], text) for j, (s, text) in
+            enumerate((s, t) for s in sent if s.attack == "poison" for t in sorted(s.texts))]
+    row_id = {(r.signer, r.text): r.id for r in rows}
+    nodes = []
+    for state, counts in zip(final, outcomes):
+        rep = {p["node_id"]: p["reputation"] for p in state.peers}
+        signers = []
+        for b in byz:
+            mine = sorted({row_id[b.name, e.text] for e in state.experiences
+                           if e.provenance.node_id == b.node_id and (b.name, e.text) in row_id}, key=_row_order)
+            reputation = rep.get(b.node_id, DeltaSoupConfig().rep_initial)
+            signers.append(Signer(b.name, mine, round(reputation, 4), counts[b.node_id, True],
+                                  counts[b.node_id, False], reputation < floor))
+        nodes.append(NodePoison(names[state.node_id], sum(len(s.rows) for s in signers),
+                                sorted((r for s in signers if s.dropped for r in s.rows), key=_row_order), signers))
+    summary = hidden(final, {b.node_id for b in byz}, floor)
+    return Poison(floor, rows, nodes, summary["poison_rows_hidden"], summary["honest_rows_hidden"])
+
+
+def _row_order(row: str) -> int:
+    return int(row[1:])
 
 
 def wire_and_fidelity(wire: list[Message], honest: set[str], profile: Profile, encoder) -> tuple[Wire, Fidelity]:
@@ -253,10 +357,19 @@ def format_report(report: DemoReport) -> str:
                               ["name", "node_id", "role", "produced", "published_bytes", "admitted_elsewhere",
                                "batches_rejected", "mean_reward"]))
     ln = report.learning
-    lines += ["", f"== Learning == {ln.rollouts} rollouts, mean reward {ln.mean_reward:.2f}, {ln.mixed_groups}/"
-              f"{ln.groups} groups with mixed rewards, {ln.proposals} proposals, {ln.skipped} malformed LLM outputs "
-              f"skipped, {ln.gated_out} refused by the validation gate, {ln.kept} lessons kept, {ln.tokens:,} tokens"]
+    lines += ["", f"== Learning == {ln.rollouts} attempts run in the sandbox, {100 * ln.mean_reward:.0f}% passed; "
+              f"{ln.proposals} lessons proposed on {ln.groups} tasks, {ln.skipped} malformed, {ln.gated_out} refused "
+              f"by the execution gate (fixed no validation task), {ln.kept} kept; {ln.tokens:,} tokens"]
     lines += [f"  {lesson.node}: {lesson.text}" for lesson in report.lessons]
+    if report.example is not None:
+        ex = report.example
+        lines += ["", f"== One held-out task ({ex.fact}), answered by {ex.node}'s agent ==",
+                  *[f"    | {line}" for line in ex.question.splitlines()],
+                  f"  without lessons: {ex.without.strip()!r}", f"    -> failed: {ex.without_error}",
+                  "  the fleet's library gave the same prompt:"]
+        lines += [f"    {i.score:+.3f} [{i.source}{'' if i.source == ex.node else ', a peer'}] {i.text}"
+                  for i in ex.lessons]
+        lines += [f"  with them: {ex.fleet.strip()!r}", "    -> passed"]
     w = report.wire
     lines += ["", f"== Wire == {w.honest_batches} honest batches, {w.honest_bytes:,} bytes: {w.bytes_per_experience:.0f} "
               f"B per experience on the wire (msgpack: text, code, signature and framing); the code itself is "
@@ -268,34 +381,56 @@ def format_report(report: DemoReport) -> str:
                      f"mean {f.cosine_mean:.3f}, min {f.cosine_min:.3f}")
     lines += ["", "== Attacks == experiences sent -> held by honest libraries (summed over nodes)"]
     for a in report.attacks:
-        note = ("   well-formed by design: wrong lessons, honestly encoded and signed; what they do to accuracy "
-                "is below") if a.name == "poison" else ""
+        note = ("   well-formed by design: wrong lessons, honestly encoded and signed; only outcomes tell them "
+                "apart (below)") if a.name == "poison" else ""
         lines.append(f"  {a.name:<14} {a.experiences_sent:>4} -> {a.held_by_honest_libraries}{note}")
-    if report.example is not None:
-        ex = report.example
-        lines += ["", f"== One held-out prompt, {CONDITIONS[ex.condition]}, answered by {ex.node} =="]
-        lines += [f"  {i.score:+.3f} [{i.source}] {i.text}" for i in ex.lessons]
-        for message in ex.chat:
-            lines += [f"  {message['role']}:"] + [f"    | {line}" for line in message["content"].splitlines()]
-        lines += [f"  answer ({'right' if ex.correct else 'wrong'}): {ex.response[:200]!r}"]
-    lines += ["", f"== Held-out accuracy == {report.n_eval} tasks, greedy, the same prompts in every condition but "
-              "for the lessons; task i is answered by honest node i mod H"]
+    lines += _poison_lines(report.poison)
+    fb = report.feedback
+    lines += ["", f"== Feedback == {fb['tasks_per_node']} practice tasks per honest node: passed "
+              + ", ".join(f"{100 * p:.0f}%" for p in fb["passed"]) + "; lesson outcomes reported "
+              + ", ".join(map(str, fb["outcomes_reported"]))]
+    lines += ["", "== Held-out accuracy == change facts only, greedy, the same prompts in every condition but for the "
+              "lessons; task i is answered by honest node i mod H; own, poisoned and after feedback on every other "
+              "block of H tasks, each paired with 'without' on its own tasks"]
     lines.append(format_table([_condition_row(c) for c in report.conditions],
-                              ["condition", "accuracy", "Wilson 95%", "minus without", "paired 95% CI", "coverage",
-                               "attacker lessons", "parse failures"]))
+                              ["condition", "n", "accuracy", "Wilson 95%", "minus without", "paired 95% CI",
+                               "coverage", "attacker lessons", "no code"]))
+    c = report.controls
+    if c["n"]:
+        lines.append(f"  controls (APIs that did not change, n = {c['n']}): without {_pct(c['without'])}, "
+                     f"with the fleet's lessons {_pct(c['fleet'])}")
+    lines += ["  what running the replies showed: " + "; ".join(
+        f"{name}: " + ", ".join(f"{k} {v}" for k, v in kinds.items()) for name, kinds in report.ran.items())]
     lines += ["  coverage: share of prompts that received lessons; attacker lessons: share that received one from "
-              "a Byzantine node; parse failures: replies that stated no answer.",
-              "  paper (federated §9): isolated 18.2%, fleet 23.7%, at f = N/3 22.0% — a different task and model.",
+              "a Byzantine node; no code: replies with no line of Python.",
               "", "Seconds: " + ", ".join(f"{k} {v}" for k, v in report.seconds.items())]
     return "\n".join(lines)
 
 
+def _poison_lines(p: Poison) -> list[str]:
+    lines = ["", f"== Poison == {len(p.rows)} wrong lessons; an honest node hides every row of a signer whose "
+             f"reputation (0.5 at first, x0.9 + 0.1 per outcome, 1 helped / 0 harmed) falls under {p.floor}"]
+    lines += [f"  {r.id:>4} [{r.signer}] {r.text[:110]}{'...' if len(r.text) > 110 else ''}" for r in p.rows]
+    for node in p.nodes:
+        lines.append(f"  {node.node}: holds {node.held}, dropped {len(node.dropped)}"
+                     + (f" ({', '.join(node.dropped)})" if node.dropped else ""))
+        for s in node.signers:
+            why = (f"{s.harmful} harmful and {s.helped} helpful outcomes" if s.harmful + s.helped
+                   else "no outcome reported on its lessons")
+            verdict = f"dropped: reputation {s.reputation:.3f} < {p.floor}" if s.dropped else \
+                f"kept: reputation {s.reputation:.3f} >= {p.floor}"
+            lines.append(f"      {s.name}'s {len(s.rows)} rows {verdict}, after {why} on {node.node}'s tasks")
+    lines.append(f"  poison rows hidden (least over honest nodes) {100 * p.poison_rows_hidden:.0f}%, honest peers' rows "
+                 f"hidden (most) {100 * p.honest_rows_hidden:.0f}%")
+    return lines
+
+
 def _condition_row(c: Condition) -> dict:
     first = c.name == "without"
-    return {"condition": CONDITIONS[c.name], "accuracy": _pct(c.accuracy), "Wilson 95%": _span(c.wilson95),
+    return {"condition": CONDITIONS[c.name], "n": c.n, "accuracy": _pct(c.accuracy), "Wilson 95%": _span(c.wilson95),
             "minus without": "" if first else f"{100 * c.minus_without:+.1f} pts",
             "paired 95% CI": "" if first else _span(c.minus_without_ci95, "+"), "coverage": _pct(c.coverage),
-            "attacker lessons": _pct(c.from_attackers), "parse failures": c.parse_failures}
+            "attacker lessons": _pct(c.from_attackers), "no code": c.no_code}
 
 
 def _pct(x: float) -> str:

@@ -1,34 +1,54 @@
-"""`run_demo`: the demo's steps, top to bottom."""
+"""`run_demo`: the demo's steps, top to bottom.
+
+The story is `dso bench learn --family drift`'s (`dsonet.bench.drift`), on one learning seed and
+sized for ten minutes on two cores: honest coding agents each practise on their own facts about
+the installed libraries, share what they learned, are attacked and poisoned, and report the
+outcomes of the lessons they use, which is how they stop trusting the poisoners.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
-from dsonet.demo import adversary, agents, report
-from dsonet.demo.agents import Echo
-from dsonet.sim.nodes import running
+from dsonet.bench import drift as scenario
+from dsonet.demo import adversary, report
 from dsonet.demo.report import DemoReport
 from dsonet.errors import DsoError
+from dsonet.learn import drift
 from dsonet.learn.context import Retrieval
+from dsonet.learn.grpo import LearnConfig
+from dsonet.learn.llm import open_llm
+from dsonet.learn.sandbox import Sandbox
+from dsonet.library.policy import default_min_similarity
+from dsonet.sim.nodes import running
+
+Echo = Callable[[str], None]
+AGENT = "qwen2.5-coder-0.5b"  # the embedded coding model: about half of drift's stale lines right without help
+CHANGE_FACTS = sum(not f.control for f in drift.FACTS)
 
 
 @dataclass(frozen=True)
 class DemoConfig:
-    nodes: int = 8  # fleet size, Byzantine nodes included
+    nodes: int = 6  # fleet size, Byzantine nodes included
     byzantine: int = 2  # how many of them attack
-    task: str = "letter_counting"  # a `dso bench learn` family the embedded model partly solves (57% in its pilot)
-    train_per_node: int = 2  # training tasks in each honest node's slice
-    eval_tasks: int = 60  # held-out tasks: enough that one task moves accuracy by under 2 points
-    rollouts: int = 4  # G per query (the federated paper's 4; Training-free GRPO uses 5)
-    max_tokens: int = 48  # per rollout and per answer; small on purpose for 2 CPU cores
-    validation_tasks: int = 12  # training items held apart: the gate on new lessons, and the threshold's measure
-    min_similarity: float | None = None  # None: measured on the validation questions (`agents.threshold`)
+    facts: int = 12  # drift's first N change facts (and N // 3 controls), dealt out among the honest nodes
+    train_per_fact: int = 1  # training instances per fact, practised by the one node the fact is dealt to
+    eval_per_fact: int = 10  # held-out instances per change fact: 12 x 10 = 120 for without and fleet
+    eval_per_control: int = 2
+    feedback_tasks: int = 12  # per honest node: tasks solved with the poisoned fleet's lessons, outcomes reported
+    rollouts: int = 4  # G per training instance
+    candidates: int = 2  # sampled lesson proposals per group; the execution gate keeps the best
+    gate_items: int = 2  # validation instances nearest a lesson that it is judged on (+ one other)
+    max_tokens: int = 64  # per rollout and per answer: one line of Python
+    reflector: str | None = None  # the model that writes lessons; None: qwen2.5-coder-1.5b embedded, else the agent
+    min_similarity: float | None = None  # None: the space's calibrated threshold
     llm_url: str | None = None  # an OpenAI-compatible server instead of the embedded model
-    llm_model: str | None = None  # the served model, or an embedded model's key (see `dsonet.learn.llm.open_llm`)
+    llm_model: str | None = None  # the served model, or an embedded model's key (default qwen2.5-coder-0.5b)
     nats: bool = False  # node processes on a local three-server NATS cluster instead of in-process nodes
     seed: int = 0
     workdir: Path | None = None  # where nodes keep keys and libraries: new or empty (a temporary directory by default)
@@ -36,98 +56,164 @@ class DemoConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.byzantine < self.nodes - self.byzantine:
             raise DsoError(f"byzantine: {self.byzantine} of {self.nodes} nodes; honest nodes must be the majority")
-        if self.train_per_node < 1 or self.eval_tasks < 1 or self.validation_tasks < 0:
-            raise DsoError("train_per_node and eval_tasks must be at least 1, validation_tasks at least 0")
+        if not 1 <= self.facts <= CHANGE_FACTS:
+            raise DsoError(f"facts: {self.facts}; drift has {CHANGE_FACTS} change facts, choose 1 to {CHANGE_FACTS}")
+        for name in ("train_per_fact", "eval_per_fact", "eval_per_control", "rollouts", "candidates", "max_tokens"):
+            if getattr(self, name) < 1:
+                raise DsoError(f"{name}: {getattr(self, name)}; must be at least 1")
+        if self.feedback_tasks < 0 or self.gate_items < 0:
+            raise DsoError(f"feedback_tasks ({self.feedback_tasks}) and gate_items ({self.gate_items}) must be >= 0")
+
+    def plan(self, min_similarity: float | None) -> scenario.DriftPlan:
+        """The bench's plan for these sizes: every honest node runs the same agent model."""
+        return scenario.DriftPlan(
+            agents=self.nodes - self.byzantine, other_agents=0, poisoners=self.byzantine, facts=self.facts,
+            train_per_fact=self.train_per_fact, validation_per_fact=1, held_out_per_fact=self.eval_per_fact,
+            held_out_per_control=self.eval_per_control, feedback_tasks=self.feedback_tasks, group_size=self.rollouts,
+            candidates=self.candidates, gate_items=self.gate_items, answer_tokens=self.max_tokens,
+            min_similarity=min_similarity, seeds=(self.seed,))
 
 
 async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> DemoReport:
-    """A fleet learns, shares, is attacked and poisoned, and is evaluated after each step.
+    """A fleet learns drift, shares, is attacked and poisoned, reports outcomes, and is evaluated after each step.
 
-    Held-out accuracy is measured four times on the same tasks and prompts, but for the
-    lessons injected: without lessons; with each node's own (before anything is shared); with
-    the fleet's, after the honest nodes published theirs and the attackers published theirs
-    (every honest node ran DeltaSoup on all of it); and poisoned, after the Byzantine nodes
-    also published plausible but wrong lessons that no check on the wire can refuse.
+    Held-out accuracy, on the same tasks and prompts but for the lessons injected: without lessons
+    and with the fleet's on every held-out task; with each node's own, poisoned and after the
+    feedback phase on every other block of H tasks (H honest nodes; task i is always answered by
+    node i mod H), each paired with "without" on its own tasks.
     """
     clock = _Clock()
     honest = config.nodes - config.byzantine
     workdir = _fresh(config.workdir)
+    model = config.llm_model or (AGENT if config.llm_url is None else None)
+    reflector_name = config.reflector or (scenario.REFLECTOR if config.llm_url is None else None)
 
-    echo(f"[1/7] Loading the LLM ({config.llm_url or 'embedded'}) and {config.task}: {config.train_per_node} "
-         f"training tasks for each of {honest} honest nodes and {config.eval_tasks} held out")
-    work = agents.load(config.task, honest, config.train_per_node, config.eval_tasks, config.seed, config.llm_url,
-                       config.llm_model, config.validation_tasks)
-    domain = work.held_out.tasks[0].domain
-    questions = [t.question for t in work.held_out.tasks]
-    clock.lap("load")
+    plan = config.plan(config.min_similarity)
+    splits = scenario.make_splits(plan, config.seed)
+    echo(f"[1/8] Loading the agent ({config.llm_url or 'embedded'} {model or ''}), the reflector and the sandbox; "
+         f"drift: {config.facts} change facts + {len(scenario.facts_for(plan)) - config.facts} controls, "
+         f"{sum(map(len, splits.train))} training / {len(splits.validation)} validation / {len(splits.held_out)} "
+         "held-out instances")
+    agent = open_llm(config.llm_url, model)
+    reflector = open_llm(config.llm_url, reflector_name) if reflector_name else agent
+    with Sandbox(preload=drift.PRELOAD) as sandbox:
+        tasks = scenario.checked(splits.validation + splits.held_out + [t for p in splits.train for t in p], sandbox)
+        clock.lap("load")
+        fleet_kind = "node processes on a 3-server NATS cluster" if config.nats else "in-process nodes on one shared log"
+        echo(f"[2/8] Starting {honest} honest {fleet_kind} in {workdir}, and {config.byzantine} Byzantine nodes")
+        async with running(config.nats, honest, workdir, agent.name) as fleet:
+            clock.lap("start")
+            return await _story(config, plan, fleet, tasks, splits, agent, reflector, workdir, echo, clock)
 
-    fleet_kind = "node processes on a 3-server NATS cluster" if config.nats else "in-process nodes on one shared log"
-    echo(f"[2/7] Starting {honest} honest {fleet_kind} in {workdir}, and {config.byzantine} Byzantine nodes")
-    async with running(config.nats, honest, workdir, work.llm.name) as fleet:
-        byz = adversary.byzantine_nodes(config.byzantine)
-        names = {node_id: f"node{i}" for i, node_id in enumerate(fleet.node_ids)} | {b.node_id: b.name for b in byz}
-        keys = dict(zip(fleet.node_ids, fleet.public_keys))
 
-        def answer(stores, label: str):  # held-out task i answered by honest node i mod H, off the event loop
-            return asyncio.to_thread(agents.answer, work, stores, fleet.node_ids, config.max_tokens, retrieval, echo,
-                                     label)
+async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, splits, agent, reflector,
+                 workdir: Path, echo: Echo, clock: "_Clock") -> DemoReport:
+    honest = plan.honest
+    threshold = config.min_similarity if config.min_similarity is not None else default_min_similarity(fleet.encoder)
+    retrieval = Retrieval(k=plan.k, min_similarity=threshold)
+    byz = adversary.byzantine_nodes(config.byzantine)
+    names = {node_id: f"node{i}" for i, node_id in enumerate(fleet.node_ids)} | {b.node_id: b.name for b in byz}
+    llms = [agent] * honest
+    held = tasks.subset(splits.held_out, "drift:held-out")
+    half_rows = [i for i in range(len(held.tasks)) if (i // honest) % 2 == 0]  # keeps i mod H: the same node answers
+    half = tasks.subset([held.tasks[i] for i in half_rows], "drift:held-out-half")
 
-        clock.lap("start")
+    async def evaluate(label: str, items=half, **kw):
+        echo(f"      {label}: {len(items.tasks)} held-out tasks")
+        return await scenario.answer_all(agent, items, fleet, honest, plan.answer_tokens, retrieval, label,
+                                         lambda line: echo("  " + line.strip()), **kw)
 
-        echo(f"[3/7] Each honest node learns on its own tasks: G = {config.rollouts} rollouts at T = 0.7, "
-             "the semantic advantage -> 'When X, do Y' -> ADD / UPDATE / DELETE / NONE")
-        learned = await asyncio.to_thread(agents.learn, work, fleet.stores, fleet.node_ids, config.rollouts,
-                                          config.max_tokens, Retrieval(), config.seed, echo)
-        measured = await asyncio.to_thread(agents.threshold, work, fleet.stores)
-        retrieval = Retrieval(min_similarity=measured if config.min_similarity is None else config.min_similarity)
-        echo(f"      retrieval threshold {retrieval.min_similarity:.3f} ("
-             + ("measured on the validation questions" if config.min_similarity is None else "--min-similarity")
-             + "; prompts with no lesson above it get none)")
-        clock.lap("learn")
+    echo(f"[3/8] Each honest node learns on its own facts: G = {plan.group_size} attempts per task, each run in the "
+         f"sandbox; the reflector ({reflector.name}) turns what running them showed into 'When X, do Y'; "
+         f"{plan.candidates} candidates, kept only if they fix validation tasks")
+    config_learn = LearnConfig(group_size=plan.group_size, max_tokens=plan.answer_tokens, epochs=1, batch_size=8,
+                               max_lessons=1, candidates=plan.candidates, all_failed=True, gate_items=plan.gate_items,
+                               gate_gain=1e-9, retrieval=retrieval, seed=config.seed)
+    learned = await scenario.learn_nodes(fleet, tasks, splits, llms, reflector, config_learn, workdir,
+                                         lambda line: echo("  " + line.strip()))
+    clock.lap("learn")
 
-        echo("[4/7] Held-out tasks without lessons, then with each node's own")
-        answers = {"without": await answer([None] * honest, "without"), "own": await answer(fleet.stores, "own")}
-        clock.lap("eval_without_and_own")
+    echo(f"[4/8] Held-out tasks without lessons, then with each node's own (retrieval threshold {threshold:.3f}, "
+         + ("--min-similarity)" if config.min_similarity is not None else "the space's calibrated default)"))
+    runs = {"without": await evaluate("without", held, stores=False)}
+    runs["own"] = await evaluate("own")
+    clock.lap("eval_without_and_own")
 
-        echo("[5/7] Sharing: honest nodes compress (BitDelta), sign and publish; the attackers hijack, send random "
-             "codes, forge, tamper and replay; every honest node runs DeltaSoup on what it reads")
-        await fleet.publish()
-        await fleet.settle()
-        seen = adversary.view(fleet.wire(), keys, fleet.encoder, fleet.profile, questions, config.seed)
-        sent = await adversary.strike(fleet.attacker, adversary.classic_plan(byz), seen, domain)
-        await fleet.settle()
-        clock.lap("share")
-        answers["fleet"] = await answer(fleet.stores, "fleet")
-        clock.lap("eval_fleet")
+    echo("[5/8] Sharing: honest nodes compress (BitDelta), sign and publish; the attackers hijack, send random "
+         "codes, forge, tamper and replay; every honest node runs DeltaSoup on what it reads")
+    keys = dict(zip(fleet.node_ids, fleet.public_keys))
+    questions = [t.question for t in held.tasks]
+    await fleet.publish()
+    await fleet.settle()
+    seen = adversary.view(fleet.wire(), keys, fleet.encoder, fleet.profile, questions, config.seed)
+    sent = await adversary.strike(fleet.attacker, adversary.classic_plan(byz), seen, scenario.DOMAIN)
+    await fleet.settle()
+    runs["fleet"] = await evaluate("fleet", held)
+    clock.lap("share_and_eval_fleet")
 
-        echo(f"[6/7] Poison: the Byzantine nodes publish {len(adversary.wrong_lessons(domain))} plausible but wrong "
-             "lessons, honestly encoded and signed")
-        seen = adversary.view(fleet.wire(), keys, fleet.encoder, fleet.profile, questions, config.seed + 1)
-        poison = adversary.poison_plan(byz, fleet.encoder, domain, work.llm.name)
-        sent += await adversary.strike(fleet.attacker, poison, seen, domain)
-        await fleet.settle()
-        answers["poisoned"] = await answer(fleet.stores, "poisoned")
-        clock.lap("eval_poisoned")
+    echo(f"[6/8] Poison: the Byzantine nodes publish a plausible wrong lesson for every fact, honestly encoded "
+         "and signed")
+    poison = await scenario.publish_poison(fleet, [b.identity for b in byz], scenario.facts_for(plan), agent.name)
+    await fleet.settle()
+    sent += adversary.poison_sent(fleet.wire(), byz)
+    echo(f"      {len(poison)} wrong lessons published")
+    runs["poisoned"] = await evaluate("poisoned")
+    clock.lap("poison_and_eval")
 
-        echo("[7/7] Stopping the nodes and counting what each one holds")
-        final = await fleet.close()
-        wire = fleet.wire()
-        wire_row, fidelity = report.wire_and_fidelity(wire, set(fleet.node_ids), fleet.profile, fleet.encoder)
-        node_names = [names[n] for n in fleet.node_ids]
-        return DemoReport(
-            config=asdict(config) | {"workdir": str(workdir), "min_similarity_used": retrieval.min_similarity},
-            fleet=fleet.kind,
-            n_eval=len(work.held_out.tasks),
-            conditions=report.conditions(answers, {b.node_id for b in byz}),
-            learning=report.learning(learned),
-            lessons=report.lessons(learned, node_names),
-            example=report.example(answers, work.held_out, names, fleet.node_ids),
-            nodes=report.node_rows(names, learned, final, wire, sent),
-            attacks=report.attack_rows(sent, final),
-            wire=wire_row,
-            fidelity=fidelity,
-            seconds=clock.laps(),
-        )
+    echo(f"[7/8] Feedback: each honest node's agent solves {plan.feedback_tasks} practice tasks with the lessons its "
+         "node recalls, runs them, and reports each result as those lessons' outcome (POST /outcomes)")
+    counted = _Counted(fleet)
+    feedback = await scenario.feedback(counted, tasks, splits, llms, plan, retrieval,
+                                       lambda line: echo("  " + line.strip()))
+    runs["after_feedback"] = await evaluate("after_feedback")
+    clock.lap("feedback_and_eval")
+
+    echo("[8/8] Stopping the nodes and counting what each one holds")
+    final = await fleet.close()
+    wire = fleet.wire()
+    wire_row, fidelity = report.wire_and_fidelity(wire, set(fleet.node_ids), fleet.profile, fleet.encoder)
+    attackers = {b.node_id for b in byz}
+    control = [scenario.fact_of(t).control for t in held.tasks]
+    return DemoReport(
+        config=asdict(config) | {"workdir": str(workdir), "min_similarity_used": threshold, "agent": agent.name,
+                                 "reflector_used": reflector.name},
+        fleet=fleet.kind,
+        conditions=report.conditions(runs, half_rows, control, attackers),
+        controls=report.controls(runs, control),
+        ran=report.ran(held, runs),
+        learning=report.learning(learned),
+        lessons=report.lessons(learned, [names[n] for n in fleet.node_ids]),
+        example=report.example(held, runs, fleet.node_ids, names),
+        nodes=report.node_rows(names, learned, final, wire, sent),
+        attacks=report.attack_rows(sent, final),
+        poison=report.poison_rows(final, byz, names, counted.outcomes, sent),
+        feedback=feedback,
+        wire=wire_row,
+        fidelity=fidelity,
+        seconds=clock.laps(),
+    )
+
+
+class _Counted:
+    """The fleet as `feedback` reaches it (an agent's `recall` and `outcome`), counting, per honest
+    node, the helpful and harmful outcomes each peer signer's lessons received: what moved its
+    reputation (`Node.record_outcome` feeds every signer of a hit but the node itself)."""
+
+    def __init__(self, fleet):
+        self.fleet, self.node_ids = fleet, fleet.node_ids
+        self.outcomes: list[Counter] = [Counter() for _ in fleet.node_ids]  # (signer, helped) -> count
+        self._hits: dict[str, list] = {}
+
+    async def recall(self, i: int, query: str, k: int, min_similarity: float) -> tuple[str, list]:
+        rid, hits = await self.fleet.recall(i, query, k, min_similarity)
+        self._hits[rid] = hits
+        return rid, hits
+
+    async def outcome(self, i: int, retrieval_id: str, helped: bool) -> int:
+        n = await self.fleet.outcome(i, retrieval_id, helped)
+        for hit in self._hits.pop(retrieval_id, []):
+            self.outcomes[i].update((s, bool(helped)) for s in hit.sources if s != self.node_ids[i])
+        return n
 
 
 class _Clock:
