@@ -49,7 +49,7 @@ system:
 	elif [ "$$(id -u)" = "0" ]; then apt-get install -y -qq bubblewrap || { apt-get update -qq && apt-get install -y -qq bubblewrap; }; \
 	else echo "bwrap is missing: run 'sudo apt-get install -y bubblewrap' (the learn sandbox refuses to run without it)"; fi
 
-demo: install
+demo: install system
 	$(DSO) demo
 
 test: install system test-core
