@@ -43,6 +43,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from dsonet.bench import drift
 from dsonet.bench.report import format_table, write_results
 from dsonet.learn.control import neutral_notes
 from dsonet.learn.tasks import FAMILIES
@@ -338,7 +339,8 @@ def plot(rows: list[dict], path: Path) -> None:
 @click.option("--quick", is_flag=True, help="A smoke run (one family, tiny splits): under 10 minutes on 2 cores.")
 @click.option("--family", "families", multiple=True, help=f"Task family (repeatable; default: {', '.join(KEPT)}).")
 @click.option("--seeds", default=None, help="Learning seeds, comma-separated (default: 0).")
-@click.option("--held-out", type=int, default=None, help="Held-out items per family (default 200).")
+@click.option("--held-out", type=int, default=None,
+              help="Held-out items per family (default 200); with --family drift, per change fact (default 8).")
 @click.option("--llm", "url", default=None, metavar="URL", help="An OpenAI-compatible endpoint instead of the embedded model.")
 @click.option("--model", default="qwen2.5-coder-0.5b", show_default=True,
               help="Embedded model key, or the served model name with --llm.")
@@ -354,12 +356,17 @@ def plot(rows: list[dict], path: Path) -> None:
 @click.option("--probe", "probe_practice", type=int, default=0, metavar="M",
               help="With --pilot: also run the learner's rollouts and proposal step on M more training items "
                    "(with --reflector if given) and measure each proposed lesson alone on the pilot items.")
+@click.option("--facts", "n_facts", type=int, default=None,
+              help="With --family drift: that many change facts (and a third as many controls), dealt from the "
+                   "libraries in turn (default: every fact).")
+@click.option("--feedback-tasks", type=int, default=None,
+              help="With --family drift: feedback tasks per honest node after the poison (default 30).")
 @click.option("--out", "out_name", default=None,
               help="Results name under bench/results (default learn / learn-quick, and learn-pilot with --pilot).")
 @click.option("--combine", default=None, metavar="NAME,NAME",
               help="Only merge the rows of earlier runs' results (e.g. one per family) into learn.json and its plot.")
-def cli(quick, families, seeds, held_out, url, model, reflector, reflector_url, pilot_n, probe_practice, out_name,
-        combine):
+def cli(quick, families, seeds, held_out, url, model, reflector, reflector_url, pilot_n, probe_practice, n_facts,
+        feedback_tasks, out_name, combine):
     """Held-out accuracy per task family without lessons, with the node's own lessons, with neutral
     text of the same length, with the fleet's (through DeltaSoup), with a poisoned fleet, with the
     poison alone, and with the family's hand-written correct lesson alone (can any lesson help?);
@@ -367,7 +374,17 @@ def cli(quick, families, seeds, held_out, url, model, reflector, reflector_url, 
     Resumable: answers are cached, learning runs resume. Writes bench/results/learn.json and learn.png.
 
     \b
+    `--family drift` (library drift: one line of Python against the installed releases, checked by
+    running it in the sandbox) is a fleet of its own: see `dsonet.bench.drift`. Each (model, seed) is
+    written to its own file; `--combine` pools them.
+
+    \b
     Examples:
+      dso bench learn --family drift --quick
+      dso bench learn --family drift --seeds 0,1,2
+      dso bench learn --family drift --facts 16 --feedback-tasks 20
+      dso bench learn --family drift --model qwen2.5-coder-1.5b --seeds 0
+      dso bench learn --combine learn-drift-qwen2.5-coder-0.5b-seed0,learn-drift-qwen2.5-coder-1.5b-seed0
       dso bench learn --quick
       dso bench learn --family gcd --seeds 0,1,2
       dso bench learn --family aiw --held-out 200
@@ -380,6 +397,9 @@ def cli(quick, families, seeds, held_out, url, model, reflector, reflector_url, 
     from dsonet.encoders import default_encoder
     from dsonet.learn.cache import CachedLLM
     from dsonet.learn.llm import open_llm
+    if "drift" in families or (combine and combine.startswith("learn-drift")):
+        return _drift(quick, families, seeds, held_out, url, model, reflector, reflector_url, pilot_n, combine, out_name,
+                      n_facts, feedback_tasks)
     if combine:
         parts = [json.loads((RESULTS_DIR / f"{name}.json").read_text()) for name in combine.split(",")]
         rows = [r for part in parts for r in part["rows"]]
@@ -445,4 +465,33 @@ def cli(quick, families, seeds, held_out, url, model, reflector, reflector_url, 
                                 "pilot": json.loads(pilot_path.read_text()) if pilot_path.exists() else None},
                          quick=quick)
     plot(rows, path.with_suffix(".png"))
+    click.echo(f"wrote {path} and {path.with_suffix('.png')}")
+
+
+def _drift(quick, families, seeds, held_out, url, model, reflector, reflector_url, pilot_n, combine, out_name,
+           n_facts, feedback_tasks) -> None:
+    """`dso bench learn --family drift`: its own fleet and conditions (`dsonet.bench.drift`)."""
+    from dsonet.bench.report import RESULTS_DIR
+
+    if combine:
+        path = drift.combine([RESULTS_DIR / f"{name}.json" for name in combine.split(",")], out_name or "learn-drift")
+        click.echo(f"wrote {path} and {path.with_suffix('.png')}")
+        return
+    if list(families) != ["drift"] or url or reflector_url or pilot_n:
+        raise click.UsageError("--family drift runs alone, on the embedded models (no --llm, --reflector-llm or --pilot)")
+    plan = drift.QUICK if quick else drift.FULL
+    if seeds:
+        plan = replace(plan, seeds=tuple(int(s) for s in seeds.split(",")))
+    if held_out:
+        plan = replace(plan, held_out_per_fact=held_out)
+    if n_facts:
+        plan = replace(plan, facts=n_facts)
+    if feedback_tasks:
+        plan = replace(plan, feedback_tasks=feedback_tasks)
+    log = lambda msg: click.echo(f"[{time.strftime('%H:%M:%S')}] {msg}")  # noqa: E731
+    try:
+        drift.run(model, plan, quick, reflector, log)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--model") from exc
+    path = drift.combine(drift.seed_files(quick=quick), out_name or "learn-drift", quick)
     click.echo(f"wrote {path} and {path.with_suffix('.png')}")

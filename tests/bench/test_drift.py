@@ -1,0 +1,69 @@
+"""`dso bench learn --family drift`: splits, and one whole seed of the scenario shrunk to two facts, on
+real nodes, the real sandbox and the real embedded LLM (the 0.5B in every role, tiny budgets: this checks
+the plumbing, every condition answered, the poison published and judged, outcomes reported)."""
+
+import asyncio
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from dsonet.bench import drift as bench_drift
+from dsonet.learn.sandbox import REPO_DRIFT_PYTHON
+
+needs_env = pytest.mark.skipif(not REPO_DRIFT_PYTHON.exists(), reason=".venv-drift is missing: `make install` builds it")
+
+
+def test_splits_never_repeat_an_instance_and_give_each_node_its_own_facts():
+    plan = bench_drift.DriftPlan(facts=9, train_per_fact=2)
+    splits = bench_drift.make_splits(plan, seed=1)
+    ids = [t.id for part in splits.train for t in part] + [t.id for t in splits.validation + splits.held_out]
+    assert len(ids) == len(set(ids))
+    facts = [{t.entry["fact"] for t in part} for part in splits.train]
+    assert all(a.isdisjoint(b) for i, a in enumerate(facts) for b in facts[i + 1:])
+    held = {t.entry["fact"] for t in splits.held_out}
+    assert held == {f.id for f in bench_drift.facts_for(plan)}  # every fact and control is held out
+    assert {t.domain for t in splits.held_out} == {bench_drift.DOMAIN}  # no library label reaches retrieval
+    # the deal rotates with the seed; the held-out items do not depend on it
+    other = bench_drift.make_splits(plan, seed=2)
+    assert [t.id for t in other.held_out] == [t.id for t in splits.held_out]
+    assert [{t.entry["fact"] for t in p} for p in other.train] != facts
+
+
+def test_a_row_pools_seeds_and_reports_every_condition():
+    items = [{"id": f"i{k}", "fact": "numpy-trapz" if k < 4 else "numpy-ctrl", "library": "numpy",
+              "control": k >= 4} for k in range(6)]
+    correct = {c: [0, 0, 1, 0, 1, 1] for c in bench_drift.CONDITIONS}
+    correct["fleet"] = [1, 1, 1, 0, 1, 1]
+    correct["reference"] = [1, 1, 1, 1, 1, 1]
+    seed = {"items": items, "correct": correct, "injected": {c: [1] * 6 for c in bench_drift.CONDITIONS},
+            "facts": {"poison_rows_hidden": 1.0, "honest_rows_hidden": 0.0, "lesson_tokens": 20.0, "wall_s": 1.0}}
+    row = bench_drift.summarise("m", [seed, seed])
+    assert row["n_eval"] == 8 and row["n_control"] == 4 and row["seeds"] == 2
+    assert row["accuracy_without"] == 0.25 and row["accuracy_fleet"] == 0.75 and row["accuracy_reference"] == 1.0
+    assert row["recovered"] == pytest.approx(2 / 3, abs=1e-3)
+    assert row["ci95_fleet"][0] > 0 and row["accuracy_control_without"] == 1.0
+    assert row["by_library"]["numpy"]["n_eval"] == 8
+    for c in bench_drift.CONDITIONS[1:]:
+        assert f"ci95_{'with' if c == 'own' else c}" in row
+
+
+@needs_env
+@pytest.mark.slow
+def test_one_seed_of_the_scenario_runs_every_condition_on_real_nodes(tmp_path):
+    from dsonet.learn.llm import open_llm
+
+    llm = open_llm(None, "qwen2.5-coder-0.5b")
+    plan = replace(bench_drift.QUICK, agents=1, other_agents=1, facts=2, train_per_fact=1, held_out_per_fact=1,
+                   held_out_per_control=1, feedback_tasks=2, group_size=2, candidates=1, answer_tokens=24)
+    out = asyncio.run(bench_drift.run_seed(llm, llm, llm, plan, 0, tmp_path, log=lambda _: None))
+    n = len(out["items"])
+    assert n == 2 + 1 and set(out["correct"]) == set(bench_drift.CONDITIONS)
+    assert all(len(v) == n for v in out["correct"].values())
+    # the reference lesson is in every prompt of its condition; the poison in every change item's
+    assert np.all(out["injected"]["reference"]) and sum(out["injected"]["poison_only"]) == 2
+    facts = out["facts"]
+    assert len(facts["poison"]) == 2 and facts["feedback"]["tasks_per_node"] == 2
+    assert 0.0 <= facts["poison_rows_hidden"] <= 1.0 and len(facts["poison_rows_hidden_per_node"]) == 2
+    trained = [len(part) for part in bench_drift.make_splits(plan, 0).train]
+    assert [node["rollouts"] for node in facts["learning"]] == [plan.group_size * t for t in trained]
