@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from dsonet.cli.operator import keys, quarantine
 from dsonet.cli.options import HOME, json_option, token_option
 from dsonet.errors import DsoError
 
@@ -151,6 +152,10 @@ def _parse_soup(pairs: tuple[str, ...]) -> dict:
             raise click.BadParameter(f"{pair!r}: VALUE must be JSON (a number, true/false or null)",
                                      param_hint="--soup") from None
     return out
+
+
+node.add_command(keys)  # the operator's commands (`dsonet.cli.operator`)
+node.add_command(quarantine)
 
 
 @click.group()
