@@ -25,6 +25,7 @@ BENCHMARKS = [
     ("learn", []),
     ("train", []),
     ("coldstart", []),
+    ("relevance", []),
 ]
 
 
@@ -34,8 +35,8 @@ BENCHMARKS = [
 @click.option("--only", multiple=True, help="Run only these benchmarks (repeatable), e.g. --only codec.")
 @click.option("--report-only", is_flag=True, help="Do not run anything; rebuild bench/REPORT.md from the JSON files.")
 def cli(quick: bool, only: tuple[str, ...], report_only: bool) -> None:
-    """Run every benchmark (codec, retrieval, crossmodel, robustness, network, learn, train, coldstart)
-    and write bench/REPORT.md, which puts each figure beside the papers' and beside the
+    """Run every benchmark (codec, retrieval, crossmodel, robustness, network, learn, train, coldstart,
+    relevance) and write bench/REPORT.md, which puts each figure beside the papers' and beside the
     library a user would pick instead, and says where a paper's figure is out of reach.
 
     \b

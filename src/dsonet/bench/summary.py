@@ -12,6 +12,8 @@ import json
 import re
 from pathlib import Path
 
+from dsonet.bench.relevance import report_section
+
 README_MARKERS = ("<!-- headline:start -->", "<!-- headline:end -->")
 
 
@@ -290,6 +292,9 @@ def write_report(results: Path) -> Path:
     coldstart = _load(results, "coldstart")
     sections += ["## Cold start (`dso bench coldstart`): one `dso search` from a fresh process, and the core install",
                  _coldstart_section(coldstart) if coldstart else "_not run_"]
+    relevance = _load(results, "relevance")
+    sections += ["## Relevance threshold (`dso bench relevance`); paper: 0.6 for every space",
+                 report_section(relevance) if relevance else "_not run_"]
     path = results.parent / "REPORT.md"
     path.write_text("\n\n".join(sections) + "\n")
     _update_readme(Path("README.md"), headline(results))
