@@ -167,7 +167,7 @@ def core_install(path: Path, runs: int) -> tuple[list[dict], dict]:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         python = str(venv / "bin" / "python")
         start = time.perf_counter()
-        subprocess.run([python, "-m", "pip", "install", "-q", str(ROOT)], check=True)
+        subprocess.run([python, "-m", "pip", "install", "-q", str(ROOT)], check=True, capture_output=True)
         install_s = time.perf_counter() - start
         packages = json.loads(subprocess.run([python, "-m", "pip", "list", "--format=json"], capture_output=True,
                                              text=True, check=True).stdout)
@@ -209,6 +209,7 @@ def cli(rows: int, runs: int, no_torch: bool, no_install: bool, quick: bool) -> 
         and importlib.util.find_spec("sentence_transformers") is not None
     setups = [(backend, kept) for backend in (["numpy", "torch"] if torch else ["numpy"]) for kept in (False, True)]
     path = library_file(rows)
+    before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="dsonet-coldstart-") as tmp:
         work = Path(tmp) / path.name  # a copy: the runs drop and rewrite its saved fit
         shutil.copy(path, work)
@@ -228,6 +229,9 @@ def cli(rows: int, runs: int, no_torch: bool, no_install: bool, quick: bool) -> 
     if install:
         click.echo(f"core install: {install['site_packages_mb']} MB site-packages ({install['dsonet_package_mb']} MB "
                    f"dsonet), {install['packages']} packages, torch importable: {install['torch_importable']}")
+    load = [round(before, 2), round(os.getloadavg()[0], 2)]  # the shared machine's load, at the start and the end
+    click.echo(f"1-minute load average at the start and the end: {load[0]}, {load[1]} ({os.cpu_count()} cores)")
     out = write_results("coldstart", {"rows_in_library": rows, "runs": runs, "query": QUERY, "rows": results,
-                                      "numpy_vs_torch": agreement, "core_install": install}, quick=quick)
+                                      "numpy_vs_torch": agreement, "core_install": install, "load_average": load},
+                        quick=quick)
     click.echo(f"wrote {out}")

@@ -244,6 +244,9 @@ def _rows_section(data: dict, columns: list[str]) -> str:
 def _coldstart_section(data: dict) -> str:
     table = _rows_section(data, ["measure", "setup", "median_s", "min_s", "texts_per_s", "runs"])
     notes = [f"Library of {data['rows_in_library']:,} rows; query: \"{data['query']}\"."]
+    if data.get("load_average"):
+        notes.append(f"1-minute load average of the shared 2-core machine at the start and the end: "
+                     f"{data['load_average'][0]}, {data['load_average'][1]}.")
     if data.get("numpy_vs_torch"):
         a = data["numpy_vs_torch"]
         notes.append(f"numpy vs torch encoder on {a['texts']} texts: cosine min {a['cosine_min']:.7f}, mean {a['cosine_mean']:.7f}.")
