@@ -143,20 +143,6 @@ def make_splits(plan: DriftPlan, seed: int) -> Splits:
     return Splits(train, validation, held_out, feedback)
 
 
-def checked(tasks: list[Task], sandbox: Sandbox) -> TaskSet:
-    """The drift task set whose verifier runs each reply in the sandbox, and whose ``explain`` shows
-    the learner what running it showed; each (task, reply) is run once."""
-    seen: dict[tuple[str, str], drift.Check] = {}
-
-    def run(task: Task, reply: str) -> drift.Check:
-        if (task.id, reply) not in seen:
-            seen[task.id, reply] = drift.check(sandbox, task, reply)
-        return seen[task.id, reply]
-
-    return TaskSet("drift", tasks, lambda t, r: float(run(t, r).passed), drift.INSTRUCTION, "text",
-                   lambda t, r: run(t, r).feedback)
-
-
 def fact_of(task: Task):
     return drift.FACTS_BY_ID[task.entry["fact"]]
 
@@ -171,7 +157,7 @@ async def run_seed(agent, other, reflector, plan: DriftPlan, seed: int, root: Pa
     log(f"  drift seed {seed}: {sum(map(len, splits.train))} training / {len(splits.validation)} validation / "
         f"{len(splits.held_out)} held-out instances of {len(facts_for(plan))} facts on {plan.honest} honest nodes")
     with Sandbox(preload=drift.PRELOAD) as sandbox:
-        tasks = checked(splits.validation + splits.held_out + [t for p in splits.train for t in p], sandbox)
+        tasks = drift.drift_taskset(splits.validation + splits.held_out + [t for p in splits.train for t in p], sandbox)
         fleet = await InProcessFleet.start(plan.honest, workdir, agent.name)
         try:
             return await _scenario(fleet, tasks, splits, agent, other, reflector, plan, seed, workdir, log, t0)

@@ -91,11 +91,19 @@ def load_split(task, size, config, verifier, held_out, seed):
 @click.option("--node-id", default="", help="Recorded in each experience's provenance.")
 @click.option("--validation", type=click.IntRange(min=0), default=0, show_default=True,
               help="Training tasks held apart as the quality gate's slice (0: no gate); 40 or more keeps it out of noise.")
+@click.option("--reflector", default=None,
+              help="Embedded model that writes the lessons while --model answers [default for code: tasks: "
+                   "qwen2.5-coder-1.5b with the embedded agent].")
+@click.option("--python", "python", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="code: tasks run in the sandbox over this interpreter: the environment to learn [default: env "
+                   "DSONET_SANDBOX_PYTHON, else this Python].")
+@click.option("--candidates", default=2, show_default=True,
+              help="code: tasks: sampled lessons per group, of which the validation gate keeps the best.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @json_option
 def learn(task, db, url, model, concurrency, timeout, size, config, verifier, held_out, seed, telemetry,
-          epochs, batch_size, group_size, temperature, max_tokens, run_dir, min_similarity, node_id, validation, quiet,
-          as_json):
+          epochs, batch_size, group_size, temperature, max_tokens, run_dir, min_similarity, node_id, validation,
+          reflector, python, candidates, quiet, as_json):
     """Learn experiences with training-free GRPO: G rollouts per query, every rollout summarised
     with the reference answer, the group's advantage from all G summaries, then one batch of
     ADD / UPDATE / DELETE / NONE per step. With --validation N, a lesson is kept only if accuracy
@@ -103,16 +111,21 @@ def learn(task, db, url, model, concurrency, timeout, size, config, verifier, he
     with neutral text of its length (a longer prompt alone moves small models), and the run ends
     with the library of its best validation epoch.
 
-    TASK is `gsm8k`, `rg:<reasoning-gym generator>` (e.g. rg:chain_sum) or `jsonl:<file>` of
-    {"question", "answer"} lines. Learning uses the training part of the split; `dso eval`
-    with the same --size/--seed/--held-out measures on the rest. Interrupted runs resume.
+    TASK is `gsm8k`, `rg:<reasoning-gym generator>` (e.g. rg:chain_sum), `jsonl:<file>` of
+    {"question", "answer"} lines, or `code:<file>` of {"task", "setup", "reference"} lines: one
+    line of Python against the libraries of the environment --python names, each attempt run in
+    the sandbox and checked against the reference's r; the reflector sees each attempt with its
+    error line. Learning uses the training part of the split; `dso eval` with the same
+    --size/--seed/--held-out measures on the rest. Interrupted runs resume.
 
     \b
     Examples:
+      dso learn code:tasks.jsonl --db lib.db --python .venv/bin/python --validation 8
       dso learn rg:chain_sum --db lib.db --size 80 --validation 40 --config max_terms=2 --max-tokens 64
       dso learn gsm8k --db lib.db --llm http://localhost:8000/v1 --model Qwen/Qwen3-8B
       dso learn --telemetry tools.jsonl --db lib.db
     """
+    from dsonet.learn.code_tasks import load_code_tasks
     from dsonet.learn.context import Retrieval
     from dsonet.learn.grpo import LearnConfig, Learner
     from dsonet.learn.tasks import telemetry_groups
@@ -121,11 +134,15 @@ def learn(task, db, url, model, concurrency, timeout, size, config, verifier, he
         raise click.UsageError("give a TASK (e.g. rg:chain_sum) or --telemetry FILE")
     library_path = db_path(db)
     try:
+        code = load_code_tasks(task.removeprefix("code:")) if task and task.startswith("code:") else None
         llm = open_llm(url, model, concurrency, timeout)
         lib = open_library(library_path)
         cfg = LearnConfig(group_size=group_size, temperature=temperature, max_tokens=max_tokens, epochs=epochs,
                           batch_size=batch_size, seed=seed, retrieval=Retrieval(min_similarity=min_similarity))
-        if telemetry:
+        if code is not None:
+            stats, run_dir = _learn_code(task, code, llm, url, lib, cfg, library_path, run_dir, node_id, held_out, seed,
+                                         validation, reflector, python, candidates, quiet)
+        elif telemetry:
             records = [json.loads(line) for line in telemetry.read_text().splitlines() if line.strip()]
             learner = Learner(llm, lib, cfg, run_dir, node_id)
             learner.learn_groups(telemetry_groups(records))
@@ -150,6 +167,36 @@ def learn(task, db, url, model, concurrency, timeout, size, config, verifier, he
                f"skipped {stats.skipped}")
     click.echo("operations " + "  ".join(f"{k} {v}" for k, v in stats.operations.items()) +
                f"  tokens {stats.tokens}" + (f"  log {run_dir}/log.jsonl" if run_dir else ""))
+
+
+def _learn_code(task, tasks, llm, url, lib, cfg, library_path, run_dir, node_id, held_out, seed, validation,
+                reflector, python, candidates, quiet):
+    """`dso learn code:<file>`: the user's code tasks, attempts run in the sandbox over --python."""
+    import os
+    import sys
+
+    from dsonet.learn.code_tasks import imported_modules
+    from dsonet.learn.drift import drift_taskset
+    from dsonet.learn.grpo import Learner
+    from dsonet.learn.llm import open_llm as open_embedded
+    from dsonet.learn.sandbox import Sandbox
+
+    python = python or os.environ.get("DSONET_SANDBOX_PYTHON") or sys.executable
+    sandbox = Sandbox(python=python, preload=imported_modules(tasks))
+    train, _ = drift_taskset(tasks, sandbox, task).split(held_out, seed)
+    if validation >= len(train.tasks):
+        raise click.BadParameter(f"{validation} of {len(train.tasks)} training tasks leaves none to learn from; "
+                                 "add tasks or lower --validation", param_hint="--validation")
+    val = train.subset(train.tasks[:validation]) if validation else None
+    train = train.subset(train.tasks[validation:])
+    if reflector is None and url is None:
+        reflector = "qwen2.5-coder-1.5b"  # the 0.5B writes no usable lesson about an environment
+    teacher = open_embedded(None, reflector) if reflector else None
+    cfg = dataclasses.replace(cfg, all_failed=True, candidates=candidates, gate_gain=1e-9 if val else 0.0)
+    run_dir = run_dir or library_path.with_name(library_path.name + ".runs") / Path(task).stem.replace(":", "_")
+    with sandbox:
+        stats = Learner(llm, lib, cfg, run_dir, node_id, teacher).run(train, progress=not quiet, validation=val)
+    return stats, run_dir
 
 
 @click.command()
@@ -188,9 +235,10 @@ def ask(question, db, url, model, concurrency, timeout, k, min_similarity, conte
         raise click.ClickException(str(exc)) from exc
     prompt = "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in answer.chat)
     if as_json:
+        searched = {} if lib is None else {"threshold": answer.hits.threshold, "best_score": answer.hits.best_score}
         click.echo(json.dumps({"answer": answer.text, "prompt": prompt, "messages": answer.chat,
                                "lessons": [{"id": h.experience.id, "text": h.experience.text,
-                                            "score": round(h.score, 4)} for h in answer.hits]}))
+                                            "score": round(h.score, 4)} for h in answer.hits], **searched}))
     else:
         for hit in answer.hits:
             click.echo(f"[{hit.score:.2f}] {hit.experience.text}", err=True)

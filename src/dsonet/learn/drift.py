@@ -386,8 +386,15 @@ def _short(value: object, limit: int = 120) -> str:
 
 
 def drift_taskset(tasks: Sequence[Task], runner: Runner, name: str = "drift") -> TaskSet:
-    """A task set over drift instances whose verifier runs each reply in `runner` (a Sandbox)."""
-    def verify(task: Task, reply: str) -> float:
-        return 1.0 if check(runner, task, reply).passed else 0.0
+    """A task set over code tasks (drift instances, or a user's own: any Task whose entry holds its setup
+    and reference) whose verifier runs each reply in `runner` (a Sandbox), and whose ``explain`` tells
+    the learner what running it showed. Each (task, reply) runs once."""
+    seen: dict[tuple[str, str], Check] = {}
 
-    return TaskSet(name, list(tasks), verify, INSTRUCTION, "text")
+    def run(task: Task, reply: str) -> Check:
+        if (task.id, reply) not in seen:
+            seen[task.id, reply] = check(runner, task, reply)
+        return seen[task.id, reply]
+
+    return TaskSet(name, list(tasks), lambda t, r: float(run(t, r).passed), INSTRUCTION, "text",
+                   lambda t, r: run(t, r).feedback)
