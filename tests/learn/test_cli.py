@@ -70,3 +70,23 @@ def test_learn_without_a_task_says_what_to_give(tmp_path):
 def test_eval_needs_an_existing_library():
     result = CliRunner().invoke(cli, ["eval", "rg:chain_sum", "--db", "/nonexistent.db"])
     assert result.exit_code != 0 and "does not exist" in result.output
+
+
+@pytest.mark.slow
+def test_ask_uses_the_spaces_calibrated_threshold_and_says_why_when_nothing_passes(tmp_path):
+    from dsonet.library.policy import MIN_SIMILARITY, default_min_similarity
+
+    lib_path = tmp_path / "lib.db"
+    with Library(lib_path) as lib:
+        lib.add("When a ratio is asked, simplify the fraction by the greatest common divisor.", domain="math.ratios")
+    server = _Server(delay=0.0, reply=lambda prompt: "Answer: 2:3")
+    try:
+        llm = ["--db", str(lib_path), "--llm", server.url, "--model", "tiny", "--json"]
+        found = json.loads(CliRunner().invoke(cli, ["ask", "Simplify the ratio 12:18.", *llm]).stdout)
+        assert [lesson["score"] for lesson in found["lessons"]] and found["lessons"][0]["score"] < MIN_SIMILARITY
+        assert found["threshold"] == default_min_similarity()  # no flag, no env: the space's threshold
+        empty = CliRunner().invoke(cli, ["ask", "How do I undo my last git commit?", *llm[:-1]])
+        assert empty.exit_code == 0 and empty.stdout.strip() == "Answer: 2:3"
+        assert empty.stderr.splitlines()[-1].startswith(f"no lesson above {default_min_similarity():.3f}; the closest")
+    finally:
+        server.close()
