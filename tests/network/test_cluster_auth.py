@@ -14,7 +14,7 @@ from dsonet.network import cluster
 from dsonet.network.auth import ADMIN, durable_for, node_permissions
 from dsonet.network.jetstream import NatsConfig, NatsTransport
 from dsonet.network.node import Node, NodeConfig
-from dsonet.network.transport import TransportError, subject_for
+from dsonet.network.transport import TransportError, member_subject, subject_for
 
 pytestmark = pytest.mark.nats
 DIM = 16
@@ -82,7 +82,7 @@ def test_a_node_user_cannot_delete_or_purge_the_stream_nor_touch_another_nodes_c
         noop = lambda chunk: asyncio.sleep(0)  # noqa: E731
         await ta.subscribe(a.user, noop)
         await tb.subscribe(b.user, noop)
-        seq = await ta.publish(b"kept", subject_for("dso", "batch", "math"))
+        seq = await ta.publish(b"kept", member_subject("dso", "batch", a.user))
         attempts = {
             "delete stream": ta.js.delete_stream("DSO"),
             "purge stream": ta.js.purge_stream("DSO"),
@@ -193,7 +193,7 @@ def test_a_node_that_may_not_make_the_missing_stream_says_so_and_resumes_once_th
         await admin.js.delete_stream("DSO")
         missing = await _until(lambda: _true("may not create it" in transport.problem))
         try:
-            await node.transport.publish(b"x", subject_for("dso", "batch", "math"))
+            await node.transport.publish(b"x", member_subject("dso", "batch", node.durable))
             refused_publish = ""
         except TransportError as exc:
             refused_publish = str(exc)
@@ -218,3 +218,49 @@ def test_a_node_that_may_not_make_the_missing_stream_says_so_and_resumes_once_th
 
 async def _true(value: bool) -> bool:
     return value
+
+
+@pytest.mark.nats
+def test_a_member_flooding_the_stream_leaves_the_others_publishing_and_read(tmp_path):
+    """Each node publishes to its own subject only; the stream keeps a member's last messages and
+    3/4 of the servers' store, oldest first. Before (issue 24): one node user publishing 4 MiB
+    messages filled the store until JetStream answered "insufficient resources" to every node."""
+    spec = cluster.make_spec(tmp_path / "flood", n=1, client_port=None, cluster_port=None, http_port=None,
+                             auth=True, store_bytes=48 * 2**20, member_max_msgs=8)
+    cluster.up(spec)
+    a, b = (cluster.add_node(spec, NodeIdentity.from_seed(s).node_id) for s in (b"flood-a", b"flood-b"))
+    on_a, on_b = member_subject("dso", "batch", a.user), member_subject("dso", "batch", b.user)
+
+    async def main():
+        ta = await NatsTransport.connect(spec.nats_config(a.user, **FAST), name="a")
+        tb = await NatsTransport.connect(spec.nats_config(b.user, **FAST), name="b")
+        try:
+            flood = [await ta.publish(bytes(4 * 2**20), on_a) for _ in range(24)]  # 96 MiB, twice the store
+            honest = [await tb.publish(f"honest {i}".encode(), on_b) for i in range(3)]
+            try:
+                await ta.publish(b"as b", on_b)  # another member's subject: refused
+                foreign = "published"
+            except TransportError:
+                foreign = "refused"
+            info = await ta.js.stream_info("DSO")
+            read: list[str] = []
+
+            async def handler(chunk):
+                read.extend(m.subject for m in chunk)
+
+            await tb.subscribe(b.user, handler)  # a node's reader takes every member's subject
+            await _until(lambda: asyncio.sleep(0, len(read) >= info.state.messages))
+        finally:
+            await ta.close()
+            await tb.close()
+        return flood, honest, foreign, info, read
+
+    try:
+        flood, honest, foreign, info, read = asyncio.run(main())
+    finally:
+        for server in spec.servers:
+            cluster.stop_server(spec, server, timeout_s=5)
+    assert len(flood) == 24 and len(honest) == 3 and foreign == "refused"
+    assert info.config.max_msgs_per_subject == 8 and info.state.bytes <= spec.stream_max_bytes
+    assert info.state.messages == 8 + 3  # the flooder's last 8 and every honest message
+    assert read.count(on_b) == 3 and read.count(on_a) == 8

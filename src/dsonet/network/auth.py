@@ -5,7 +5,9 @@ One NATS account (``DSO``, JetStream enabled) holds every user:
 - ``admin`` may do anything. `dso cluster up` creates the stream with it; an operator uses it to
   administer the stream (purge, delete, inspect consumers).
 - ``node-<id16>``, one per node, named like the node's durable consumer (the first 16 hex digits
-  of its node id). It may publish batches and tombstones (``<prefix>.>``) into the stream, read
+  of its node id). It may publish batches and tombstones to its own subjects only
+  (``<prefix>.batch.<user>``, ``<prefix>.tombstone.<user>``, `dsonet.network.transport.member_subject`:
+  the stream's limits per subject are then limits per member), read
   the stream's info, create, read and pull from ITS OWN durable consumer, ack only that
   consumer's messages, and receive replies on its own inbox (``_INBOX.<user>.>``). Everything
   else is refused by the server: deleting or purging the stream, creating it, deleting or reading
@@ -53,7 +55,8 @@ def node_permissions(user: str, stream: str, prefix: str) -> dict[str, list[str]
     api = "$JS.API"
     return {
         "publish": [
-            f"{prefix}.>",  # batches and tombstones into the stream
+            f"{prefix}.batch.{user}",  # batches and tombstones into the stream, on this member's subjects only
+            f"{prefix}.tombstone.{user}",
             f"{api}.STREAM.INFO.{stream}",  # is the stream there (start-up, repair)
             f"{api}.CONSUMER.INFO.{stream}.{user}",  # is my consumer there
             f"{api}.CONSUMER.CREATE.{stream}.{user}",  # make (or re-make) my consumer, 2.9 and later

@@ -67,6 +67,14 @@ class ClusterSpec:
     tls_verify: bool = False  # and clients must show a certificate from the cluster's CA (mutual TLS)
     stream: str = "DSO"  # the stream `up` creates with auth, and the one node users are allowed
     subject_prefix: str = "dso"
+    # each server's JetStream file store; the stream is kept to 3/4 of it (oldest dropped first), so it
+    # never answers "insufficient resources": one member filling it stopped every other's publishes
+    store_bytes: int = 2 * 2**30
+    member_max_msgs: int = 10_000  # messages kept per member's subject (`NatsConfig.member_max_msgs`)
+
+    @property
+    def stream_max_bytes(self) -> int:
+        return self.store_bytes * 3 // 4
 
     @property
     def urls(self) -> list[str]:
@@ -93,8 +101,9 @@ class ClusterSpec:
         if self.tls_verify:
             cert = self.client_cert(user)
             login |= {"tls_cert": cert.cert, "tls_key": cert.key}
+        limits = {"max_bytes": self.stream_max_bytes, "member_max_msgs": self.member_max_msgs}
         return NatsConfig(servers=self.urls, stream=self.stream, subject_prefix=self.subject_prefix,
-                          tls_ca=self.ca_file, **login, **options)
+                          tls_ca=self.ca_file, **login, **(limits | options))
 
     def client_cert(self, user: str) -> certs.CertFiles:
         return certs.CertFiles(self.tls_dir / f"{user}.pem", self.tls_dir / f"{user}-key.pem")
@@ -122,8 +131,8 @@ class ClusterSpec:
 
     def save(self) -> None:
         doc = {"host": self.host, "name": self.name, "auth": self.auth, "tls": self.tls, "tls_verify": self.tls_verify,
-               "stream": self.stream, "subject_prefix": self.subject_prefix,
-               "servers": [asdict(s) for s in self.servers]}
+               "stream": self.stream, "subject_prefix": self.subject_prefix, "store_bytes": self.store_bytes,
+               "member_max_msgs": self.member_max_msgs, "servers": [asdict(s) for s in self.servers]}
         (self.state_dir / "cluster.json").write_text(json.dumps(doc, indent=2))
 
     @classmethod
@@ -135,7 +144,8 @@ class ClusterSpec:
             raise ClusterError(f"no cluster in {state_dir}; start one with `dso cluster up --state-dir {state_dir}`") from None
         servers = tuple(ServerSpec(**s) for s in doc["servers"])
         return cls(state_dir, servers, doc["host"], doc["name"], doc.get("auth", False), doc.get("tls", False),
-                   doc.get("tls_verify", False), doc.get("stream", "DSO"), doc.get("subject_prefix", "dso"))
+                   doc.get("tls_verify", False), doc.get("stream", "DSO"), doc.get("subject_prefix", "dso"),
+                   doc.get("store_bytes", 2 * 2**30), doc.get("member_max_msgs", 10_000))
 
 
 def nats_server_binary() -> str:
@@ -169,6 +179,8 @@ def make_spec(
     auth: bool = False,
     tls: bool = False,
     tls_verify: bool = False,
+    store_bytes: int = 2 * 2**30,
+    member_max_msgs: int = 10_000,
 ) -> ClusterSpec:
     """Server i uses base port + i; a base of None picks free ports instead. ``auth`` False: an open
     cluster, anyone who reaches a port may do anything (tests and benchmarks on loopback)."""
@@ -181,7 +193,7 @@ def make_spec(
     ]
     servers = tuple(ServerSpec(f"n{i + 1}", ports[0][i], ports[1][i], ports[2][i]) for i in range(n))
     return ClusterSpec(Path(state_dir).resolve(), servers, host, auth=auth, tls=tls or tls_verify,
-                       tls_verify=tls_verify)
+                       tls_verify=tls_verify, store_bytes=store_bytes, member_max_msgs=member_max_msgs)
 
 
 def render_config(spec: ClusterSpec, server: ServerSpec) -> str:
@@ -210,7 +222,7 @@ pid_file: "{spec.pid_path(server)}"
 jetstream {{
   store_dir: "{store}"
   max_memory_store: 64MB
-  max_file_store: 2GB
+  max_file_store: {spec.store_bytes}
 }}{_tls_block(spec, clients=True)}{cluster}{accounts}
 """
 
@@ -293,7 +305,10 @@ def up(spec: ClusterSpec, timeout_s: float = 30.0) -> ClusterSpec:
 async def _create_stream(spec: ClusterSpec, timeout_s: float) -> None:
     config = spec.nats_config(ADMIN, replicas=min(3, len(spec.servers)), connect_timeout_s=timeout_s)
     transport = await NatsTransport.connect(config, name="dso-cluster-admin")
-    await transport.close()
+    try:  # a stream made before its limits were set (or with others) gets this spec's
+        await transport.js.update_stream(config.stream_config())
+    finally:
+        await transport.close()
 
 
 def add_node(spec: ClusterSpec, node_id: str) -> UserCreds:

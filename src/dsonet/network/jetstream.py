@@ -38,7 +38,10 @@ class NatsConfig:
     subject_prefix: str = "dso"
     replicas: int = 3  # one per site; a 3-replica stream keeps accepting with one server down
     max_age_s: float = 30 * 24 * 3600  # retention: how much history a new node can replay
-    max_bytes: int = -1  # -1: bounded by age only
+    max_bytes: int = -1  # -1: bounded by age only; `dso cluster up` keeps it under the servers' store
+    # messages kept per subject, i.e. per member (each node publishes to its own subject); past it a
+    # member's oldest go first, not other members': one member's flood rolls its own history
+    member_max_msgs: int = 10_000
     duplicate_window_s: float = 120.0  # publishes with the same Nats-Msg-Id inside it are stored once
     publish_timeout_s: float = 5.0
     ack_wait_s: float = 30.0  # a fetched chunk not acked within this is delivered again
@@ -89,8 +92,9 @@ class NatsConfig:
             num_replicas=self.replicas,
             max_age=self.max_age_s,
             max_bytes=self.max_bytes,
+            max_msgs_per_subject=self.member_max_msgs,
             max_msg_size=MAX_BATCH_BYTES + 64 * 1024,
-            discard=DiscardPolicy.OLD,
+            discard=DiscardPolicy.OLD,  # a full stream drops its oldest: a publish is never refused for room
             duplicate_window=self.duplicate_window_s,
         )
 

@@ -55,7 +55,7 @@ from dsonet.network.access import FairLock, SerialEncoder
 from dsonet.network.metrics import NodeMetrics
 from dsonet.network.standing import Banned, Bans, check_key
 from dsonet.network.tombstone import TombstoneError, decode_tombstone, make_tombstone
-from dsonet.network.transport import MSG_ID, SENDER, Message, Transport, parse_subject, subject_for
+from dsonet.network.transport import MSG_ID, SENDER, Message, Transport, member_subject, parse_subject
 
 log = logging.getLogger(__name__)
 
@@ -345,15 +345,12 @@ class Node:
 
     async def delete(self, exp_id: str) -> bool:
         """Delete locally and publish a signed tombstone (peers honour it for experiences we authored)."""
-        exp = await self._locked(self.library.get, exp_id)
         removed = await self._locked(self.library.delete, exp_id)
         if removed:
             self._schedule_merge()
             tomb = make_tombstone([exp_id], self.identity)
-            domain = exp.domain if exp is not None else "general"
             # the outbox keeps it through a stream outage or a restart; `flush` sends what is left
-            await self._locked(self.library.queue_outgoing, subject_for(self.config.subject_prefix, TOMBSTONE, domain),
-                             tomb.to_msgpack())
+            await self._locked(self.library.queue_outgoing, self._subject(TOMBSTONE), tomb.to_msgpack())
             self.metrics.deleted.inc()
             try:
                 async with self._publish_lock:
@@ -361,6 +358,11 @@ class Node:
             except DsoError as exc:
                 log.warning("delete of %s is kept to publish later: %s", exp_id[:12], exc)
         return removed
+
+    def _subject(self, kind: str) -> str:
+        """This node's subject for ``kind``, named like its NATS user (`dsonet.network.auth`): the
+        stream's per-subject limits then hold it alone."""
+        return member_subject(self.config.subject_prefix, kind, self.durable)
 
     async def _send_outgoing(self) -> None:
         """Publish the outbox (signed tombstones), each under an id derived from its signed bytes:
@@ -475,7 +477,7 @@ class Node:
                     batch = await self._aside(sign_batch, [exps[i] for i in rows], codes[rows], self.profile,
                                               self.identity)
                     payload = batch.to_msgpack()
-                    await self.transport.publish(payload, subject_for(self.config.subject_prefix, BATCH, domain),
+                    await self.transport.publish(payload, self._subject(BATCH),
                                                  {MSG_ID: batch.hash, SENDER: self.node_id})
                     await self._locked(self.library.mark_published, [e.id for e in batch.experiences])
                     self.metrics.published_batches.inc()
