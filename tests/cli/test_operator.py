@@ -32,7 +32,10 @@ def test_an_operator_lists_and_drops_quarantined_rows_and_bans_and_resets_a_key(
     db.commit()
     db.close()
     key = NodeIdentity.from_seed(b"operator-cli").node_id
-    run = lambda *args: CliRunner().invoke(cli, ["node", *args, "--node", node.url, "--node-token", TOKEN])  # noqa: E731
+
+    def run(*args: str):
+        return CliRunner().invoke(cli, ["node", *args, "--node", node.url, "--node-token", TOKEN])
+
     node.start().wait_ready()
     try:
         with node.client() as client:
