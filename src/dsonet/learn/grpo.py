@@ -272,7 +272,8 @@ class Learner:
             neutral = self._neutral_accuracy(len(text.split()), items)
             gain = float(with_.mean()) - max(without, neutral)
             ok = gain >= self.config.gate_gain
-            self._log("gate", text=text, op=op.op, items=len(items), accuracy_with=round(float(with_.mean()), 4),
+            self._log("gate", text=text, op=op.op, items=[self.validation.tasks[i].id for i in items],
+                      accuracy_with=round(float(with_.mean()), 4),
                       accuracy_without=round(without, 4), accuracy_neutral=round(neutral, 4), kept=bool(ok))
             if not ok:
                 self.stats.gated_out += 1

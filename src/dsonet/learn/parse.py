@@ -83,15 +83,16 @@ def shared_words(problems: list[str]) -> frozenset[str]:
 
 
 def without_arguments(lesson: str, problem: str, shared: frozenset[str] = frozenset()) -> str:
-    """``lesson`` with the argument lists that name ``problem``'s variables written ``(...)``: a reflector
-    that copies the reference call ("call np.trapezoid(z, samples)") still names the right function, and
-    the lesson keeps the function, not one task's variables."""
+    """``lesson`` without the argument lists that name ``problem``'s variables: a reflector that copies the
+    reference call ("call np.trapezoid(z, samples)") still names the right function, and the lesson keeps
+    the function ("call np.trapezoid"), not one task's variables (written "(...)", a small agent copied
+    the dots into its code)."""
     names = set(_ASSIGNED.findall(problem)) - shared
     if not names:
         return lesson
 
     def general(m: re.Match) -> str:
-        return "(...)" if names & set(re.findall(r"[A-Za-z_]\w*", m.group(0))) else m.group(0)
+        return "" if names & set(re.findall(r"[A-Za-z_]\w*", m.group(0))) else m.group(0)
 
     return re.sub(r"\([^()]*\)", general, lesson)
 
@@ -133,7 +134,7 @@ def experiences(text: str, max_items: int = 3, reject: tuple[str, ...] = (), pro
     """"When X, Y" lessons from free text or from a JSON object/list of them. A lesson needs a
     condition and a strategy of at least two words each; lessons in ``reject`` (e.g. the prompt's
     example) are dropped, and so are lessons specific to ``problem`` (its numbers, quoted words
-    or ``reference`` answer; an argument list naming its variables is first written ``(...)``, see
+    or ``reference`` answer; an argument list naming its variables is first dropped, see
     `without_arguments`) and, when the reply hit the token limit (``truncated``), its last
     lesson unless it ends its sentence: it may be cut mid-sentence even if it parses."""
     text = _PLACEHOLDER.sub("", text)
