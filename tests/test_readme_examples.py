@@ -43,7 +43,7 @@ def defaults(monkeypatch, tmp_path):
 
 
 def test_the_calibration_data_holds_none_of_the_readmes_examples():
-    lessons, queries = load_pairs()
+    lessons, queries, _ = load_pairs()
     texts = {lesson.text for lesson in lessons} | {q.text for q in queries}
     shown = set(re.findall(r'"([^"]{12,})"', README))  # every quoted sentence of the README
     assert not texts & set(README_TEXTS) and not texts & shown

@@ -94,11 +94,12 @@ def search(query: str, k: int, min_similarity: float | None, max_tokens: int, do
         click.echo(empty_answer(hits.threshold, hits.best_score), err=True)
 
 
-def empty_answer(threshold: float, best_score: float | None) -> str:
-    """Why a search returned nothing, quoting no lesson: the threshold and the closest score."""
+def empty_answer(threshold: float | None, best_score: float | None) -> str:
+    """Why a search returned nothing, quoting no lesson: the threshold and the closest score (a node
+    older than these fields reports neither)."""
+    above = "the threshold" if threshold is None else f"{threshold:.3f}"
     closest = "the library holds no lesson to score" if best_score is None else f"the closest scored {best_score:.3f}"
-    return (f"no lesson above {threshold:.3f}; {closest} (--min-similarity or {ENV_MIN_SIMILARITY} "
-            "lowers the threshold)")
+    return f"no lesson above {above}; {closest} (--min-similarity or {ENV_MIN_SIMILARITY} lowers the threshold)"
 
 
 @click.command()

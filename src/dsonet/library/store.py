@@ -59,7 +59,7 @@ class Hits(list):
     threshold the search applied and the best score it saw, passed or not (None: nothing to
     score). A list, so every caller that iterates hits reads it unchanged."""
 
-    def __init__(self, hits=(), threshold: float = 0.0, best_score: float | None = None):
+    def __init__(self, hits=(), threshold: float | None = None, best_score: float | None = None):
         super().__init__(hits)
         self.threshold = threshold
         self.best_score = best_score
