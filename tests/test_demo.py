@@ -1,5 +1,5 @@
 """The main job: the Fleet seam, the report's statistics, and the whole demo end to end, shrunk
-(real SmolLM2, real sandbox, real encoder, real codec, signatures and DeltaSoup)."""
+(the real 0.5B, real sandbox, real encoder, real codec, signatures and DeltaSoup)."""
 
 import asyncio
 import json
@@ -94,20 +94,20 @@ def test_a_fleet_shares_a_lesson_and_refuses_a_forged_batch(tmp_path, kind):
         assert sum(p["rejected"] for p in state.peers) == 1
 
 
-# SmolLM2 answers (fast, ~0 on drift: a plumbing test); the 0.5B writes lessons (SmolLM2 on transformers
-# takes minutes to read a reflection prompt on two cores)
+# The embedded 0.5B answers and writes lessons: on drift's code prompts SmolLM2's transformers path is the
+# slower one on two cores (this demo with it ran past pytest's 600 s; with the 0.5B on llama.cpp, 150 s)
 SMALL = dict(facts=1, train_per_fact=1, eval_per_fact=4, eval_per_control=1, feedback_tasks=2, rollouts=2,
-             candidates=1, gate_items=1, max_tokens=32, llm_model="smollm2", reflector="qwen2.5-coder-0.5b")
+             candidates=1, gate_items=1, max_tokens=32, llm_model="qwen2.5-coder-0.5b", reflector="qwen2.5-coder-0.5b")
 
 
 @pytest.mark.slow
 def test_small_fleet_learns_drift_shares_and_keeps_every_attack_but_poison_out(tmp_path):
-    report = asyncio.run(run_demo(DemoConfig(nodes=4, byzantine=1, workdir=tmp_path, **SMALL), echo=lambda _: None))
+    report = asyncio.run(run_demo(DemoConfig(nodes=3, byzantine=1, workdir=tmp_path, **SMALL), echo=lambda _: None))
 
     assert report.fleet == "in-process"
-    assert [n.role for n in report.nodes].count("honest") == 3
+    assert [n.role for n in report.nodes].count("honest") == 2
     assert [c.name for c in report.conditions] == ["without", "own", "fleet", "poisoned", "after_feedback"]
-    assert [c.n for c in report.conditions] == [4, 3, 4, 3, 3] and report.controls["n"] == 1
+    assert [c.n for c in report.conditions] == [4, 2, 4, 2, 2] and report.controls["n"] == 1
     for c in report.conditions:
         assert c.wilson95[0] <= c.accuracy <= c.wilson95[1]
         assert c.minus_without_ci95[0] - 1e-9 <= c.minus_without <= c.minus_without_ci95[1] + 1e-9
@@ -123,7 +123,7 @@ def test_small_fleet_learns_drift_shares_and_keeps_every_attack_but_poison_out(t
         assert signer.name == "byz0" and node.held == 1 and signer.rows == ["p1"]
         assert node.dropped == (signer.rows if signer.dropped else [])
         assert signer.dropped == (signer.reputation < report.poison.floor)
-    assert len(report.feedback["passed"]) == 3
+    assert len(report.feedback["passed"]) == 2
     attacker = next(n for n in report.nodes if n.role != "honest")
     assert attacker.produced > 0 and attacker.published_bytes > 0 and attacker.batches_rejected > 0
     if report.fidelity.n:

@@ -12,21 +12,21 @@ import click
 @click.command()
 @click.option("--nodes", default=6, show_default=True, help="Fleet size, Byzantine nodes included.")
 @click.option("--byzantine", default=2, show_default=True, help="How many nodes attack.")
-@click.option("--facts", default=12, show_default=True,
-              help="Drift's first N change facts (and N // 3 controls), dealt out among the honest nodes.")
+@click.option("--facts", default=8, show_default=True,
+              help="Drift change facts in play (and N // 3 controls), the libraries in turn, dealt out among the honest nodes.")
 @click.option("--train-per-fact", default=1, show_default=True, help="Training instances per fact.")
-@click.option("--eval-per-fact", default=10, show_default=True,
+@click.option("--eval-per-fact", default=15, show_default=True,
               help="Held-out instances per change fact (without and fleet answer all; own, poisoned and after "
                    "feedback every other block).")
 @click.option("--eval-per-control", default=2, show_default=True, help="Held-out instances per control fact.")
-@click.option("--feedback-tasks", default=12, show_default=True,
+@click.option("--feedback-tasks", default=10, show_default=True,
               help="Practice tasks per honest node in the feedback phase, whose outcomes move the signers' reputation.")
 @click.option("--rollouts", default=4, show_default=True, help="Attempts per training instance (G).")
-@click.option("--candidates", default=2, show_default=True,
+@click.option("--candidates", default=1, show_default=True,
               help="Sampled lesson proposals per task; the execution gate keeps the best.")
 @click.option("--gate-items", default=2, show_default=True,
               help="Validation instances nearest a lesson that it is judged on (plus one other).")
-@click.option("--max-tokens", default=64, show_default=True, help="Tokens per attempt and per answer.")
+@click.option("--max-tokens", default=48, show_default=True, help="Tokens per attempt and per answer.")
 @click.option("--reflector", default=None,
               help="Model that writes the lessons [default: qwen2.5-coder-1.5b embedded; with --llm, the agent].")
 @click.option("--min-similarity", type=click.FloatRange(-1, 1), default=None,

@@ -36,15 +36,15 @@ CHANGE_FACTS = sum(not f.control for f in drift.FACTS)
 class DemoConfig:
     nodes: int = 6  # fleet size, Byzantine nodes included
     byzantine: int = 2  # how many of them attack
-    facts: int = 12  # drift's first N change facts (and N // 3 controls), dealt out among the honest nodes
+    facts: int = 8  # N change facts (and N // 3 controls), the libraries in turn, dealt out among the honest nodes
     train_per_fact: int = 1  # training instances per fact, practised by the one node the fact is dealt to
-    eval_per_fact: int = 10  # held-out instances per change fact: 12 x 10 = 120 for without and fleet
+    eval_per_fact: int = 15  # held-out instances per change fact: 8 x 15 = 120 for without and fleet, 60 for the rest
     eval_per_control: int = 2
-    feedback_tasks: int = 12  # per honest node: tasks solved with the poisoned fleet's lessons, outcomes reported
+    feedback_tasks: int = 10  # per honest node: tasks solved with the poisoned fleet's lessons, outcomes reported
     rollouts: int = 4  # G per training instance
-    candidates: int = 2  # sampled lesson proposals per group; the execution gate keeps the best
+    candidates: int = 1  # lesson proposals per group; more are sampled and the execution gate keeps the best
     gate_items: int = 2  # validation instances nearest a lesson that it is judged on (+ one other)
-    max_tokens: int = 64  # per rollout and per answer: one line of Python
+    max_tokens: int = 48  # per rollout and per answer: one line, fenced or not
     reflector: str | None = None  # the model that writes lessons; None: qwen2.5-coder-1.5b embedded, else the agent
     min_similarity: float | None = None  # None: the space's calibrated threshold
     llm_url: str | None = None  # an OpenAI-compatible server instead of the embedded model
@@ -97,7 +97,7 @@ async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> Dem
     agent = open_llm(config.llm_url, model)
     reflector = open_llm(config.llm_url, reflector_name) if reflector_name else agent
     with Sandbox(preload=drift.PRELOAD) as sandbox:
-        tasks = scenario.checked(splits.validation + splits.held_out + [t for p in splits.train for t in p], sandbox)
+        tasks = drift.drift_taskset(splits.validation + splits.held_out + [t for p in splits.train for t in p], sandbox)
         clock.lap("load")
         fleet_kind = "node processes on a 3-server NATS cluster" if config.nats else "in-process nodes on one shared log"
         echo(f"[2/8] Starting {honest} honest {fleet_kind} in {workdir}, and {config.byzantine} Byzantine nodes")
