@@ -43,7 +43,8 @@ class DictStore:
 
     def search(self, query, k=5, min_similarity=0.6, max_tokens=2048, domain=None):
         """Exact text matches; with ``min_similarity`` below 0, every experience of the domain."""
-        same = [e for e in self.items.values() if (min_similarity < 0 or e.text.lower() == query.lower())
+        every = min_similarity is not None and min_similarity < 0  # None: the space's threshold, exact text here
+        same = [e for e in self.items.values() if (every or e.text.lower() == query.lower())
                 and domain in (None, e.domain)]
         return [_Hit(e, 1.0) for e in same][:k]
 
