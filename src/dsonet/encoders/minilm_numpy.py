@@ -116,8 +116,8 @@ class NumpyMiniLM:
         self.hidden, self.heads = config["hidden_size"], config["num_attention_heads"]
         self.eps = float(config["layer_norm_eps"])
 
-        def f32(name: str) -> np.ndarray:
-            return np.asarray(weights[name], np.float32)
+        def f32(tensor: str | np.ndarray) -> np.ndarray:  # float16 widens exactly
+            return np.asarray(weights[tensor] if isinstance(tensor, str) else tensor, np.float32)
 
         self.word = weights["embeddings.word_embeddings.weight"]  # (V, H) float16, memory-mapped: rows read on use
         self.position = f32("embeddings.position_embeddings.weight")
@@ -127,15 +127,15 @@ class NumpyMiniLM:
         for i in range(config["num_hidden_layers"]):
             p = f"encoder.layer.{i}."
             qkv = [p + f"attention.self.{m}" for m in ("query", "key", "value")]
-            self.layers.append({  # weights transposed once, (in, out): x @ w + b
-                "qkv_w": np.ascontiguousarray(np.concatenate([f32(n + ".weight") for n in qkv]).T),
-                "qkv_b": np.concatenate([f32(n + ".bias") for n in qkv]),
-                "out_w": np.ascontiguousarray(f32(p + "attention.output.dense.weight").T),
+            self.layers.append({  # (out, in) as stored: x @ w.T is BLAS's transposed product, no copy
+                "qkv_w": f32(np.concatenate([weights[n + ".weight"] for n in qkv])),  # (3H, H): one product for q, k, v
+                "qkv_b": f32(np.concatenate([weights[n + ".bias"] for n in qkv])),
+                "out_w": f32(p + "attention.output.dense.weight"),
                 "out_b": f32(p + "attention.output.dense.bias"),
                 "ln1": (f32(p + "attention.output.LayerNorm.weight"), f32(p + "attention.output.LayerNorm.bias")),
-                "up_w": np.ascontiguousarray(f32(p + "intermediate.dense.weight").T),
+                "up_w": f32(p + "intermediate.dense.weight"),
                 "up_b": f32(p + "intermediate.dense.bias"),
-                "down_w": np.ascontiguousarray(f32(p + "output.dense.weight").T),
+                "down_w": f32(p + "output.dense.weight"),
                 "down_b": f32(p + "output.dense.bias"),
                 "ln2": (f32(p + "output.LayerNorm.weight"), f32(p + "output.LayerNorm.bias")),
             })
@@ -187,14 +187,14 @@ class NumpyMiniLM:
         bias = ((1 - mask) * np.finfo(np.float32).min)[:, None, None, :]  # (B, 1, 1, T)
         scale = np.float32(1 / math.sqrt(h // nh))
         for w in self.layers:
-            qkv = x @ w["qkv_w"] + w["qkv_b"]  # (B·T, 3H)
+            qkv = x @ w["qkv_w"].T + w["qkv_b"]  # (B·T, 3H)
             qkv = np.ascontiguousarray(qkv.reshape(b, t, 3, nh, h // nh).transpose(2, 0, 3, 1, 4))  # (3, B, nh, T, hd)
             scores = (qkv[0] * scale) @ qkv[1].transpose(0, 1, 3, 2) + bias  # (B, nh, T, T)
             scores = np.exp(scores - scores.max(-1, keepdims=True))
             scores /= scores.sum(-1, keepdims=True)
             context = (scores @ qkv[2]).transpose(0, 2, 1, 3).reshape(b * t, h)  # (B·T, H)
-            x = layer_norm(x + context @ w["out_w"] + w["out_b"], *w["ln1"], self.eps)
-            x = layer_norm(x + gelu(x @ w["up_w"] + w["up_b"]) @ w["down_w"] + w["down_b"], *w["ln2"], self.eps)
+            x = layer_norm(x + context @ w["out_w"].T + w["out_b"], *w["ln1"], self.eps)
+            x = layer_norm(x + gelu(x @ w["up_w"].T + w["up_b"]) @ w["down_w"].T + w["down_b"], *w["ln2"], self.eps)
         x = x.reshape(b, t, h)
         return (x * mask[:, :, None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)  # (B, H)
 

@@ -36,8 +36,6 @@ class NumpyZenHead:
         self.d_hidden, self.d_in = self.weights["w1.weight"].shape
         self.d_out = len(self.weights["w2.bias"])
         self.tag = tag
-        self._w1t = np.ascontiguousarray(self.weights["w1.weight"].T)  # (d_in, d_hidden)
-        self._w2t = np.ascontiguousarray(self.weights["w2.weight"].T)  # (d_hidden, d_out)
 
     def digest(self) -> str:
         """SHA-256 of the weights as float32, names in order: `ZenHead.digest`'s, byte for byte."""
@@ -45,7 +43,7 @@ class NumpyZenHead:
         for name in sorted(self.weights):
             tensor = self.weights[name]
             h.update(f"{name}:{tuple(tensor.shape)}\n".encode())
-            h.update(tensor.astype("<f4").tobytes())
+            h.update(np.ascontiguousarray(tensor, "<f4").data)  # float32 already: no copy
         return h.hexdigest()
 
     def project(self, base: np.ndarray, batch_size: int = 4096) -> np.ndarray:
@@ -56,9 +54,9 @@ class NumpyZenHead:
         w = self.weights
         out = np.empty((len(base), self.d_out), np.float32)
         for i in range(0, len(base), batch_size):
-            z1 = gelu(base[i : i + batch_size] @ self._w1t + w["w1.bias"])  # (B, d_hidden)
+            z1 = gelu(base[i : i + batch_size] @ w["w1.weight"].T + w["w1.bias"])  # (B, d_hidden)
             z2 = layer_norm(z1, w["ln1.weight"], w["ln1.bias"], HEAD_EPS)
-            e = layer_norm(z2 @ self._w2t + w["w2.bias"], w["ln2.weight"], w["ln2.bias"], HEAD_EPS)  # (B, d_out)
+            e = layer_norm(z2 @ w["w2.weight"].T + w["w2.bias"], w["ln2.weight"], w["ln2.bias"], HEAD_EPS)  # (B, d_out)
             out[i : i + batch_size] = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
         return out
 
