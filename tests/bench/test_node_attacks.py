@@ -5,6 +5,7 @@ import pytest
 
 from dsonet.aggregate import DeltaSoupConfig
 from dsonet.bench import node_attacks
+from dsonet.network.node import DEFERRED_KEY_BYTES, DEFERRED_NEW_KEYS_BYTES
 
 pytestmark = pytest.mark.slow
 
@@ -25,4 +26,8 @@ def test_the_quick_attacks_lose_no_honest_row_and_admit_only_what_the_limits_all
     assert rows["poisoned batch"]["attacker_rows"] == 0  # a scale of 3e38 is refused at verification
     assert rows["takeover"]["attacker_rows"] == 0  # its copy was a row of its own, and its tombstone removed only that
     assert rows["takeover"]["victim_row_held"] == [True, True]  # the author's row survived the copy and the tombstone
+    fill = rows["deferred fill"]  # held back in bytes: at most a share a key, never all it sent
+    share = max(DEFERRED_KEY_BYTES, DEFERRED_NEW_KEYS_BYTES)
+    assert 0 < fill["deferred_mb"] * 2**20 <= node_attacks.FILL_KEYS * share + 2**20
+    assert fill["deferred_batches"] < node_attacks.FILL_KEYS * sizes.fill_batches
     assert all(r["searches_during"] > 0 for r in rows.values())  # search kept answering through every attack

@@ -28,7 +28,12 @@ The attacks:
 - sybil: fresh keys, one single-row batch each (5,000 keys; 1,500 with --quick);
 - poisoned batch: a signed batch with a scale of 3e38 in the same read as 12 honest single-row batches;
 - takeover: a copy of an honest peer's experience (same text and domain) at confidence 1.0,
-  signed by the attacker, then the attacker's tombstone for it.
+  signed by the attacker, then the attacker's tombstone for it;
+- deferred fill: 5 keys, each admitted once, then sending batches of 1,000 rows (1.5 MB each) far
+  over their rate, which the node holds back instead of dropping (100 each; 6 with --quick):
+  before issue 24 the queue was counted, not weighed (up to 100 payloads a key, 745 MB for the
+  finding's 5 keys) and read whole at every pass. Reported: ``deferred_batches`` and
+  ``deferred_mb`` held once the node has read everything.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ HONEST_PEERS = 12
 WARMUP_BATCHES = 6  # rep 0.5 → 1 − 0.5·0.9⁶ = 0.73 ≥ 0.7: trusted after six admitted batches
 CLIENTS = 20
 TRUSTED_FLOOR = 0.7
+FILL_KEYS = 5
 
 
 @dataclass(frozen=True)
@@ -59,10 +65,11 @@ class Sizes:
     sybil_keys: int
     honest_rows: int  # rows per honest warm-up batch
     baseline_s: float  # how long the clients search with no attack
+    fill_batches: int  # batches of `volume_rows` rows from each of `FILL_KEYS` keys in the deferred fill
 
     @classmethod
     def of(cls, quick: bool) -> "Sizes":
-        return cls(6, 1000, 1500, 10, 1.0) if quick else cls(40, 1000, 5000, 20, 4.0)
+        return cls(6, 1000, 1500, 10, 1.0, 6) if quick else cls(40, 1000, 5000, 20, 4.0, 100)
 
 
 class BenchEncoder:
@@ -245,6 +252,10 @@ async def run_attack(bench: Bench, sizes: Sizes, name: str) -> dict:
         victim_key = (Experience(bench.docs[victim], DOMAIN).id, bench.honest[0].node_id)
         hostile = [bench.batch(attackers[0], [(victim, -1)], [bench.docs[victim]], confidence=1.0)]
         tombstones = [make_tombstone([Experience(bench.docs[victim], DOMAIN).id], attackers[0]).to_msgpack()]
+    elif name == "deferred fill":  # each key's first batch first: admitted once, then the rest over its rate
+        attackers = [NodeIdentity.from_seed(f"fill-{i}".encode()) for i in range(FILL_KEYS)]
+        hostile = [bench.hostile(a, sizes.volume_rows, f"f{i}-{j}") for j in range(sizes.fill_batches)
+                   for i, a in enumerate(attackers)]
     else:
         raise ValueError(f"attack: {name!r} is not one of {ATTACKS}")
 
@@ -278,7 +289,8 @@ async def run_attack(bench: Bench, sizes: Sizes, name: str) -> dict:
             clients = asyncio.create_task(searching(node, bench.queries, stop))
             t = time.perf_counter()
             mixed = [(p, False) for p, _ in during] + [(p, True) for p in hostile]
-            order = bench.rng.permutation(len(mixed)) if name != "poisoned batch" else range(len(mixed))
+            in_order = name in ("poisoned batch", "deferred fill")
+            order = range(len(mixed)) if in_order else bench.rng.permutation(len(mixed))
             for i in order:  # the poisoned batch and the 12 honest ones go out together: one read
                 await sender.publish(mixed[i][0], subject)
             for tomb in tombstones:
@@ -303,6 +315,10 @@ async def run_attack(bench: Bench, sizes: Sizes, name: str) -> dict:
             "quiet_p99_ms": _ms(quiet, 0.99),
             "load_average_1min": round(os.getloadavg()[0], 1),  # the machine is shared: how busy it was
         }
+        if name == "deferred fill":
+            n, size = node.library.db.execute("SELECT COUNT(*), COALESCE(SUM(length(payload)), 0) "
+                                              "FROM deferred").fetchone()
+            result |= {"deferred_batches": n, "deferred_mb": round(size / 2**20, 1)}
         if victim_key is not None:  # the author's row, before the copy and after the copier's tombstone
             result["victim_row_held"] = [victim_key in held_before, victim_key in held]
         await sender.close()
@@ -310,14 +326,14 @@ async def run_attack(bench: Bench, sizes: Sizes, name: str) -> dict:
     return result
 
 
-ATTACKS = ("volume", "sybil", "poisoned batch", "takeover")
+ATTACKS = ("volume", "sybil", "poisoned batch", "takeover", "deferred fill")
 
 
 def run(quick: bool, docs, doc_vectors: np.ndarray, query_vectors: np.ndarray, encoder_id: str,
         attacks=ATTACKS) -> dict:
     """Every attack in turn; the rows and the limits they are read against."""
     from dsonet.aggregate import DeltaSoupConfig
-    from dsonet.network.node import NodeConfig
+    from dsonet.network.node import DEFERRED_BYTES, DEFERRED_KEY_BYTES, DEFERRED_NEW_KEYS_BYTES, NodeConfig
 
     from dsonet.network.access import serving
 
@@ -331,4 +347,5 @@ def run(quick: bool, docs, doc_vectors: np.ndarray, query_vectors: np.ndarray, e
                        "new_key_row_limit": soup.new_key_row_limit, "new_key_free_rows": soup.new_key_free_rows,
                        "new_keys_row_limit": soup.new_keys_row_limit,
                        "rate_window_ms": soup.rate_window_ms, "max_batch_experiences": soup.max_batch_experiences,
-                       "capacity": NodeConfig(Path(".")).capacity}}
+                       "capacity": NodeConfig(Path(".")).capacity, "deferred_bytes": DEFERRED_BYTES,
+                       "deferred_key_bytes": DEFERRED_KEY_BYTES, "deferred_new_keys_bytes": DEFERRED_NEW_KEYS_BYTES}}
