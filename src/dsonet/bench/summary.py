@@ -220,7 +220,7 @@ def _node_attacks_section(section: dict) -> str:
     """The attacks on one real node: what got in, what was lost, and whether search kept answering."""
     columns = ["attack", "attacker_keys", "attacker_rows_sent", "attacker_rows", "honest_rows_sent", "honest_rows_lost",
                "honest_rows_filtered", "rss_growth_mb", "attack_seconds", "search_p50_ms", "search_p99_ms",
-               "quiet_p50_ms", "quiet_p99_ms", "load_average_1min"]
+               "quiet_p50_ms", "quiet_p99_ms", "load_average_1min", "deferred_mb"]
     limits = section["limits"]
     text = (f"### Attacks on the node\n\nOne real `Node` (its DeltaSoup at the production defaults, SQLite library and "
             f"merge; d = {section['dim']}) read each attack from an in-process log while {section['clients']} clients "
@@ -233,7 +233,11 @@ def _node_attacks_section(section: dict) -> str:
             f"stored. The limits they meet: {limits['new_keys_per_window']} keys not yet trusted per window, "
             f"{limits['new_key_rate_limit']} batches per such key, {limits['capacity']:,} rows kept (lowest quality "
             "evicted). Searches take turns with ingest one turn of at most 1,000 stored rows at a time, and new rows "
-            "are clustered off the lock after each read of the stream.\n\n")
+            "are clustered off the lock after each read of the stream. Batches over their sender's rate are held "
+            "back in bytes (`deferred_mb`, the deferred fill): "
+            f"{limits.get('deferred_key_bytes', 0) / 2**20:.0f} MiB a key not yet trusted, "
+            f"{limits.get('deferred_new_keys_bytes', 0) / 2**20:.0f} MiB for all keys never admitted, "
+            f"{limits.get('deferred_bytes', 0) / 2**20:.0f} MiB in all.\n\n")
     return text + _table(columns, [[r.get(c) for c in columns] for r in section["rows"]])
 
 
