@@ -5,7 +5,8 @@ import json
 
 import numpy as np
 
-from dsonet.bench.relevance import PAIRS, Lesson, Query, build_pairs, choose, injection, judge, load_pairs, split
+from dsonet.bench.relevance import (PAIRS, Lesson, Query, build_pairs, choose, injection, judge, load_pairs, rescored,
+                                    split)
 
 
 def test_the_kept_pairs_are_what_the_generator_writes():
@@ -41,3 +42,9 @@ def test_injection_counts_the_top_k_above_the_threshold_and_skips_unjudged_lesso
 def test_the_chosen_threshold_is_the_lowest_whose_precision_holds_from_there_up():
     curve = [{"threshold": t, "precision": p} for t, p in [(0.3, 0.7), (0.4, 0.92), (0.5, 0.88), (0.6, 0.95), (0.7, 1.0)]]
     assert choose(curve, 0.9) == 0.6  # 0.4 passes, but precision dips under 0.9 again at 0.5
+
+
+def test_a_second_stage_rescores_only_the_first_stages_candidates():
+    first = np.array([[0.9, 0.1, 0.5, 0.3]])
+    second = np.array([[0.2, 0.8, 0.6, 0.7]])
+    assert rescored(first, second, n=2).tolist() == [[0.2, -1.0, 0.6, -1.0]]  # lesson 1 never reached the stage
