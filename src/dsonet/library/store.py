@@ -92,9 +92,8 @@ class Library:
         try:  # reads the profile and every row's code: where the file's pages are broken, SQLite says so here
             self.profile = self._bind_profile(profile)
             quarantine.ensure_table(self.rows.db)  # rows whose bytes were damaged are set aside, not fatal
-            quarantine.sweep(self.rows.db, self.profile)
             self.quarantined = quarantine.count(self.rows.db)
-            self.search_index = RowIndex(self.rows, self.profile, support, defer_refit=defer_merge)
+            self.search_index = self._index(support, defer_merge)
         except sqlite3.DatabaseError as exc:
             self.rows.close()
             if damaged(exc):
@@ -493,6 +492,18 @@ class Library:
     def rank(self, q: np.ndarray, k: int, domain: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Index rows and scores for a unit query, best first, before merging (see `RowIndex.rank`)."""
         return self.search_index.rank(q, k, domain)
+
+    def _index(self, support: np.ndarray | None, defer_refit: bool) -> RowIndex:
+        """The index over every row's code: where a code is damaged, its row is quarantined first (a
+        full sweep costs ~0.1 s at 10k rows, so a healthy open does not pay for it; a node sweeps
+        once at start, `heal`, for damage in what the index does not read)."""
+        try:
+            return RowIndex(self.rows, self.profile, support, defer_refit=defer_refit)
+        except (sqlite3.OperationalError, ValueError) as exc:
+            if not quarantine.row_damage(exc) or not quarantine.sweep(self.rows.db, self.profile):
+                raise
+        self.quarantined = quarantine.count(self.rows.db)
+        return RowIndex(self.rows, self.profile, support, defer_refit=defer_refit)
 
     def heal(self) -> list[int]:
         """Quarantine rows damaged since the file was opened (`dsonet.library.quarantine`) and stop

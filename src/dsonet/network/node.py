@@ -186,6 +186,7 @@ class Node:
         self.library = Library(self.config.data_dir / "library.sqlite", encoder=self.encoder, profile=self.profile,
                                capacity=self.config.capacity, merge=MergeRule(self.config.theta_dup),
                                trust=self._trust, defer_merge=True, trusted=soup_config.trusted)
+        self.library.heal()  # rows damaged in the file are set aside now, not met by a search later
         self._pending = self.library.count_unpublished()
         self.bans = Bans(self.library.rows)
         # replay protection outlives a restart: the batches stored within the freshness window (with
