@@ -41,6 +41,13 @@ def test_the_default_spaces_threshold_is_the_one_beside_its_head(calibrated):
     assert default_min_similarity(Profile(16, 16, entry["encoder_id"])) == calibrated
 
 
+@pytest.mark.parametrize("path", sorted(CALIBRATION.parents[1].glob("*/relevance.json")), ids=lambda p: p.parent.name)
+def test_every_shipped_calibration_is_what_its_space_uses(path):
+    entry = json.loads(path.read_text())
+    assert default_min_similarity(entry["encoder_id"]) == entry["min_similarity"]
+    assert entry["held_out"]["precision"] >= 0.9  # injection precision on lessons the choice never saw
+
+
 def test_the_calibration_names_the_shipped_heads_space():
     # a retrained head has another id: this fails until `dso bench relevance --write-calibration` runs again
     assert json.loads(CALIBRATION.read_text())["encoder_id"] == dsonet.encoders.default_encoder().id

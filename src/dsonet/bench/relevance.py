@@ -344,7 +344,8 @@ def write_calibration(result: dict, head_dir: Path) -> Path:
               help="Injection precision the threshold must keep on the calibration split.")
 @click.option("--rebuild-pairs", is_flag=True, help=f"Regenerate {PAIRS.name} from its sources first.")
 @click.option("--write-calibration", "store", is_flag=True,
-              help=f"Store the chosen threshold in the default head's {CALIBRATION_NAME} (what every entry point uses).")
+              help=f"Store the chosen thresholds beside the default head and MiniLM's weights ({CALIBRATION_NAME}), "
+                   "where every entry point reads them.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the lesson split.")
 @click.option("--quick", is_flag=True, help="The default space only, two other splits; writes relevance-quick.json.")
 def cli(target: float, rebuild_pairs: bool, store: bool, seed: int, quick: bool) -> None:
@@ -358,6 +359,7 @@ def cli(target: float, rebuild_pairs: bool, store: bool, seed: int, quick: bool)
     """
     from dsonet.encoders import default_encoder, minilm
     from dsonet.encoders.default import default_head_dir
+    from dsonet.encoders.minilm_numpy import minilm_dir
 
     if rebuild_pairs:
         PAIRS.write_text(json.dumps(build_pairs(seed=seed), indent=1) + "\n")
@@ -369,7 +371,6 @@ def cli(target: float, rebuild_pairs: bool, store: bool, seed: int, quick: bool)
     encoder = default_encoder()
     zen = score_matrices(lessons, queries, encoder)
     result["default"] = calibrate(encoder.id, zen, lessons, queries, labels, target, seed, seeds)
-    result["default"]["target_precision"] = target
     spaces = ["default"]
     if not quick:  # the backbone alone, without the Zen head; and as a second stage over the default's candidates
         backbone = minilm()
@@ -381,6 +382,7 @@ def cli(target: float, rebuild_pairs: bool, store: bool, seed: int, quick: bool)
         spaces += ["minilm", "rescored"]
     for space in spaces:
         r = result[space]
+        r["target_precision"] = target
         click.echo(f"{space} ({r['encoder_id']}): threshold {r['min_similarity']}")
         for name in ("calibration", "held_out"):
             for kind in ("floats", "codes"):
@@ -398,8 +400,10 @@ def cli(target: float, rebuild_pairs: bool, store: bool, seed: int, quick: bool)
     figure = RESULTS_DIR / ("relevance-quick.png" if quick else "relevance.png")
     plot(result, figure)
     click.echo(f"wrote {write_results('relevance', result, quick=quick)} and {figure}")
-    if store:
+    if store:  # each shipped space beside its own weights: the default head, and MiniLM alone
         click.echo(f"wrote {write_calibration(result['default'], default_head_dir())}")
+        if "minilm" in result:
+            click.echo(f"wrote {write_calibration(result['minilm'], minilm_dir())}")
 
 
 def report_section(data: dict) -> str:
