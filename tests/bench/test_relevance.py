@@ -16,7 +16,8 @@ def test_the_kept_pairs_are_what_the_generator_writes():
 
 def test_a_question_is_judged_against_other_areas_only_and_never_against_near_ones():
     git = Lesson("g", "When a merge conflicts...", "git", "agent")
-    dates, data = Lesson("d", "When storing timestamps...", "dates", "agent"), Lesson("c", "When a CSV...", "data", "agent")
+    dates = Lesson("d", "When storing timestamps...", "dates", "agent")
+    data = Lesson("c", "When a CSV...", "data", "agent")
     q = Query("Date column is loaded as plain strings", "data", "agent", ("c",))
     near = {frozenset({"dates", "data"})}
     assert [judge(q, lesson, near) for lesson in (data, git, dates)] == [1, 0, -1]
@@ -40,7 +41,8 @@ def test_injection_counts_the_top_k_above_the_threshold_and_skips_unjudged_lesso
 
 
 def test_the_chosen_threshold_is_the_lowest_whose_precision_holds_from_there_up():
-    curve = [{"threshold": t, "precision": p} for t, p in [(0.3, 0.7), (0.4, 0.92), (0.5, 0.88), (0.6, 0.95), (0.7, 1.0)]]
+    points = [(0.3, 0.7), (0.4, 0.92), (0.5, 0.88), (0.6, 0.95), (0.7, 1.0)]
+    curve = [{"threshold": t, "precision": p} for t, p in points]
     assert choose(curve, 0.9) == 0.6  # 0.4 passes, but precision dips under 0.9 again at 0.5
 
 

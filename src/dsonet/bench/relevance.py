@@ -365,7 +365,8 @@ def cli(target: float, rebuild_pairs: bool, store: bool, seed: int, quick: bool)
         PAIRS.write_text(json.dumps(build_pairs(seed=seed), indent=1) + "\n")
     lessons, queries, near = load_pairs()
     result = {"pairs": str(PAIRS.name), "target_precision": target, "k": K,
-              "sources": {source: sum(q.source == source for q in queries) for source in sorted({q.source for q in queries})}}
+              "sources": {source: sum(q.source == source for q in queries)
+                          for source in sorted({q.source for q in queries})}}
     seeds = 2 if quick else 10
     labels = np.array([[judge(q, lesson, near) for lesson in lessons] for q in queries], np.int8)
     encoder = default_encoder()
@@ -389,7 +390,8 @@ def cli(target: float, rebuild_pairs: bool, store: bool, seed: int, quick: bool)
                 a, p = r[name]["at_threshold"][kind], r[name]["at_protocol"][kind]
                 click.echo(f"  {name:11s} {kind:6s} precision {a['precision']:.3f} recall {a['recall']:.3f}"
                            f"   (at 0.6: precision {p['precision']:.3f} recall {p['recall']:.3f})")
-            click.echo(f"  {name:11s} relevant pairs {r[name]['relevant_scores']}  unrelated {r[name]['unrelated_scores']}")
+            click.echo(f"  {name:11s} relevant pairs {r[name]['relevant_scores']}  "
+                       f"unrelated {r[name]['unrelated_scores']}")
         others = r["other_splits"]
         click.echo(f"  {len(others)} other splits: threshold {min(o['threshold'] for o in others)}-"
                    f"{max(o['threshold'] for o in others)} (median {np.median([o['threshold'] for o in others])}), "
@@ -423,8 +425,9 @@ def report_section(data: dict) -> str:
     spread = (f"Over {len(others)} other splits by lesson the rule chose "
               f"{min(o['threshold'] for o in others)}–{max(o['threshold'] for o in others)} (median "
               f"{float(np.median([o['threshold'] for o in others]))}), with held-out precision "
-              f"{min(o['held_out_precision'] for o in others):.2f}–{max(o['held_out_precision'] for o in others):.2f} "
-              f"and recall {min(o['held_out_recall'] for o in others):.2f}–{max(o['held_out_recall'] for o in others):.2f}: "
+              f"{min(o['held_out_precision'] for o in others):.2f}–"
+              f"{max(o['held_out_precision'] for o in others):.2f} and recall "
+              f"{min(o['held_out_recall'] for o in others):.2f}–{max(o['held_out_recall'] for o in others):.2f}: "
               "with some 80 lessons a half, the choice moves by a few hundredths from split to split.")
     sizes = ", ".join(f"{n} {source}" for source, n in data.get("sources", {}).items())
     return "\n".join([
