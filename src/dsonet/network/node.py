@@ -570,8 +570,8 @@ class Node:
         for signer in signers:
             after = 0
             while self.soup.queued_rows <= MAX_ROUND_ROWS - MAX_EXPERIENCES:
-                with self._state:
-                    page = self.library.deferred(signer, after, DEFERRED_PAGE)
+                with self._state:  # its oldest alone first: while that is still early, one payload is read
+                    page = self.library.deferred(signer, after, DEFERRED_PAGE if after else 1)
                 if not page or not self._resubmit(page, now_ms, done):
                     break
                 after = page[-1][0]
