@@ -165,16 +165,21 @@ async def run_seed(agent, other, reflector, plan: DriftPlan, seed: int, root: Pa
             await fleet.close()
 
 
+def learn_config(plan: DriftPlan, retrieval: Retrieval, seed: int) -> LearnConfig:
+    """How a node learns code: one epoch; every group reflected on, failed ones too (the error line
+    explains them); the reflector's sampled candidates beside the lesson the error line spells out;
+    the gate on the validation items nearest each, keeping only what fixes something."""
+    return LearnConfig(group_size=plan.group_size, max_tokens=plan.answer_tokens, epochs=1, batch_size=8,
+                       max_lessons=1, candidates=plan.candidates, all_failed=True, rule_lessons=True,
+                       gate_items=plan.gate_items, gate_gain=1e-9, retrieval=retrieval, seed=seed)
+
+
 async def _scenario(fleet, tasks: TaskSet, splits: Splits, agent, other, reflector, plan: DriftPlan, seed: int,
                     workdir: Path, log, t0: float) -> dict:
     llms = [agent] * plan.agents + [other] * plan.other_agents
     threshold = plan.min_similarity if plan.min_similarity is not None else default_min_similarity(fleet.encoder)
     retrieval = Retrieval(k=plan.k, min_similarity=threshold)
-    config = LearnConfig(group_size=plan.group_size, max_tokens=plan.answer_tokens, epochs=1, batch_size=8,
-                         max_lessons=1, candidates=plan.candidates, all_failed=True, gate_items=plan.gate_items,
-                         gate_gain=1e-9,
-                         retrieval=retrieval, seed=seed)
-    learned = await learn_nodes(fleet, tasks, splits, llms, reflector, config, workdir, log)
+    learned = await learn_nodes(fleet, tasks, splits, llms, reflector, learn_config(plan, retrieval, seed), workdir, log)
     held = tasks.subset(splits.held_out, "drift:held-out")
     evaluate = lambda label, **kw: answer_all(agent, held, fleet, plan.agents, plan.answer_tokens, retrieval, label,  # noqa: E731
                                               log, **kw)

@@ -42,7 +42,7 @@ import numpy as np
 
 from dsonet.errors import DsoError
 from dsonet.experience import Provenance
-from dsonet.learn import parse, prompts
+from dsonet.learn import code_lessons, parse, prompts
 from dsonet.learn.context import Retrieval, inject, messages
 from dsonet.learn.control import neutral_notes
 from dsonet.learn.llm import ChatLLM, user
@@ -69,6 +69,8 @@ class LearnConfig:
     # (where retrieval would inject it) plus N // 2 others drawn at random (harm elsewhere); needs an encoder
     all_failed: bool = False  # also reflect on groups where every attempt failed, against the reference: where
     # running the code explains each failure (an error line), a group that never passed still shows what to change
+    rule_lessons: bool = False  # code groups: also propose the lesson an error line spells out beside the reference
+    # (`learn.code_lessons`), a candidate the gate judges like the reflector's
     gate_gain: float = 0.0  # validation accuracy a lesson must add over max(without, neutral text): 0 admits ties;
     # above 0, only lessons that fix something (on tasks where lessons are facts, a tie is a lesson that did nothing)
     summary_words: int = 30  # rollouts longer than this are summarised by the LLM; shorter ones are their own
@@ -204,7 +206,7 @@ class Learner:
         for g, reply in zip(mixed, replies):
             truncated = reply.completion_tokens >= self.config.note_tokens * n
             conf = confidence_from_gap(max(g.rewards), min(g.rewards))
-            for text in reply.texts:
+            for text in reply.texts + self._rule_lessons(g):
                 parsed = parse.experiences(text, self.config.max_lessons, (prompts.CODE_EXAMPLE,), problem=g.query,
                                            reference=g.reference, truncated=truncated, shared=shared[g.domain])
                 for reason in parsed.skipped:
@@ -214,6 +216,17 @@ class Learner:
                     self._log("proposal", text=lesson, domain=g.domain, confidence=conf)
         self.stats.proposals += len(out)
         return out
+
+    def _rule_lessons(self, g: Group) -> tuple[str, ...]:
+        """The first lesson a failed attempt's error line spells out (``config.rule_lessons``), logged apart."""
+        if not (self.config.rule_lessons and g.feedback):
+            return ()
+        for response, reward, error in zip(g.responses, g.rewards, g.feedback):
+            lesson = code_lessons.from_error(g.query, _one_line(response), error, g.reference) if reward < 1 else None
+            if lesson:
+                self._log("rule_lesson", text=lesson, error=error)
+                return (lesson,)
+        return ()
 
     def _summaries(self, mixed: Sequence[Group]) -> list[list[str]]:
         """Per group, one line per attempt for the advantage prompt. Code that was run is shown as it is,

@@ -1,0 +1,94 @@
+"""Lessons read off an error line: a proposer that needs no model.
+
+A failed attempt at a code task comes with its own explanation: ``AttributeError: module 'numpy' has
+no attribute 'trapz'``, ``TypeError: ... got an unexpected keyword argument 'base_estimator'``,
+``The 'criterion' parameter ... Got 'mse' instead``. Set beside the reference code of the same
+instance, the error names what this environment refuses and the reference what it accepts, which is
+the lesson: "When computing ..., call np.trapezoid, not np.trapz: this environment refuses np.trapz
+(AttributeError)". The learner adds it to the reflector's sampled candidates and the validation gate
+chooses between them by execution, as for any candidate; it sees what the reflector sees (the task,
+the attempt, its error line and the reference code), never the fact table.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dsonet.experience import MAX_WORDS
+
+_QUOTED = re.compile(r"'([A-Za-z_][\w.]*)'")
+_DOTTED = re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+_CALLED = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
+_KWARG = re.compile(r"(?<=[(,])\s*([A-Za-z_]\w*)\s*=(?!=)\s*('[^']*'|\"[^\"]*\"|[\w.\-]+)")  # inside a call
+_FROM = re.compile(r"\bfrom\s+([\w.]+)\s+import\s+([\w\s,]+)")
+_OBJECT = re.compile(r"'(\w+)' object")
+_TASK = re.compile(r"assigns to r (.+?)\.?\s*$", re.DOTALL)
+_ASSIGNED = re.compile(r"^[ \t]*([A-Za-z_]\w*)\s*=(?!=)", re.MULTILINE)
+
+
+def from_error(problem: str, code: str, error: str, reference: str) -> str | None:
+    """A lesson from one failed attempt (``code`` and its ``error`` line) and the instance's ``reference``
+    line; None when the error names nothing the attempt wrote or the reference does not show the fix."""
+    if not error or ":" not in error.split()[0]:
+        return None  # not "SomeError: ...": a wrong value or no code carries no name to go by
+    kind = error.split(":")[0].split(".")[-1]
+    variables = set(_ASSIGNED.findall(problem))
+    old, new = _refused(code, error, reference, variables)
+    if not old or not new or old == new:
+        return None
+    task = _task(problem, variables)
+    long = f"When computing {task}, use {new}, not {old}: this environment refuses {old} ({kind})."
+    short = f"When your code would use {old}, use {new} instead: this environment refuses {old} ({kind})."
+    return long if task and len(long.split()) <= MAX_WORDS else short if len(short.split()) <= MAX_WORDS else None
+
+
+def _refused(code: str, error: str, reference: str, variables: set[str]) -> tuple[str | None, str | None]:
+    """(what the attempt used that the error refuses, what the reference uses instead)."""
+    culprits = [q for q in _QUOTED.findall(error) if re.search(rf"\b{re.escape(q.split('.')[-1])}\b", code)]
+    attempt_kw, reference_kw = dict(_KWARG.findall(code)), dict(_KWARG.findall(reference))
+    for culprit in culprits:
+        name = culprit.split(".")[-1]
+        added = [k for k in reference_kw if k not in attempt_kw]
+        if name in attempt_kw and added:  # an argument the call refuses: the reference passes another
+            return f"{name}=", f"{added[0]}="
+        for kw, value in attempt_kw.items():  # a value the argument refuses: the reference passes another
+            if value.strip("'\"") == name and kw in reference_kw and reference_kw[kw] != value:
+                return f"{kw}={value}", f"{kw}={reference_kw[kw]}"
+        used = sorted((d for d in _names(code) if d.split(".")[-1] == name), key=_dotted_first)
+        theirs = sorted(_names(reference) - _names(code), key=_dotted_first)
+        if used and theirs:  # a function or attribute that is gone: the reference uses another
+            return _general(used[0], error, variables), _general(theirs[0], error, variables)
+    return None, None
+
+
+def _dotted_first(name: str) -> tuple[bool, int]:
+    return "." not in name, len(name)
+
+
+def _names(code: str) -> set[str]:
+    """Dotted names and called functions of a line (``np.trapezoid``, ``pd.concat``, ``sorted``), a name
+    imported with ``from X import name`` written ``X.name``."""
+    origin = {n.strip(): f"{module}.{n.strip()}" for module, names in _FROM.findall(code) for n in names.split(",")}
+    code = _FROM.sub("", code)
+    called = {origin.get(c, c) for c in _CALLED.findall(code) if c not in {"int", "float", "list", "str", "dict"}}
+    return {d for d in _DOTTED.findall(code) if d.split(".")[0] not in origin} | called
+
+
+def _general(name: str, error: str, variables: set[str]) -> str:
+    """``df.append`` -> ``DataFrame.append`` (the error names the object's type): no task's variable."""
+    head, _, rest = name.partition(".")
+    if head in variables:
+        kind = _OBJECT.search(error)
+        return f"{kind.group(1)}.{rest}" if kind and rest else rest or name
+    return name
+
+
+def _task(problem: str, variables: set[str]) -> str:
+    """What the problem asks to compute, with its variables written as "the data"."""
+    m = _TASK.search(problem)
+    if not m:
+        return ""
+    text = " ".join(m.group(1).split())
+    for v in sorted(variables, key=len, reverse=True):
+        text = re.sub(rf"\b{re.escape(v)}\b", "the data", text)
+    return text
