@@ -67,7 +67,7 @@ def fit_on_open(index: CodeIndex, db: sqlite3.Connection) -> dict[str, str]:
 def _saved(db: sqlite3.Connection) -> list[tuple[str, int, str, bytes]]:
     try:
         return db.execute("SELECT stage, rows, fingerprint, state FROM index_fits").fetchall()
-    except sqlite3.OperationalError:  # no such table: a file from before saved fits
+    except sqlite3.DatabaseError:  # no such table (a file from before saved fits), or unreadable: fit again
         return []
 
 
@@ -97,7 +97,7 @@ def restore_clusters(view: MergedView, index: CodeIndex, db: sqlite3.Connection,
     """Show the kept clusters of the ``domains`` whose rows are unchanged; returns those domains."""
     try:
         saved = {d: (f, labels) for d, f, labels in db.execute("SELECT domain, fingerprint, labels FROM merged_clusters")}
-    except sqlite3.OperationalError:  # no such table: a file from before kept clusters
+    except sqlite3.DatabaseError:  # no such table (a file from before kept clusters), or unreadable: rebuild
         return set()
     restored = {}
     for domain in sorted(domains & saved.keys()):
