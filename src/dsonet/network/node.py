@@ -367,9 +367,12 @@ class Node:
 
     async def _send_outgoing(self) -> None:
         """Publish the outbox (signed tombstones), each under an id derived from its signed bytes:
-        nobody can predict it, so nobody can make the stream drop it as a duplicate."""
-        for digest, subject, payload in await self._locked(self.library.outgoing):
-            await self.transport.publish(payload, subject, {SENDER: self.node_id, MSG_ID: f"tomb-{digest}"})
+        nobody can predict it, so nobody can make the stream drop it as a duplicate. Each goes to this
+        node's tombstone subject, whatever subject it was queued under (one queued before member
+        subjects would be refused by a secured cluster for ever)."""
+        for digest, _, payload in await self._locked(self.library.outgoing):
+            await self.transport.publish(payload, self._subject(TOMBSTONE),
+                                         {SENDER: self.node_id, MSG_ID: f"tomb-{digest}"})
             await self._locked(self.library.sent, digest)
 
     # ------------------------------------------------------------------ operator (`dsonet.network.admin`)
