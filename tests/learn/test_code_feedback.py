@@ -127,8 +127,8 @@ def test_a_copied_reference_call_keeps_its_function_and_loses_the_tasks_variable
     problem = "The code below has run:\nsamples = [1, 2]\nz = [3]\nIntegrate z over samples."
     parsed = parse.experiences("When integrating with NumPy, call np.trapezoid(z, samples); np.trapz does not exist.",
                                problem=problem)
-    assert parsed.items == ("When integrating with NumPy, call np.trapezoid; np.trapz does not exist.",)
-    assert parse.without_arguments("When sorting, call sorted(items, key=len).", problem) == \
+    assert parsed.items == ("When integrating with NumPy, call np.trapezoid(z, a); np.trapz does not exist.",)
+    assert parse.generalise_arguments("When sorting, call sorted(items, key=len).", problem) == \
         "When sorting, call sorted(items, key=len)."
 
 
@@ -136,7 +136,7 @@ def test_rule_lessons_join_the_candidates_and_face_the_same_gate(tmp_path):
     config = LearnConfig(group_size=4, epochs=1, batch_size=4, rule_lessons=True, retrieval=Retrieval(min_similarity=0.5))
     stats = Learner(CodeLLM(), DictStore(), config, tmp_path).run(_tasks(2), False, validation=_tasks(2, start=10))
     rules = [r for r in _log(tmp_path) if r["type"] == "rule_lesson"]
-    assert len(rules) == 2 and "use mylib.round_half instead" in rules[0]["text"] and "refuses mylib.rnd" in rules[0]["text"]
+    assert len(rules) == 2 and "use mylib.round_half(values) instead" in rules[0]["text"] and "refuses mylib.rnd" in rules[0]["text"]
     assert rules[0]["error"] == "AttributeError: module 'mylib' has no attribute 'rnd'"
     gated = {r["text"] for r in _log(tmp_path) if r["type"] == "gate"}
-    assert any("use mylib.round_half instead" in t for t in gated) and stats.proposals == 4
+    assert any("use mylib.round_half(values) instead" in t for t in gated) and stats.proposals == 4

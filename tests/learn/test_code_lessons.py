@@ -13,11 +13,11 @@ FRAME = ("The code below has run.\n```python\nimport pandas as pd\ndf = pd.DataF
 @pytest.mark.parametrize("problem, code, error, reference, lesson", [
     (TRAPZ, "```python\nr = np.trapz(samples, w)\n```", "AttributeError: module 'numpy' has no attribute 'trapz'",
      "r = np.trapezoid(samples, w)",
-     "When computing the integral of the data over the data computed with the trapezoidal rule, use np.trapezoid, "
+     "When computing the integral of a over w computed with the trapezoidal rule, use np.trapezoid(a, w), "
      "not np.trapz: this environment refuses np.trapz (AttributeError)."),
     (FRAME, "r = df.append(other)", "AttributeError: 'DataFrame' object has no attribute 'append'",
      "r = pd.concat([df, other])",
-     "When computing the data with the rows of the data added below, use pd.concat, not DataFrame.append: this "
+     "When computing a with the rows of b added below, use pd.concat([a, b]), not DataFrame.append: this "
      "environment refuses DataFrame.append (AttributeError)."),
     (FRAME, "r = AdaBoostClassifier(base_estimator=DecisionTreeClassifier())",
      "TypeError: AdaBoostClassifier.__init__() got an unexpected keyword argument 'base_estimator'",

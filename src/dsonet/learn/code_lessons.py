@@ -36,10 +36,11 @@ def from_error(problem: str, code: str, error: str, reference: str) -> str | Non
     old, new = _refused(code, error, reference, variables)
     if not old or not new or old == new:
         return None
-    task = _task(problem, variables)
+    task = _task(problem)
     long = f"When computing {task}, use {new}, not {old}: this environment refuses {old} ({kind})."
     short = f"When your code would use {old}, use {new} instead: this environment refuses {old} ({kind})."
-    return long if task and len(long.split()) <= MAX_WORDS else short if len(short.split()) <= MAX_WORDS else None
+    lesson = long if task and len(long.split()) <= MAX_WORDS else short if len(short.split()) <= MAX_WORDS else None
+    return _letters(lesson, variables) if lesson else None
 
 
 def _refused(code: str, error: str, reference: str, variables: set[str]) -> tuple[str | None, str | None]:
@@ -56,9 +57,22 @@ def _refused(code: str, error: str, reference: str, variables: set[str]) -> tupl
                 return f"{kw}={value}", f"{kw}={reference_kw[kw]}"
         used = sorted((d for d in _names(code) if d.split(".")[-1] == name), key=_dotted_first)
         theirs = sorted(_names(reference) - _names(code), key=_dotted_first)
-        if used and theirs:  # a function or attribute that is gone: the reference uses another
-            return _general(used[0], error, variables), _general(theirs[0], error, variables)
+        if used and theirs:  # a function or attribute that is gone: the reference uses another, shown as called
+            return _general(used[0], error, variables), _general(_call(reference, theirs[0]), error, variables)
     return None, None
+
+
+def _call(code: str, name: str) -> str:
+    """``name`` as ``code`` calls it, with its argument list (balanced), or the bare name."""
+    at = code.find(name + "(")
+    if at < 0:
+        return name
+    depth = 0
+    for end in range(at + len(name), len(code)):
+        depth += {"(": 1, ")": -1}.get(code[end], 0)
+        if depth == 0:
+            return code[at:end + 1]
+    return name
 
 
 def _dotted_first(name: str) -> tuple[bool, int]:
@@ -83,12 +97,19 @@ def _general(name: str, error: str, variables: set[str]) -> str:
     return name
 
 
-def _task(problem: str, variables: set[str]) -> str:
-    """What the problem asks to compute, with its variables written as "the data"."""
+def _task(problem: str) -> str:
+    """What the problem asks to compute."""
     m = _TASK.search(problem)
-    if not m:
-        return ""
-    text = " ".join(m.group(1).split())
-    for v in sorted(variables, key=len, reverse=True):
-        text = re.sub(rf"\b{re.escape(v)}\b", "the data", text)
-    return text
+    return " ".join(m.group(1).split()) if m else ""
+
+
+def _letters(text: str, variables: set[str]) -> str:
+    """``text`` with the problem's variables (two characters or more) written a, b, ... in order of
+    appearance: the lesson keeps the shape of the call and the task, not one task's names."""
+    names = [v for v in variables if len(v) > 1]
+    found = sorted({m.start(): m.group(0) for v in names for m in re.finditer(rf"\b{re.escape(v)}\b", text)}.items())
+    free = iter(c for c in "abcdefghjkmnpqstuvw" if not re.search(rf"\b{c}\b", text))
+    letters: dict[str, str] = {}
+    for _, name in found:
+        letters.setdefault(name, next(free, "x"))
+    return re.sub(r"\b\w+\b", lambda m: letters.get(m.group(0), m.group(0)), text)

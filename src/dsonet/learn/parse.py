@@ -82,19 +82,26 @@ def shared_words(problems: list[str]) -> frozenset[str]:
     return frozenset(set.intersection(*words) if len(words) > 1 else set().union(*words))
 
 
-def without_arguments(lesson: str, problem: str, shared: frozenset[str] = frozenset()) -> str:
-    """``lesson`` without the argument lists that name ``problem``'s variables: a reflector that copies the
-    reference call ("call np.trapezoid(z, samples)") still names the right function, and the lesson keeps
-    the function ("call np.trapezoid"), not one task's variables (written "(...)", a small agent copied
-    the dots into its code)."""
-    names = set(_ASSIGNED.findall(problem)) - shared
+def generalise_arguments(text: str, problem: str, shared: frozenset[str] = frozenset()) -> str:
+    """``text`` with ``problem``'s variables inside argument lists written as single letters: a lesson
+    that copies the reference call ("call np.trapezoid(z, samples)") keeps the call's shape
+    ("np.trapezoid(z, a)"), which a small agent needs to write the call right (a bare name, it wrote
+    ``np.trapezoid(arr, left=0, right=9)``), without one task's variables."""
+    names = sorted(set(_ASSIGNED.findall(problem)) - shared, key=len, reverse=True)
     if not names:
-        return lesson
+        return text
+    free = iter(c for c in "abcdefghjkmnpqstuvw" if not re.search(rf"\b{c}\b", text))
+    letters: dict[str, str] = {}
 
     def general(m: re.Match) -> str:
-        return "" if names & set(re.findall(r"[A-Za-z_]\w*", m.group(0))) else m.group(0)
+        inside = m.group(0)
+        for name in names:
+            if re.search(rf"\b{name}\b", inside):
+                letter = letters.setdefault(name, next(free, "x"))
+                inside = re.sub(rf"\b{name}\b", letter, inside)
+        return inside
 
-    return re.sub(r"\([^()]*\)", general, lesson)
+    return re.sub(r"\([^()]*\)", general, text)
 
 
 def specific_to(lesson: str, problem: str, reference: str = "", shared: frozenset[str] = frozenset()) -> str:
@@ -134,8 +141,8 @@ def experiences(text: str, max_items: int = 3, reject: tuple[str, ...] = (), pro
     """"When X, Y" lessons from free text or from a JSON object/list of them. A lesson needs a
     condition and a strategy of at least two words each; lessons in ``reject`` (e.g. the prompt's
     example) are dropped, and so are lessons specific to ``problem`` (its numbers, quoted words
-    or ``reference`` answer; an argument list naming its variables is first dropped, see
-    `without_arguments`) and, when the reply hit the token limit (``truncated``), its last
+    or ``reference`` answer; the variables in its argument lists are first written as letters, see
+    `generalise_arguments`) and, when the reply hit the token limit (``truncated``), its last
     lesson unless it ends its sentence: it may be cut mid-sentence even if it parses."""
     text = _PLACEHOLDER.sub("", text)
     rejected = {r.casefold().rstrip(".") for r in reject}
@@ -168,7 +175,7 @@ def experiences(text: str, max_items: int = 3, reject: tuple[str, ...] = (), pro
             skipped.append(f"too short: {lesson!r}")
         elif lesson.casefold().rstrip(".") in rejected:
             skipped.append("repeats the prompt's example")
-        elif specific_to(lesson := without_arguments(lesson, problem, shared), problem, reference, shared):
+        elif specific_to(lesson := generalise_arguments(lesson, problem, shared), problem, reference, shared):
             skipped.append(f"problem-specific ({specific_to(lesson, problem, reference, shared)}): {lesson[:80]!r}")
         elif lesson.lower() not in seen:
             seen.add(lesson.lower())
