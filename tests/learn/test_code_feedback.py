@@ -127,7 +127,7 @@ def test_a_copied_reference_call_keeps_its_function_and_loses_the_tasks_variable
     problem = "The code below has run:\nsamples = [1, 2]\nz = [3]\nIntegrate z over samples."
     parsed = parse.experiences("When integrating with NumPy, call np.trapezoid(z, samples); np.trapz does not exist.",
                                problem=problem)
-    assert parsed.items == ("When integrating with NumPy, call np.trapezoid(z, a); np.trapz does not exist.",)
+    assert parsed.items == ("When integrating with NumPy, call np.trapezoid(z, x); np.trapz does not exist.",)
     assert parse.generalise_arguments("When sorting, call sorted(items, key=len).", problem) == \
         "When sorting, call sorted(items, key=len)."
 

@@ -13,15 +13,18 @@ FRAME = ("The code below has run.\n```python\nimport pandas as pd\ndf = pd.DataF
 @pytest.mark.parametrize("problem, code, error, reference, lesson", [
     (TRAPZ, "```python\nr = np.trapz(samples, w)\n```", "AttributeError: module 'numpy' has no attribute 'trapz'",
      "r = np.trapezoid(samples, w)",
-     "When computing the integral of a over w computed with the trapezoidal rule, use np.trapezoid(a, w), "
+     "When computing the integral of x over w computed with the trapezoidal rule, use np.trapezoid(x, w), "
      "not np.trapz: this environment refuses np.trapz (AttributeError)."),
     (FRAME, "r = df.append(other)", "AttributeError: 'DataFrame' object has no attribute 'append'",
      "r = pd.concat([df, other])",
-     "When computing a with the rows of b added below, use pd.concat([a, b]), not DataFrame.append: this "
+     "When computing x with the rows of y added below, use pd.concat([x, y]), not DataFrame.append: this "
      "environment refuses DataFrame.append (AttributeError)."),
     (FRAME, "r = AdaBoostClassifier(base_estimator=DecisionTreeClassifier())",
      "TypeError: AdaBoostClassifier.__init__() got an unexpected keyword argument 'base_estimator'",
      "r = AdaBoostClassifier(estimator=DecisionTreeClassifier())", "use estimator=, not base_estimator="),
+    (FRAME, "r = OneHotEncoder(sparse=False).fit_transform(df)",
+     "TypeError: OneHotEncoder.__init__() got an unexpected keyword argument 'sparse'",
+     "r = OneHotEncoder(sparse_output=False).fit_transform(df)", "use sparse_output=False, not sparse=False"),
     (FRAME, "r = DecisionTreeRegressor(criterion='mse')",
      "InvalidParameterError: The 'criterion' parameter of DecisionTreeRegressor must be a str among "
      "{'squared_error'}. Got 'mse' instead.", "r = DecisionTreeRegressor(criterion='squared_error')",

@@ -51,7 +51,7 @@ def _refused(code: str, error: str, reference: str, variables: set[str]) -> tupl
         name = culprit.split(".")[-1]
         added = [k for k in reference_kw if k not in attempt_kw]
         if name in attempt_kw and added:  # an argument the call refuses: the reference passes another
-            return f"{name}=", f"{added[0]}="
+            return f"{name}={_literal(attempt_kw[name])}", f"{added[0]}={_literal(reference_kw[added[0]])}"
         for kw, value in attempt_kw.items():  # a value the argument refuses: the reference passes another
             if value.strip("'\"") == name and kw in reference_kw and reference_kw[kw] != value:
                 return f"{kw}={value}", f"{kw}={reference_kw[kw]}"
@@ -60,6 +60,11 @@ def _refused(code: str, error: str, reference: str, variables: set[str]) -> tupl
         if used and theirs:  # a function or attribute that is gone: the reference uses another, shown as called
             return _general(used[0], error, variables), _general(_call(reference, theirs[0]), error, variables)
     return None, None
+
+
+def _literal(value: str) -> str:
+    """An argument's value where it is a literal (``False``, ``'l2'``, ``3``), else nothing: ``estimator=``."""
+    return value if re.fullmatch(r"'[^']*'|\"[^\"]*\"|True|False|None|-?[\d.]+", value) else ""
 
 
 def _call(code: str, name: str) -> str:
@@ -104,11 +109,13 @@ def _task(problem: str) -> str:
 
 
 def _letters(text: str, variables: set[str]) -> str:
-    """``text`` with the problem's variables (two characters or more) written a, b, ... in order of
-    appearance: the lesson keeps the shape of the call and the task, not one task's names."""
+    """``text`` with the problem's variables (two characters or more) written x, y, ... in order of
+    appearance: the lesson keeps the shape of the call and the task, not one task's names. Letters that
+    read as variables, not constants: given "the integral of z over a ... np.trapezoid(z, a)" the 0.5B
+    passed a=0 as a bound; given "y over x ... np.trapezoid(y, x)" it wrote the call right."""
     names = [v for v in variables if len(v) > 1]
     found = sorted({m.start(): m.group(0) for v in names for m in re.finditer(rf"\b{re.escape(v)}\b", text)}.items())
-    free = iter(c for c in "abcdefghjkmnpqstuvw" if not re.search(rf"\b{c}\b", text))
+    free = iter(c for c in "xyuvwstpqmnkjhgfedcba" if not re.search(rf"\b{c}\b", text))
     letters: dict[str, str] = {}
     for _, name in found:
         letters.setdefault(name, next(free, "x"))

@@ -90,7 +90,7 @@ def generalise_arguments(text: str, problem: str, shared: frozenset[str] = froze
     names = sorted(set(_ASSIGNED.findall(problem)) - shared, key=len, reverse=True)
     if not names:
         return text
-    free = iter(c for c in "abcdefghjkmnpqstuvw" if not re.search(rf"\b{c}\b", text))
+    free = iter(c for c in "xyuvwstpqmnkjhgfedcba" if not re.search(rf"\b{c}\b", text))  # read as variables
     letters: dict[str, str] = {}
 
     def general(m: re.Match) -> str:
