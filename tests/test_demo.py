@@ -52,7 +52,8 @@ def test_conditions_count_change_facts_only_and_pair_each_half_run_with_its_own_
     # six held-out tasks, the last a control; the half runs answer tasks 0, 1 and 5
     runs = {"without": run([0, 0, 1, 1, 1, 1], [[]] * 6),
             "fleet": run([1, 0, 1, 1, 1, 0], [hit(honest), [], [], [], [], hit(honest)]),
-            "poisoned": run([1, 1, 0], [hit(attacker), hit(honest), hit(attacker)], texts=["r = 1", "I cannot tell.", "r = 2"])}
+            "poisoned": run([1, 1, 0], [hit(attacker), hit(honest), hit(attacker)],
+                            texts=["r = 1", "I cannot tell.", "r = 2"])}
 
     without, fleet, poisoned = conditions(runs, half=[0, 1, 5], control=[False] * 5 + [True], attackers={attacker})
 

@@ -13,7 +13,8 @@ import click
 @click.option("--nodes", default=6, show_default=True, help="Fleet size, Byzantine nodes included.")
 @click.option("--byzantine", default=2, show_default=True, help="How many nodes attack.")
 @click.option("--facts", default=8, show_default=True,
-              help="Drift change facts in play (and N // 3 controls), the libraries in turn, dealt out among the honest nodes.")
+              help="Drift change facts in play (and N // 3 controls), the libraries in turn, dealt out among the "
+                   "honest nodes.")
 @click.option("--train-per-fact", default=1, show_default=True, help="Training instances per fact.")
 @click.option("--eval-per-fact", default=15, show_default=True,
               help="Held-out instances per change fact (without and fleet answer all; own, poisoned and after "

@@ -371,7 +371,8 @@ def format_report(report: DemoReport) -> str:
                   for i in ex.lessons]
         lines += [f"  with them: {ex.fleet.strip()!r}", "    -> passed"]
     w = report.wire
-    lines += ["", f"== Wire == {w.honest_batches} honest batches, {w.honest_bytes:,} bytes: {w.bytes_per_experience:.0f} "
+    lines += ["", f"== Wire == {w.honest_batches} honest batches, {w.honest_bytes:,} bytes: "
+              f"{w.bytes_per_experience:.0f} "
               f"B per experience on the wire (msgpack: text, code, signature and framing); the code itself is "
               f"{w.code_bytes_per_experience} B at d = {w.profile['dim']}. The baseline is the profile's, named by "
               "its key and never sent (protocol v2)."]
@@ -415,12 +416,13 @@ def _poison_lines(p: Poison) -> list[str]:
         lines.append(f"  {node.node}: holds {node.held}, dropped {len(node.dropped)}"
                      + (f" ({', '.join(node.dropped)})" if node.dropped else ""))
         for s in node.signers:
-            why = (f"{s.harmful} harmful and {s.helped} helpful outcomes" if s.harmful + s.helped
-                   else "no outcome reported on its lessons")
+            why = (f"after {s.harmful} harmful and {s.helped} helpful outcomes" if s.harmful + s.helped
+                   else "with no outcome reported on its lessons")
             verdict = f"dropped: reputation {s.reputation:.3f} < {p.floor}" if s.dropped else \
                 f"kept: reputation {s.reputation:.3f} >= {p.floor}"
-            lines.append(f"      {s.name}'s {len(s.rows)} rows {verdict}, after {why} on {node.node}'s tasks")
-    lines.append(f"  poison rows hidden (least over honest nodes) {100 * p.poison_rows_hidden:.0f}%, honest peers' rows "
+            lines.append(f"      {s.name}'s {len(s.rows)} rows {verdict}, {why} on {node.node}'s tasks")
+    lines.append(f"  poison rows hidden (least over honest nodes) {100 * p.poison_rows_hidden:.0f}%, "
+                 "honest peers' rows "
                  f"hidden (most) {100 * p.honest_rows_hidden:.0f}%")
     return lines
 

@@ -99,7 +99,8 @@ async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> Dem
     with Sandbox(preload=drift.PRELOAD) as sandbox:
         tasks = drift.drift_taskset(splits.validation + splits.held_out + [t for p in splits.train for t in p], sandbox)
         clock.lap("load")
-        fleet_kind = "node processes on a 3-server NATS cluster" if config.nats else "in-process nodes on one shared log"
+        fleet_kind = ("node processes on a 3-server NATS cluster" if config.nats
+                      else "in-process nodes on one shared log")
         echo(f"[2/8] Starting {honest} honest {fleet_kind} in {workdir}, and {config.byzantine} Byzantine nodes")
         async with running(config.nats, honest, workdir, agent.name) as fleet:
             clock.lap("start")
@@ -151,7 +152,7 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
     runs["fleet"] = await evaluate("fleet", held)
     clock.lap("share_and_eval_fleet")
 
-    echo(f"[6/8] Poison: the Byzantine nodes publish a plausible wrong lesson for every fact, honestly encoded "
+    echo("[6/8] Poison: the Byzantine nodes publish a plausible wrong lesson for every fact, honestly encoded "
          "and signed")
     poison = await scenario.publish_poison(fleet, [b.identity for b in byz], scenario.facts_for(plan), agent.name)
     await fleet.settle()
