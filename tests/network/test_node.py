@@ -252,6 +252,36 @@ def test_api_outcomes_count_only_for_retrievals_the_node_issued_and_only_once(ap
     assert (again.status_code, forged.status_code) == (404, 404) and "already recorded" in again.json()["detail"]
 
 
+def test_api_outcomes_judge_each_lesson_of_a_retrieval_apart_and_refuse_a_lesson_it_did_not_give(api):
+    loop, client, node = api
+    peers = [NodeIdentity.from_seed(b"lesson-peer-a"), NodeIdentity.from_seed(b"lesson-peer-b")]
+
+    async def main():
+        from dsonet.codec import make_batch
+        from dsonet.experience import Experience
+
+        near = np.array(_vec(5)) * 0.95 + np.array(_vec(6)) * 0.05
+        texts = (TEXTS[2], "When a percentage grows twice, apply the second step to the new total.")
+        for peer, text, vec in zip(peers, texts, (np.array(_vec(5)), near / np.linalg.norm(near))):
+            batch = make_batch([Experience(text, "math", 0.7)], np.array([vec], np.float32), node.profile, peer)
+            await node._locked(node.library.ingest, batch)
+        before = [node.soup.reputation.get(p.node_id) for p in peers]
+        found = (await client.post("/search", json={"vector": _vec(5), "min_similarity": 0.5})).json()
+        ids = {h["sources"][0]: h["experience"]["id"] for h in found["hits"]}
+        stray = await client.post("/outcomes", json={"retrieval_id": found["retrieval_id"], "lessons": {"f" * 64: True}})
+        both = await client.post("/outcomes", json={"retrieval_id": found["retrieval_id"], "helped": True,
+                                                     "lessons": {ids[peers[0].node_id]: True}})
+        judged = await client.post("/outcomes", json={"retrieval_id": found["retrieval_id"],
+                                                       "lessons": {ids[peers[1].node_id]: False}})
+        return stray, both, judged, before, [node.soup.reputation.get(p.node_id) for p in peers], ids
+
+    stray, both, judged, before, after, ids = loop.run_until_complete(main())
+    assert (stray.status_code, both.status_code) == (422, 422) and "not given by retrieval" in stray.json()["detail"]
+    assert judged.status_code == 200 and judged.json() == {"recorded": 1}  # the refused reports kept the retrieval
+    assert after[0] == before[0] and after[1] < before[1]  # only the lesson judged harmful moved its signer
+    assert node.library.outcomes(ids[peers[1].node_id]) == (1, 0) and node.library.outcomes(ids[peers[0].node_id]) == (0, 0)
+
+
 @pytest.mark.parametrize("body, headers, status, says", [
     (b'{"text": "When x, do y.", "vector": [1.0]}', {}, 400, "dimension 16"),
     (b'{"text": "When x, do y.", "vector": [NaN, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]}', {}, 422, "finite"),

@@ -274,25 +274,38 @@ async def publish_poison(fleet, byz: list[NodeIdentity], facts: list, model: str
 
 
 async def feedback(fleet, tasks: TaskSet, splits: Splits, llms, plan: DriftPlan, retrieval: Retrieval, log) -> dict:
-    """Every honest node's agent solves feedback tasks through its node's agent API, as a user's agent
-    would: `recall` (lessons and a retrieval id), answer, run, and report the execution result as the
-    outcome of those lessons (what `POST /outcomes` does), which moves their signers' reputation."""
-    passed, reported = [], []
+    """Every honest node's agent solves feedback tasks through its node's agent API, as a careful user's
+    agent would: `recall` (lessons and a retrieval id), answer and run; then answer again without each
+    lesson in turn, and report per lesson what its absence changed (`POST /outcomes` with ``lessons``):
+    helped where the task passed only with it, harmed where it passed only without it, nothing where
+    it made no difference. Outcomes move the lessons' signers' reputation. (Crediting every lesson of
+    a retrieval with its task's result cannot tell a wrong lesson from the right one beside it.)"""
+    passed, reported, harmed = [], [], 0
     for i, (node_id, llm) in enumerate(zip(fleet.node_ids, llms)):
         start = i * plan.feedback_tasks % len(splits.feedback)
         part = tasks.subset((splits.feedback * 2)[start:start + plan.feedback_tasks])
         recalled = {t.id: await fleet.recall(i, t.question, retrieval.k, retrieval.min_similarity) for t in part.tasks}
         notes = lambda t: split_own(recalled[t.id][1], node_id)  # noqa: E731
         run = await asyncio.to_thread(answer, llm, part, None, retrieval, notes, plan.answer_tokens)
+        out = [(t, j) for t in part.tasks for j in range(len(recalled[t.id][1]))]
+        variants = [replace(t, id=f"{t.id}~{j}") for t, j in out]
+        left = {v.id: split_own([h for k, h in enumerate(recalled[t.id][1]) if k != j], node_id)
+                for v, (t, j) in zip(variants, out)}
+        loo = await asyncio.to_thread(answer, llm, tasks.subset(variants), None, retrieval, lambda v: left[v.id],
+                                      plan.answer_tokens)
+        without = {(t.id, j): ok for (t, j), ok in zip(out, loo.correct)}
         n = 0
         for task, ok in zip(part.tasks, run.correct):
             rid, hits = recalled[task.id]
-            if hits:
-                n += await fleet.outcome(i, rid, bool(ok))
+            verdicts = {h.experience.id: bool(ok) for j, h in enumerate(hits) if bool(ok) != bool(without[task.id, j])}
+            if verdicts:
+                n += await fleet.outcome(i, rid, lessons=verdicts)
+                harmed += sum(not v for v in verdicts.values())
         passed.append(round(run.accuracy, 4))
         reported.append(n)
-    log(f"    feedback phase: {plan.feedback_tasks} tasks a node, passed {passed}, lesson outcomes reported {reported}")
-    return {"tasks_per_node": plan.feedback_tasks, "passed": passed, "outcomes_reported": reported}
+    log(f"    feedback phase: {plan.feedback_tasks} tasks a node, passed {passed}, lesson outcomes reported {reported} "
+        f"({harmed} harmed)")
+    return {"tasks_per_node": plan.feedback_tasks, "passed": passed, "outcomes_reported": reported, "harmed": harmed}
 
 
 def hidden(states: list, byzantine: set[str], floor: float = DeltaSoupConfig().rep_floor) -> dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 
 from dsonet.errors import DsoError
 
@@ -41,10 +42,17 @@ class Retrievals:
                 self._pending.popitem(last=False)
         return rid
 
-    def take(self, retrieval_id: str) -> list:
-        """The hits of a retrieval, once; raises `UnknownRetrieval` after that."""
+    def take(self, retrieval_id: str, lessons: Iterable[str] = ()) -> list:
+        """The hits of a retrieval, once; raises `UnknownRetrieval` after that, and `ValueError` (the
+        retrieval kept for a corrected report) when ``lessons`` names an experience it did not give."""
         with self._lock:
-            hits = self._pending.pop(retrieval_id, None)
+            hits = self._pending.get(retrieval_id)
+            stray = sorted(set(lessons) - {h.experience.id for h in hits}) if hits is not None else []
+            if hits is not None and not stray:
+                del self._pending[retrieval_id]
+        if stray:
+            raise ValueError(f"lessons: {[s[:16] for s in stray[:3]]} were not given by retrieval "
+                             f"{retrieval_id[:40]!r}; judge only the experiences its search returned")
         if hits is None:
             raise UnknownRetrieval(f"retrieval_id {retrieval_id[:40]!r}: unknown, forgotten or already recorded; send "
                                    f"the id a search returned (the last {self.capacity} searches with lessons are "

@@ -8,7 +8,7 @@
                                -> {"retrieval_id", "hits": [...], "threshold", "best_score"}
                                (min_similarity omitted: the library's calibrated threshold; an empty
                                search has retrieval_id null, and best_score says how near it came)
-    POST   /outcomes           {retrieval_id, helped} -> {"recorded": n} (ids this node issued, once)
+    POST   /outcomes           {retrieval_id, helped | lessons: {id: helped}} -> {"recorded": n} (ids this node issued, once)
     GET    /stats  /peers  /metrics (Prometheus text)  /health (no token needed; counts quarantined rows)
     GET    /keys, POST /keys/{id}/ban|reset, GET|DELETE /quarantine: the operator's (`dsonet.network.admin`)
 
@@ -37,7 +37,7 @@ from dsonet.library import StorageError
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import UnknownRetrieval
 from dsonet.network.admin import admin_routes
-from dsonet.network.node import Node
+from dsonet.network.node import Node, NodeError
 from dsonet.network.transport import TransportError
 
 DEFAULT_MAX_BODY = 1024 * 1024  # a 7680-dim vector as JSON is ~150 KB; 1 MiB leaves room, refuses floods
@@ -66,7 +66,10 @@ class SearchRequest(BaseModel):
 class OutcomeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     retrieval_id: str = Field(min_length=1, max_length=64, description="The id a search returned with its hits")
-    helped: bool = Field(description="Whether the task the lessons were retrieved for succeeded")
+    helped: bool | None = Field(None, description="Whether the task the lessons were retrieved for succeeded "
+                                                  "(every lesson of the retrieval); or give lessons")
+    lessons: dict[str, bool] | None = Field(None, max_length=100, description="Experience id -> whether that lesson "
+                                            "helped; lessons not named get no outcome")
 
 
 def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY,
@@ -135,9 +138,11 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
         """Report whether the lessons of one search helped: counted on each lesson (eviction by
         usefulness) and on each source peer's reputation. Only ids this node issued count, once."""
         try:
-            return {"recorded": await node.outcome(req.retrieval_id, req.helped)}
+            return {"recorded": await node.outcome(req.retrieval_id, req.helped, req.lessons)}
         except UnknownRetrieval as exc:
             raise HTTPException(404, str(exc)) from None
+        except NodeError as exc:
+            raise HTTPException(422, str(exc)) from None
 
     @app.get("/stats")
     async def stats() -> dict:

@@ -76,9 +76,11 @@ class NodeClient:
                     reply.get("threshold", min_similarity), reply.get("best_score"))
         return reply.get("retrieval_id"), hits
 
-    def outcome(self, retrieval_id: str, helped: bool) -> int:
-        """Report whether the lessons of a search helped; returns how many lessons were judged."""
-        reply = self._call("POST", "/outcomes", json={"retrieval_id": retrieval_id, "helped": bool(helped)})
+    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
+        """Report whether the lessons of a search helped, all together or each (``lessons``: id -> helped);
+        returns how many lessons were judged."""
+        body = {"retrieval_id": retrieval_id} | ({"helped": bool(helped)} if lessons is None else {"lessons": lessons})
+        reply = self._call("POST", "/outcomes", json=body)
         if not reply:
             raise NodeClientError(f"outcome: the node did not issue retrieval {retrieval_id[:40]!r}, or its outcome "
                                   "is in already; report the id its search returned, once")

@@ -314,13 +314,25 @@ class Node:
         hits = await self.search(query, vector, k, min_similarity, max_tokens, domain)
         return self.retrievals.issue(hits), hits
 
-    async def outcome(self, retrieval_id: str, helped: bool) -> int:
-        """Whether the lessons of a retrieval this node issued helped; returns how many were judged.
-        Raises `UnknownRetrieval` for an id it did not issue or whose outcome is in already."""
-        hits = self.retrievals.take(retrieval_id)
-        await self.record_outcome(hits, helped)
-        self.metrics.outcomes.labels(helped=str(bool(helped)).lower()).inc()
-        return len(hits)
+    async def outcome(self, retrieval_id: str, helped: bool | None = None,
+                      lessons: dict[str, bool] | None = None) -> int:
+        """Whether the lessons of a retrieval this node issued helped, all together (``helped``) or each
+        on its own (``lessons``: experience id -> helped; lessons not named get no outcome: an agent
+        that tried its task without each lesson knows which one made the difference). Returns how many
+        were judged. Raises `UnknownRetrieval` for an id it did not issue or whose outcome is in already."""
+        if (helped is None) == (lessons is None):
+            raise NodeError("outcome: give helped (every lesson of the retrieval) or lessons (id -> helped), one of them")
+        try:
+            hits = self.retrievals.take(retrieval_id, lessons or ())
+        except ValueError as exc:
+            raise NodeError(str(exc)) from None
+        verdicts = {h.experience.id: helped for h in hits} if lessons is None else lessons
+        for verdict in (True, False):
+            judged = [h for h in hits if verdicts.get(h.experience.id) is verdict]
+            if judged:
+                await self.record_outcome(judged, verdict)
+                self.metrics.outcomes.labels(helped=str(verdict).lower()).inc()
+        return sum(1 for h in hits if h.experience.id in verdicts)
 
     async def record_outcome(self, hits: list[Hit], helped: bool) -> None:
         """Whether the experiences of a search helped the task they were retrieved for: counted on

@@ -70,8 +70,9 @@ class NatsFleet:
     async def recall(self, i: int, query: str, k: int, min_similarity: float) -> tuple[str, list]:
         return await asyncio.to_thread(self.stores[i].recall, query, k, min_similarity)
 
-    async def outcome(self, i: int, retrieval_id: str, helped: bool) -> int:
-        return await asyncio.to_thread(self.stores[i].outcome, retrieval_id, helped)
+    async def outcome(self, i: int, retrieval_id: str, helped: bool | None = None,
+                      lessons: dict[str, bool] | None = None) -> int:
+        return await asyncio.to_thread(self.stores[i].outcome, retrieval_id, helped, lessons)
 
     async def _collect(self, chunk: list[Message]) -> None:
         self._seen.update((m.seq, m) for m in chunk)  # keyed by seq: a redelivered chunk counts once

@@ -68,8 +68,9 @@ class Fleet(Protocol):
     async def recall(self, i: int, query: str, k: int, min_similarity: float) -> tuple[str, list]:
         """Honest node i's lessons for ``query`` and the retrieval id to report their outcome under."""
 
-    async def outcome(self, i: int, retrieval_id: str, helped: bool) -> int:
-        """Report to honest node i whether a retrieval's lessons helped (`POST /outcomes`)."""
+    async def outcome(self, i: int, retrieval_id: str, helped: bool | None = None,
+                      lessons: dict[str, bool] | None = None) -> int:
+        """Report to honest node i whether a retrieval's lessons helped, all or each (`POST /outcomes`)."""
 
     async def close(self) -> list[NodeState]:
         """Stop every node; return what each honest node holds. A second call returns the same."""
@@ -126,8 +127,9 @@ class InProcessFleet:
     async def recall(self, i: int, query: str, k: int, min_similarity: float) -> tuple[str, list]:
         return await self.nodes[i].recall(query, k=k, min_similarity=min_similarity)
 
-    async def outcome(self, i: int, retrieval_id: str, helped: bool) -> int:
-        return await self.nodes[i].outcome(retrieval_id, helped)
+    async def outcome(self, i: int, retrieval_id: str, helped: bool | None = None,
+                      lessons: dict[str, bool] | None = None) -> int:
+        return await self.nodes[i].outcome(retrieval_id, helped, lessons)
 
     async def settle(self, timeout_s: float = 300.0) -> None:
         deadline = time.monotonic() + timeout_s
