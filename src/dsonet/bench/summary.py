@@ -142,6 +142,14 @@ def headline(results: Path) -> str:
                          f"{net['nats_header_bytes_per_experience_by_batch'][n]:.0f} B apart)",
                          "964 B (the vector alone)", f"{size:.0f} B", plain, "network"])
         rows.append(["submit → searchable elsewhere, p50", "–", f"{net['propagation_p50_ms']:.0f} ms", "–", "network"])
+    drift = _load(results, "learn-drift")
+    for r in (drift or {}).get("rows", []):
+        rows.append([f"library drift, held-out, without → own → fleet ({r['llm']}, n = {r['n_eval']} × {r['seeds']})",
+                     "GitChameleon (other tasks and models): GPT-4o pass@10 39.9%, 43.7% with error feedback",
+                     f"{100 * r['accuracy_without']:.1f}% → {100 * r['accuracy_with']:.1f}% → "
+                     f"{100 * r['accuracy_fleet']:.1f}% (fleet − without {r['ci95_fleet']})",
+                     f"neutral text {100 * r['accuracy_neutral']:.1f}%; the hand-written lesson "
+                     f"{100 * r['accuracy_reference']:.1f}%", "learn --family drift"])
     learn = _load(results, "learn")
     if learn:
         for r in learn["rows"]:
@@ -154,6 +162,24 @@ def headline(results: Path) -> str:
     if not rows:
         return "No benchmark results yet: run `dso bench all`."
     return _table(["claim", "paper", "dsonet (measured here)", "alternative, same run", "benchmark"], rows)
+
+
+def _drift_notes(drift: dict) -> str:
+    """The drift rows' intervals (paired with "without" on the same items), controls, libraries, poison."""
+    keys = ("ci95_with", "ci95_neutral", "ci95_fleet", "ci95_cross_model", "ci95_poisoned", "ci95_poisoned_after_feedback",
+            "ci95_poison_only", "ci95_reference", "ci95_fleet_vs_own", "ci95_with_vs_neutral", "ci95_after_feedback_vs_fleet")
+    lines = ["Held-out change facts, greedy, the same items and prompts in every condition but the notes; 95% paired "
+             "bootstrap intervals of each condition minus without unless named. Plot: `results/learn-drift.png`."]
+    for r in drift["rows"]:
+        lines.append(f"- **{r['llm']}** (n = {r['n_eval']} change items + {r.get('n_control')} controls, {r['seeds']} "
+                     f"seed(s)): " + ", ".join(f"{k.removeprefix('ci95_')} {r.get(k)}" for k in keys) +
+                     f"; controls without {r.get('accuracy_control_without')} → fleet {r.get('accuracy_control_fleet')} "
+                     f"({r.get('ci95_control')}); per library (without → fleet): " +
+                     ", ".join(f"{lib} {v['accuracy_without']} → {v['accuracy_fleet']} {v['ci95_fleet']}"
+                               for lib, v in r.get("by_library", {}).items()) +
+                     f"; coverage {r.get('coverage')}; a lesson costs {r.get('lesson_prompt_tokens')} prompt tokens "
+                     f"per prompt that got any; {r.get('wall_s')} s.")
+    return "\n".join(lines)
 
 
 def _learn_notes(learn: dict) -> str:
@@ -276,6 +302,11 @@ def write_report(results: Path) -> Path:
          ["doc_model", "query_model", "aligned", "compressed", "recall_at_5", "recall_at_10", "ms_encode", "ms_align", "ms_compress"]),
         ("robustness", "Byzantine robustness (`dso bench robustness`); paper: 94.7% clean → 92.1% at 30% (median), mean 70%",
          ["attack", "rule", "byzantine_fraction", "accuracy", "clean_accuracy", "attacker_admitted"]),
+        ("learn-drift", "Library drift (`dso bench learn --family drift`): a fleet of coding agents learns the installed "
+         "libraries; context, not comparable: GitChameleon, GPT-4o pass@10 39.9%, 43.7% with error feedback",
+         ["llm", "n_eval", "seeds", "accuracy_without", "accuracy_with", "accuracy_neutral", "accuracy_fleet",
+          "accuracy_cross_model", "accuracy_poisoned", "accuracy_poisoned_after_feedback", "accuracy_poison_only",
+          "accuracy_reference", "recovered", "poison_rows_hidden", "honest_rows_hidden"]),
         ("learn", "Learning (`dso bench learn`); paper: AIME24 80.0 → 82.7 with DeepSeek-V3.1 for about $18",
          ["llm", "task", "n_eval", "seeds", "accuracy_without", "accuracy_with", "accuracy_neutral", "accuracy_fleet",
           "accuracy_poisoned", "accuracy_poison_only", "ci95", "p_mcnemar", "coverage", "experiences", "wall_s"]),
@@ -285,6 +316,8 @@ def write_report(results: Path) -> Path:
         sections += [f"## {title}", _rows_section(data, columns) if data and data.get("rows") else "_not run_"]
         if name == "learn" and data:
             sections.append(_learn_notes(data))
+        if name == "learn-drift" and data:
+            sections.append(_drift_notes(data))
         if name == "robustness" and data:
             sections.append(f"Forged admitted: {data.get('forged_admitted')}, tampered: {data.get('tampered_admitted')}, "
                             f"replayed: {data.get('replayed_admitted')}; one DeltaSoup round over 100 batches × 100 "
