@@ -11,11 +11,10 @@ equals the reference's, as in the `drift` family; the learner sees each attempt'
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
-from dsonet.learn.tasks import Task, TaskError
+from dsonet.learn.tasks import Task, TaskError, jsonl_rows
 
 FIELDS = ("task", "setup", "reference")
 
@@ -28,16 +27,8 @@ def question(setup: str, task: str) -> str:
 def load_code_tasks(path: str | Path, domain: str = "code.python") -> list[Task]:
     """The tasks of a JSONL file, each with its setup and reference in ``entry`` (what `drift.check` runs)."""
     path = Path(path)
-    if not path.is_file():
-        raise TaskError(f"tasks: {path} does not exist; pass a JSONL file of {{\"task\", \"setup\", \"reference\"}} lines")
     tasks = []
-    for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TaskError(f"{path}:{no}: not JSON ({exc.msg}); one object per line") from exc
+    for no, row in jsonl_rows(path, '{"task", "setup", "reference"}'):
         missing = [f for f in FIELDS if not isinstance(row, dict) or not isinstance(row.get(f), str) or not row[f].strip()]
         if missing:
             raise TaskError(f"{path}:{no}: missing or empty {missing}; each line needs "

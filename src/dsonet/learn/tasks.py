@@ -24,7 +24,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal, Sequence
+from typing import Callable, Iterator, Literal, Sequence
 
 from dsonet.errors import DsoError
 from dsonet.learn.answers import Kind, extract, extract_answer, numbers_match
@@ -269,20 +269,29 @@ def family_splits(name: str, sizes: Sequence[int], seed: int = 0) -> list[TaskSe
     return out
 
 
+def jsonl_rows(path: str | Path, shape: str) -> Iterator[tuple[int, object]]:
+    """(line number, parsed JSON) of each non-blank line of a user's task file; ``shape`` names the
+    objects expected, for the errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise TaskError(f"tasks: {path} does not exist; pass a JSONL file of {shape} objects")
+    for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                yield no, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TaskError(f"{path}:{no}: not JSON ({exc.msg}); one {shape} object per line") from exc
+
+
 def jsonl_tasks(path: str | Path, verifier_name: VerifierName = "numeric", domain: str = "general") -> TaskSet:
     """A user's own tasks: one {"question": ..., "answer": ...} object per line."""
     path = Path(path)
-    if not path.exists():
-        raise TaskError(f"tasks: {path} does not exist; pass a JSONL file of question/answer objects")
     tasks = []
-    for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for no, row in jsonl_rows(path, "question/answer"):
         try:
-            row = json.loads(line)
             tasks.append(Task(str(row.get("id", f"{path.stem}-{no}")), str(row["question"]), str(row["answer"]),
                               str(row.get("domain", domain))))
-        except (json.JSONDecodeError, KeyError, AttributeError) as exc:
+        except (KeyError, AttributeError) as exc:
             raise TaskError(f"{path}:{no}: expected an object with 'question' and 'answer' ({exc})") from exc
     return TaskSet(f"jsonl:{path.name}", tasks, verifier(verifier_name))
 
