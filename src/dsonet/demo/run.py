@@ -198,7 +198,7 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
 class _Counted:
     """The fleet as `feedback` reaches it (an agent's `recall` and `outcome`), counting, per honest
     node, the helpful and harmful outcomes each peer signer's lessons received: what moved its
-    reputation (`Node.record_outcome` feeds every signer of a hit but the node itself)."""
+    reputation (`Node.record_outcome` feeds every signer of a judged hit but the node itself)."""
 
     def __init__(self, fleet):
         self.fleet, self.node_ids = fleet, fleet.node_ids
@@ -210,10 +210,13 @@ class _Counted:
         self._hits[rid] = hits
         return rid, hits
 
-    async def outcome(self, i: int, retrieval_id: str, helped: bool) -> int:
-        n = await self.fleet.outcome(i, retrieval_id, helped)
+    async def outcome(self, i: int, retrieval_id: str, helped: bool | None = None,
+                      lessons: dict[str, bool] | None = None) -> int:
+        n = await self.fleet.outcome(i, retrieval_id, helped, lessons)
         for hit in self._hits.pop(retrieval_id, []):
-            self.outcomes[i].update((s, bool(helped)) for s in hit.sources if s != self.node_ids[i])
+            verdict = helped if lessons is None else lessons.get(hit.experience.id)  # None: this lesson not judged
+            if verdict is not None:
+                self.outcomes[i].update((s, bool(verdict)) for s in hit.sources if s != self.node_ids[i])
         return n
 
 
