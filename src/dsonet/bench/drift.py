@@ -278,10 +278,12 @@ async def feedback(fleet, tasks: TaskSet, splits: Splits, llms, plan: DriftPlan,
     agent would: `recall` (lessons and a retrieval id), answer and run; then answer again without each
     lesson in turn, and report per lesson what its absence changed (`POST /outcomes` with ``lessons``):
     helped where the task passed only with it, harmed where it passed only without it, nothing where
-    it made no difference. Outcomes move the lessons' signers' reputation. (Crediting every lesson of
-    a retrieval with its task's result cannot tell a wrong lesson from the right one beside it.)"""
-    passed, reported, harmed = [], [], 0
+    it made no difference. Outcomes move the lessons' signers' reputation (``by_signer``: per node, each
+    peer signer's [helped, harmed] outcomes). (Crediting every lesson of a retrieval with its task's
+    result cannot tell a wrong lesson from the right one beside it.)"""
+    passed, reported, harmed, by_signer = [], [], 0, []
     for i, (node_id, llm) in enumerate(zip(fleet.node_ids, llms)):
+        judged: dict[str, list[int]] = {}  # peer signer -> [helped, harmed] outcomes this node's agent reported
         start = i * plan.feedback_tasks % len(splits.feedback)
         part = tasks.subset((splits.feedback * 2)[start:start + plan.feedback_tasks])
         recalled = {t.id: await fleet.recall(i, t.question, retrieval.k, retrieval.min_similarity) for t in part.tasks}
@@ -301,11 +303,16 @@ async def feedback(fleet, tasks: TaskSet, splits: Splits, llms, plan: DriftPlan,
             if verdicts:
                 n += await fleet.outcome(i, rid, lessons=verdicts)
                 harmed += sum(not v for v in verdicts.values())
+                for h in hits:
+                    for signer in set(h.sources) - {node_id} if h.experience.id in verdicts else ():
+                        judged.setdefault(signer, [0, 0])[not verdicts[h.experience.id]] += 1
         passed.append(round(run.accuracy, 4))
         reported.append(n)
+        by_signer.append(judged)
     log(f"    feedback phase: {plan.feedback_tasks} tasks a node, passed {passed}, lesson outcomes reported {reported} "
         f"({harmed} harmed)")
-    return {"tasks_per_node": plan.feedback_tasks, "passed": passed, "outcomes_reported": reported, "harmed": harmed}
+    return {"tasks_per_node": plan.feedback_tasks, "passed": passed, "outcomes_reported": reported, "harmed": harmed,
+            "by_signer": by_signer}
 
 
 def hidden(states: list, byzantine: set[str], floor: float = DeltaSoupConfig().rep_floor) -> dict:

@@ -294,10 +294,11 @@ def attack_rows(sent: list[Sent], final: list[NodeState]) -> list[AttackRow]:
     return rows
 
 
-def poison_rows(final: list[NodeState], byz: list[SimNode], names: dict[str, str], outcomes: list[Counter],
+def poison_rows(final: list[NodeState], byz: list[SimNode], names: dict[str, str], outcomes: list[dict],
                 sent: list[Sent], floor: float = DeltaSoupConfig().rep_floor) -> Poison:
     """Which poison rows each honest node holds and hides, and why: its reputation of their signer,
-    moved by the outcomes its agent reported, is under the floor."""
+    moved by the outcomes its agent reported (``outcomes``: per node, signer -> [helped, harmed]), is
+    under the floor."""
     rows = [PoisonRow(f"p{j + 1}", names[s.node_id], text) for j, (s, text) in
             enumerate((s, t) for s in sent if s.attack == "poison" for t in sorted(s.texts))]
     row_id = {(r.signer, r.text): r.id for r in rows}
@@ -309,8 +310,8 @@ def poison_rows(final: list[NodeState], byz: list[SimNode], names: dict[str, str
             mine = sorted({row_id[b.name, e.text] for e in state.experiences
                            if e.provenance.node_id == b.node_id and (b.name, e.text) in row_id}, key=_row_order)
             reputation = rep.get(b.node_id, DeltaSoupConfig().rep_initial)
-            signers.append(Signer(b.name, mine, round(reputation, 4), counts[b.node_id, True],
-                                  counts[b.node_id, False], reputation < floor))
+            helped, harmed = counts.get(b.node_id, (0, 0))
+            signers.append(Signer(b.name, mine, round(reputation, 4), helped, harmed, reputation < floor))
         nodes.append(NodePoison(names[state.node_id], sum(len(s.rows) for s in signers),
                                 sorted((r for s in signers if s.dropped for r in s.rows), key=_row_order), signers))
     summary = hidden(final, {b.node_id for b in byz}, floor)

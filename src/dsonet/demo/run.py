@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -163,8 +162,7 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
 
     echo(f"[7/8] Feedback: each honest node's agent solves {plan.feedback_tasks} practice tasks with the lessons its "
          "node recalls, runs them, and reports each result as those lessons' outcome (POST /outcomes)")
-    counted = _Counted(fleet)
-    feedback = await scenario.feedback(counted, tasks, splits, llms, plan, retrieval,
+    feedback = await scenario.feedback(fleet, tasks, splits, llms, plan, retrieval,
                                        lambda line: echo("  " + line.strip()))
     runs["after_feedback"] = await evaluate("after_feedback")
     clock.lap("feedback_and_eval")
@@ -187,37 +185,12 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
         example=report.example(held, runs, fleet.node_ids, names),
         nodes=report.node_rows(names, learned, final, wire, sent),
         attacks=report.attack_rows(sent, final),
-        poison=report.poison_rows(final, byz, names, counted.outcomes, sent),
+        poison=report.poison_rows(final, byz, names, feedback["by_signer"], sent),
         feedback=feedback,
         wire=wire_row,
         fidelity=fidelity,
         seconds=clock.laps(),
     )
-
-
-class _Counted:
-    """The fleet as `feedback` reaches it (an agent's `recall` and `outcome`), counting, per honest
-    node, the helpful and harmful outcomes each peer signer's lessons received: what moved its
-    reputation (`Node.record_outcome` feeds every signer of a judged hit but the node itself)."""
-
-    def __init__(self, fleet):
-        self.fleet, self.node_ids = fleet, fleet.node_ids
-        self.outcomes: list[Counter] = [Counter() for _ in fleet.node_ids]  # (signer, helped) -> count
-        self._hits: dict[str, list] = {}
-
-    async def recall(self, i: int, query: str, k: int, min_similarity: float) -> tuple[str, list]:
-        rid, hits = await self.fleet.recall(i, query, k, min_similarity)
-        self._hits[rid] = hits
-        return rid, hits
-
-    async def outcome(self, i: int, retrieval_id: str, helped: bool | None = None,
-                      lessons: dict[str, bool] | None = None) -> int:
-        n = await self.fleet.outcome(i, retrieval_id, helped, lessons)
-        for hit in self._hits.pop(retrieval_id, []):
-            verdict = helped if lessons is None else lessons.get(hit.experience.id)  # None: this lesson not judged
-            if verdict is not None:
-                self.outcomes[i].update((s, bool(verdict)) for s in hit.sources if s != self.node_ids[i])
-        return n
 
 
 class _Clock:
