@@ -2,7 +2,7 @@
 
 import pytest
 
-from dsonet.learn.code_lessons import from_error
+from dsonet.learn.code_lessons import from_error, refutes
 
 TRAPZ = ("The code below has run.\n```python\nimport numpy as np\nw = np.linspace(0, 3, 7)\nsamples = 3 * w**2\n```\n"
          "Write one line of Python that assigns to r the integral of samples over w computed with the trapezoidal rule.")
@@ -44,3 +44,47 @@ def test_the_error_names_what_is_refused_and_the_reference_what_works(problem, c
                                    "NameError: name 'foo' is not defined"])
 def test_a_wrong_value_or_an_error_naming_nothing_the_reference_fixes_gives_no_lesson(error):
     assert from_error(TRAPZ, "r = np.trapz(samples, w)", error, "r = np.trapezoid(samples, w)") is None
+
+
+@pytest.mark.parametrize("error, code, lesson, refuted", [
+    ("AttributeError: module 'numpy' has no attribute 'trapz'", "r = np.trapz(y, x)",
+     "When integrating samples with the trapezoidal rule in NumPy, call np.trapz(y, x); np.trapezoid does not exist.",
+     True),
+    ("AttributeError: module 'numpy' has no attribute 'trapz'", "r = np.trapz(y, x)",
+     "When integrating samples with the trapezoidal rule, use np.trapezoid(y, x), not np.trapz.", False),
+    # the same name under another owner is other advice: numpy.kron, the function np.ptp, dt.isocalendar().week
+    ("AttributeError: module 'scipy.linalg' has no attribute 'kron'", "r = scipy.linalg.kron(a, b)",
+     "When computing a Kronecker product, call numpy.kron(a, b); scipy.linalg.kron was removed.", False),
+    ("AttributeError: module 'scipy.linalg' has no attribute 'kron'", "r = scipy.linalg.kron(a, b)",
+     "When computing a Kronecker product, call scipy.linalg.kron(a, b); numpy.kron only handles vectors.", True),
+    ("AttributeError: 'numpy.ndarray' object has no attribute 'ptp'", "r = a.ptp()",
+     "When taking the peak-to-peak range of a NumPy array, call the function np.ptp(a).", False),
+    ("AttributeError: 'numpy.ndarray' object has no attribute 'ptp'", "r = a.ptp()",
+     "When taking the peak-to-peak range of a NumPy array, call the method a.ptp(); np.ptp was removed.", True),
+    ("AttributeError: 'DatetimeProperties' object has no attribute 'week'", "r = s.dt.week",
+     "When reading ISO week numbers from pandas dates, use s.dt.isocalendar().week.", False),
+    ("AttributeError: `np.alltrue` was removed in the NumPy 2.0 release. Use `np.all` instead.", "r = np.alltrue(m)",
+     "When testing that every element of a boolean array is true, call np.alltrue(mask).", True),
+    ("TypeError: OneHotEncoder.__init__() got an unexpected keyword argument 'sparse'",
+     "r = OneHotEncoder(sparse=False).fit_transform(df)",
+     "When asking OneHotEncoder for a dense array, pass sparse=False; sparse_output is not a parameter.", True),
+    ("TypeError: OneHotEncoder.__init__() got an unexpected keyword argument 'sparse'",
+     "r = OneHotEncoder(sparse=False).fit_transform(df)",
+     "When asking OneHotEncoder for a dense array, pass sparse_output=False, not sparse=False.", False),
+    # a refused value refutes advice to pass it, not advice that names the same argument with another value
+    ("InvalidParameterError: The 'criterion' parameter of DecisionTreeRegressor must be a str among "
+     "{'squared_error'}. Got 'mse' instead.", "r = DecisionTreeRegressor(criterion='mse')",
+     "When fitting a regression tree, pass criterion='squared_error'.", False),
+    ("InvalidParameterError: The 'criterion' parameter of DecisionTreeRegressor must be a str among "
+     "{'squared_error'}. Got 'mse' instead.", "r = DecisionTreeRegressor(criterion='mse')",
+     "When fitting a regression tree, pass criterion='mse'.", True),
+    # a name the attempt did not write, a wrong value without an error, a data error: nothing to go by
+    ("AttributeError: module 'numpy' has no attribute 'trapz'", "r = np.trapezoid(y, x)",
+     "When integrating samples, call np.trapz(y, x).", False),
+    ("r = 3.5, expected a different value", "r = np.trapz(y, x)", "When integrating samples, call np.trapz(y, x).",
+     False),
+    ("TypeError: dtype 'str' does not support operation 'mean'", "r = df.groupby('k').mean()",
+     "When averaging per group, call groupby(...).mean(); pandas drops text columns.", False),
+])
+def test_a_failed_attempt_refutes_the_lesson_that_advised_what_the_error_refuses(error, code, lesson, refuted):
+    assert refutes(error, code, lesson) is refuted

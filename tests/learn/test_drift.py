@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from dsonet.learn import drift
+from dsonet.learn.code_lessons import refutes
 from dsonet.learn.drift import FACTS, VERSIONS, Check, check, drift_splits, drift_taskset, extract_code, instances
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,6 +132,18 @@ def test_every_reference_passes_its_check_and_every_stale_line_fails(sandbox):
 @pytest.mark.slow
 def test_every_reference_passes_and_every_stale_line_fails_on_three_more_instances(sandbox):
     _sweep(sandbox, per_fact=3, seed=12)  # ~750 sandbox runs: 28 s measured on the shared 2-core machine at load 6
+
+
+def test_the_stale_lines_errors_refute_most_poison_lessons_and_no_correct_lesson(sandbox):
+    """The feedback evidence the drift bench's agents report (`code_lessons.refutes`): following the
+    poison into the environment's refusal refutes it; the hand-written lesson, never."""
+    refuted = []
+    for fact in (f for f in FACTS if not f.control):
+        task = instances(fact, 1, seed=13)[0]
+        stale = check(sandbox, task, task.entry["stale"])
+        assert not refutes(stale.feedback, task.entry["stale"], fact.lesson), f"{fact.id}: {stale.feedback}"
+        refuted.append(refutes(stale.feedback, task.entry["stale"], fact.poison))
+    assert sum(refuted) >= 50, f"{sum(refuted)} of {len(refuted)} poison lessons refuted by their stale line's error"
 
 
 def test_check_feedback_names_the_error_or_the_wrong_value_but_never_the_reference(sandbox):

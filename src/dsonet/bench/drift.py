@@ -52,6 +52,7 @@ from dsonet.learn.context import Retrieval, split_own
 from dsonet.learn.control import neutral_notes
 from dsonet.learn.evaluate import Run, answer, mcnemar, paired_bootstrap, wilson
 from dsonet.learn.cache import CachedLLM
+from dsonet.learn.code_lessons import refutes
 from dsonet.learn.grpo import LearnConfig, Learner
 from dsonet.learn.llm import open_llm
 from dsonet.learn.sandbox import Sandbox
@@ -277,8 +278,10 @@ async def feedback(fleet, tasks: TaskSet, splits: Splits, llms, plan: DriftPlan,
     """Every honest node's agent solves feedback tasks through its node's agent API, as a careful user's
     agent would: `recall` (lessons and a retrieval id), answer and run; then answer again without each
     lesson in turn, and report per lesson what its absence changed (`POST /outcomes` with ``lessons``):
-    helped where the task passed only with it, harmed where it passed only without it, nothing where
-    it made no difference. Outcomes move the lessons' signers' reputation (``by_signer``: per node, each
+    helped where the task passed only with it, harmed where it passed only without it or where the
+    attempt wrote what the lesson advised and the environment refused it (`code_lessons.refutes`: the
+    0.5B often fails without the lesson too, so leave-one-out alone rarely convicts a poison), nothing
+    where it made no difference. Outcomes move the lessons' signers' reputation (``by_signer``: per node, each
     peer signer's [helped, harmed] outcomes). (Crediting every lesson of a retrieval with its task's
     result cannot tell a wrong lesson from the right one beside it.)"""
     passed, reported, harmed, by_signer = [], [], 0, []
@@ -297,9 +300,11 @@ async def feedback(fleet, tasks: TaskSet, splits: Splits, llms, plan: DriftPlan,
                                       plan.answer_tokens)
         without = {(t.id, j): ok for (t, j), ok in zip(out, loo.correct)}
         n = 0
-        for task, ok in zip(part.tasks, run.correct):
+        for task, ok, reply in zip(part.tasks, run.correct, run.texts):
             rid, hits = recalled[task.id]
-            verdicts = {h.experience.id: bool(ok) for j, h in enumerate(hits) if bool(ok) != bool(without[task.id, j])}
+            error = "" if ok else part.explain(task, reply)
+            verdicts = {h.experience.id: bool(ok) for j, h in enumerate(hits)
+                        if bool(ok) != bool(without[task.id, j]) or refutes(error, reply, h.experience.text)}
             if verdicts:
                 n += await fleet.outcome(i, rid, lessons=verdicts)
                 harmed += sum(not v for v in verdicts.values())

@@ -120,3 +120,53 @@ def _letters(text: str, variables: set[str]) -> str:
     for _, name in found:
         letters.setdefault(name, next(free, "x"))
     return re.sub(r"\b\w+\b", lambda m: letters.get(m.group(0), m.group(0)), text)
+
+
+
+_REFUSALS = (  # (pattern, how the refused name is qualified): what the environment says it does not have
+    (re.compile(r"module '([\w.]+)' has no attribute '(\w+)'"), "module"),
+    (re.compile(r"`([\w.]+)\.(\w+)` was removed"), "module"),
+    (re.compile(r"'[\w.]+' object has no attribute '(\w+)'"), "method"),
+    (re.compile(r"cannot import name '(\w+)'|unexpected keyword argument '(\w+)'"), "name"),
+)
+_ALIASES = {"numpy": "np", "pandas": "pd", "networkx": "nx"}
+_MODULES = {"np", "numpy", "pd", "pandas", "nx", "networkx", "scipy", "sklearn"}
+_ADVICE_END = re.compile(r"[;:]|,\s*not\b|\bnot\b|\binstead of\b|\brather than\b|\bfails?\b")
+
+
+def refutes(error: str, code: str, lesson: str) -> bool:
+    """Whether a failed attempt refutes ``lesson``: its ``error`` line refuses a name the attempt's
+    ``code`` wrote (a removed function, a method or argument that is gone, a refused value) and the
+    lesson's advice (the "do Y" of "When X, do Y", before any "not Z") tells the agent to write that
+    name, qualified as the error qualifies it (``scipy.linalg.kron`` refutes "call scipy.linalg.kron",
+    not "call numpy.kron"). An agent that followed a lesson into the environment's refusal has seen the
+    lesson fail, whatever else its prompt held; leave-one-out can say so only when the attempt passes
+    without the lesson."""
+    if not error or ":" not in error.split()[0]:
+        return False
+    advice = _advice(lesson)
+    for pattern, kind in _REFUSALS:
+        for m in pattern.finditer(error):
+            name = next(g for g in reversed(m.groups()) if g)
+            if re.search(rf"\b{re.escape(name)}\b", code) and _advises(advice, name, kind, m.group(1)):
+                return True
+    values = {v.strip("'\"") for _, v in _KWARG.findall(code)}  # "... 'criterion' ... got 'mse'": the value
+    return any(q in values and re.search(rf"\b{re.escape(q)}\b", advice) for q in _QUOTED.findall(error))
+
+
+def _advises(advice: str, name: str, kind: str, owner: str | None) -> bool:
+    """Whether ``advice`` writes ``name`` as the refusal qualifies it: after its module, as a method of
+    an object (not a module), or anywhere (an argument, an imported name)."""
+    if kind == "module":
+        last = owner.split(".")[-1]
+        heads = "|".join(map(re.escape, {last, _ALIASES.get(last, last)}))
+        return re.search(rf"\b(?:{heads})\.{re.escape(name)}\b", advice) is not None
+    if kind == "method":
+        return any(head.split(".")[0] not in _MODULES for head in re.findall(rf"(\w[\w.]*)\.{re.escape(name)}\b", advice))
+    return re.search(rf"\b{re.escape(name)}\b", advice) is not None
+
+
+def _advice(lesson: str) -> str:
+    """What a lesson says to do: after "When X," and up to the first "; ...", ", not ...", "instead of"."""
+    text = lesson.split(",", 1)[1] if lesson.lstrip().lower().startswith("when ") and "," in lesson else lesson
+    return _ADVICE_END.split(text, 1)[0]
