@@ -41,19 +41,3 @@ def test_without_trust_the_own_rows_still_go_last(tmp_path, encoder, profile):
                               unit(2, 5))
         assert lib.ingest(_batch(profile, TRUSTED, 3, 6, 0.9)).evicted and all(lib.get(i) for i in own)
         assert len(lib.rows.db.execute("SELECT 1 FROM experiences WHERE received = 1").fetchall()) == 1
-
-
-def test_deferred_payloads_are_counted_and_weighed_without_reading_them_and_read_in_pages(tmp_path, encoder,
-                                                                                          profile):
-    with Library(tmp_path / "lib.sqlite", encoder=encoder, profile=profile) as lib:
-        assert lib.count_deferred() == 0 == lib.deferred_bytes()
-        lib.defer(b"one", 1, "a")
-        lib.defer(b"two!", 2, "b", share="new")
-        lib.defer(b"one", 3, "a")  # the same payload again: held once
-        lib.defer(b"three", 4, "a")
-        assert lib.count_deferred() == 3 and lib.deferred_bytes() == 12
-        assert (lib.deferred_bytes("a"), lib.deferred_bytes("new"), lib.deferred_bytes("b")) == (8, 4, 0)
-        assert lib.deferred_signers() == ["a", "b"]
-        first = lib.deferred("a", limit=1)
-        assert [p for _, _, p, _ in first] == [b"one"]
-        assert [p for _, _, p, _ in lib.deferred("a", after=first[0][0], limit=1)] == [b"three"]

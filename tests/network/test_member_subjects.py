@@ -32,7 +32,7 @@ def test_a_node_publishes_on_its_own_subjects_and_reads_everyones(tmp_path):
         first = await a.submit("When a ratio is given, add its parts first.", "math", vector=_vec(1))
         gone = experience_id("When it was never held, nothing is deleted.", "math")
         old = make_tombstone([gone], a.identity).to_msgpack()  # queued before member subjects
-        a.library.queue_outgoing(subject_for("dso", "tombstone", "math"), old)
+        a.ledger.queue_outgoing(subject_for("dso", "tombstone", "math"), old)
         await a.flush()
         second = await a.submit("When a unit is missing, convert first.", "math", vector=_vec(2))
         await a.flush()

@@ -60,13 +60,13 @@ def test_new_keys_past_their_row_budget_are_dropped_and_known_ones_deferred(tmp_
         await _publish(sender, _batch(node.profile, known, 1, 2, now()))  # 2 + 2 rows > 3: held back
         await _publish(sender, _batch(node.profile, stranger, 2, 5, now()))  # 5 > 3 from a key never admitted
         await hub.drained([node.durable])
-        held = node.library.count_deferred()
+        held = node.ledger.count_deferred()
         dropped = node.metrics.registry.get_sample_value("dso_rejected_batches_total", {"reason": "rows"})
         clock[0] += 2.0  # the window passes; a message carries the held-back batch along
         await _publish(sender, _batch(node.profile, NodeIdentity.from_seed(b"rows-carrier"), 3, 1, now()))
         await hub.drained([node.durable])
         signers = [s for (s,) in node.library.db.execute("SELECT signer FROM experiences")]
-        left = node.library.count_deferred()
+        left = node.ledger.count_deferred()
         await node.close()
         return held, dropped, left, signers, known.node_id, stranger.node_id
 
@@ -185,7 +185,7 @@ def test_a_sender_not_yet_trusted_holds_at_most_its_share_of_the_deferred_queue(
         for seed in range(1, 6):  # each over its row budget: held back, until its share is full
             await _publish(sender, _batch(node.profile, flooder, seed, 1, now()))
         await hub.drained([node.durable])
-        held = node.library.count_deferred(flooder.node_id)
+        held = node.ledger.count_deferred(flooder.node_id)
         dropped = node.metrics.registry.get_sample_value("dso_rejected_batches_total", {"reason": "rows"})
         await node.close()
         return held, dropped

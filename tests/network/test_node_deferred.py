@@ -49,9 +49,9 @@ def test_a_replay_of_a_long_stream_admits_every_acknowledged_batch_in_order_desp
         # a receiver taking 5 batches a key per 30 s reads the whole stream at once
         node = await _node(tmp_path / "receiver", clock, hub, rate_limit=5, rate_window_ms=30_000)
         await hub.drained([node.durable])
-        held = node.library.count_deferred()
+        held = node.ledger.count_deferred()
         for step in range(12):  # the window passes; any later message carries the held-back batches along
-            if not node.library.count_deferred():
+            if not node.ledger.count_deferred():
                 break
             clock[0] += 31.0
             await sender.publish(_batch(profile, NodeIdentity.from_seed(f"carrier{step}".encode()), 1000 + step, 1,
@@ -59,7 +59,7 @@ def test_a_replay_of_a_long_stream_admits_every_acknowledged_batch_in_order_desp
             await hub.drained([node.durable])
         stored = node.library.db.execute("SELECT signer, text FROM experiences ORDER BY seq").fetchall()
         rate_drops = node.metrics.registry.get_sample_value("dso_rejected_batches_total", {"reason": "rate"})
-        left = node.library.count_deferred()
+        left = node.ledger.count_deferred()
         await node.close()
         return published, stored, held, rate_drops, left
 
@@ -95,13 +95,13 @@ def test_the_deferred_queue_is_bounded_in_bytes_per_key_and_in_total_and_read_in
         per_key = dict(node.library.db.execute("SELECT signer, SUM(length(payload)) FROM deferred GROUP BY signer"))
         total = sum(per_key.values())
         pages = []
-        read = node.library.deferred
+        read = node.ledger.deferred
 
         def recorded(*args, **kwargs):
             pages.append(len(read(*args, **kwargs)))
             return read(*args, **kwargs)
 
-        node.library.deferred = recorded
+        node.ledger.deferred = recorded
         await node._ingest(node._drain_deferred)  # a pass while every key is still over its rate
         await node.close()
         return size, per_key, total, pages

@@ -99,7 +99,7 @@ def test_a_known_sender_over_its_rate_is_held_back_and_admitted_later_while_a_ne
         for i in range(10, 13):
             await publish(sender, stranger, i, node.profile)  # two fit, the third is over a new key's budget
         await hub.drained([node.durable])
-        held = node.library.count_deferred()
+        held = node.ledger.count_deferred()
         for step in range(2):  # the window passes twice; any message carries the held-back batches along
             clock[0] += 2.0
             await publish(sender, NodeIdentity.from_seed(f"carrier{step}".encode()), 100 + step, node.profile)

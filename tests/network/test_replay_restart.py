@@ -1,5 +1,6 @@
-"""Replay protection outlives a restart: the hashes of stored batches are kept in the library file,
-written in the transaction of the rows they guard, and a node opened on it refuses them again."""
+"""Replay protection outlives a restart: the hashes of stored batches are kept in the node's ledger,
+in the library file, written in the transaction of the rows they guard, and a node opened on it
+refuses them again."""
 
 import asyncio
 import sqlite3
@@ -13,6 +14,7 @@ from dsonet.experience import Experience
 from dsonet.identity import NodeIdentity
 from dsonet.library import Library
 from dsonet.library.rows import RowStore, StorageError
+from dsonet.network.ledger import Ledger
 from dsonet.network.node import Node, NodeConfig
 from dsonet.network.transport import InProcessHub, subject_for
 
@@ -67,7 +69,7 @@ def test_a_restarted_node_refuses_a_replay_of_a_batch_it_stored_before(tmp_path)
 
 def test_a_batch_hash_is_recorded_only_with_its_rows(tmp_path, monkeypatch):
     with Library(tmp_path / "lib.sqlite", encoder=None, profile=_profile()) as lib:
-        batch = _batch(lib.profile, 1)
+        ledger, batch = Ledger(lib.db), _batch(lib.profile, 1)
 
         def full(self):
             raise sqlite3.OperationalError("database or disk is full")
@@ -75,19 +77,19 @@ def test_a_batch_hash_is_recorded_only_with_its_rows(tmp_path, monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(RowStore, "_evict_over_capacity", full)
             with pytest.raises(StorageError):
-                lib.ingest(batch)
-        assert lib.seen_batches(0) == {}  # rolled back with the rows: a redelivery is admitted
-        lib.ingest(batch)
-        assert lib.seen_batches(0) == {batch.hash: batch.timestamp_ms}
+                lib.ingest(batch, within=ledger.seen_by(batch))
+        assert ledger.seen(0) == {}  # rolled back with the rows: a redelivery is admitted
+        lib.ingest(batch, within=ledger.seen_by(batch))
+        assert ledger.seen(0) == {batch.hash: batch.timestamp_ms}
 
 
 def test_hashes_older_than_the_freshness_window_are_forgotten(tmp_path):
     now = int(time.time() * 1000)
     with Library(tmp_path / "lib.sqlite", encoder=None, profile=_profile()) as lib:
-        old, new = _batch(lib.profile, 1, now - 3_600_000), _batch(lib.profile, 2, now)
-        lib.ingest(old)
-        lib.ingest(new)
-        assert lib.seen_batches(now - 600_000) == {new.hash: now}
+        ledger, old, new = Ledger(lib.db), _batch(lib.profile, 1, now - 3_600_000), _batch(lib.profile, 2, now)
+        lib.ingest(old, within=ledger.seen_by(old))
+        lib.ingest(new, within=ledger.seen_by(new))
+        assert ledger.seen(now - 600_000) == {new.hash: now}
         assert lib.db.execute("SELECT COUNT(*) FROM seen").fetchone() == (1,)  # deleted, not only left out
 
 

@@ -11,13 +11,14 @@ whatever the order or the number of deliveries. For one (id, signer) delivered t
 different codes, this node's own row wins (it holds the float), then the higher confidence,
 then the smaller code digest. A tombstone wins over its (id, signer) forever; a local delete
 tombstones the id for every signer. Capacity eviction drops rows and remembers them, so a
-re-delivery does not bring them back: first the rows of signers the owner does not trust yet
-(``evict_first``; a flood from new keys cannot push out trusted rows, whatever confidence it
-claims), then other peers' rows, and this node's own rows last; within each, lowest quality first.
+re-delivery does not bring them back. Peers' rows are cut in fair shares (``standing``,
+`dsonet.library.eviction`: the largest holders first, keys not trusted by outcomes sharing one
+share, so no key's volume pushes out another author's rows beyond its share), this node's own rows
+last; within a signer, lowest quality first.
 
-Every write is one transaction: a crash loses nothing acknowledged and leaves no half batch.
-A received batch's hash is written in its rows' transaction (``seen``), so a node that restarts
-still refuses a replay of what it stored; hashes past the freshness window are forgotten.
+Every write is one transaction: a crash loses nothing acknowledged and leaves no half batch;
+a caller can add its own statements to it (``within``: a node records the batch's hash there,
+`dsonet.network.ledger`, whose tables share this file).
 
 The file is readable by its owner only (0600, and SQLite gives its -wal and -shm the same mode).
 A new file is created whole, under a temporary name renamed into place, so an existing file
@@ -40,6 +41,7 @@ import numpy as np
 from dsonet.codec.profile import baseline_digest
 from dsonet.errors import DsoError
 from dsonet.experience import Experience, Provenance
+from dsonet.library.eviction import TRUSTED, fair_cuts
 
 ANY_SIGNER = "*"  # a tombstone or eviction that covers every signer's row of an id
 SCHEMA_VERSION = 2  # 1: one row per id (migrated on open)
@@ -61,14 +63,8 @@ CREATE INDEX IF NOT EXISTS experiences_id ON experiences (id);
 CREATE TABLE IF NOT EXISTS tombstones (id TEXT NOT NULL, signer TEXT NOT NULL, deleted_ms INTEGER NOT NULL,
                                        PRIMARY KEY (id, signer));
 CREATE TABLE IF NOT EXISTS evicted (id TEXT NOT NULL, signer TEXT NOT NULL, PRIMARY KEY (id, signer));
-CREATE TABLE IF NOT EXISTS deferred (digest TEXT PRIMARY KEY, payload BLOB NOT NULL, received_ms INTEGER NOT NULL,
-                                     signer TEXT NOT NULL DEFAULT '', bytes INTEGER NOT NULL DEFAULT 0,
-                                     share TEXT NOT NULL DEFAULT '');
-CREATE TABLE IF NOT EXISTS outbox (digest TEXT PRIMARY KEY, subject TEXT NOT NULL, payload BLOB NOT NULL,
-                                   seq INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS seen (hash TEXT PRIMARY KEY, timestamp_ms INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS seen_time ON seen (timestamp_ms);
 """
+_QUALITY = "confidence * (helped + 1.0) / (uses + 2.0) ASC, id DESC, signer DESC"  # eviction's order in a signer
 _MAGIC = b"SQLite format 3\x00"
 _DAMAGED_CODES = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}  # sqlite3 errors that mean the file, not the moment
 
@@ -176,9 +172,9 @@ class Written:
 
 
 class RowStore:
-    def __init__(self, path: Path, capacity: int | None = None, evict_first: Callable[[str], bool] | None = None):
-        """``evict_first``: whether a peer's rows go before other peers' at capacity (see the module doc)."""
-        self.path, self.capacity, self.evict_first = path, capacity, evict_first
+    def __init__(self, path: Path, capacity: int | None = None, standing: Callable[[str], int] | None = None):
+        """``standing``: a peer's standing at capacity, HIDDEN, STRANGER or TRUSTED (`dsonet.library.eviction`)."""
+        self.path, self.capacity, self.standing = path, capacity, standing
         check_file(path)
         if not os.path.lexists(path):
             _create(path)
@@ -202,15 +198,6 @@ class RowStore:
         for statement in _SCHEMA.split(";"):  # one by one: executescript would commit an open transaction
             if statement.strip():
                 self.db.execute(statement)
-        deferred = self._columns("deferred")
-        if "signer" not in deferred:  # files from before deferrals were counted per sender
-            self.db.execute("ALTER TABLE deferred ADD COLUMN signer TEXT NOT NULL DEFAULT ''")
-        if "bytes" not in deferred:  # ... and in bytes, against a share (`defer`)
-            self.db.execute("ALTER TABLE deferred ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0")
-            self.db.execute("ALTER TABLE deferred ADD COLUMN share TEXT NOT NULL DEFAULT ''")
-            self.db.execute("UPDATE deferred SET bytes = length(payload), share = signer")
-        self.db.execute("CREATE INDEX IF NOT EXISTS deferred_signer ON deferred (signer)")
-        self.db.execute("CREATE INDEX IF NOT EXISTS deferred_share ON deferred (share, bytes)")
 
     def _columns(self, table: str) -> list[str]:
         return [r[1] for r in self.db.execute(f"PRAGMA table_info({table})")]
@@ -287,15 +274,15 @@ class RowStore:
 
     def write(self, exps: list[Experience], signer: str | None, signs: np.ndarray, scales: np.ndarray,
               baseline: np.ndarray, vectors: list | np.ndarray | None, received: bool,
-              seen: tuple[str, int] | None = None) -> Written:
+              within: Callable[[], None] | None = None) -> Written:
         """Store rows in one transaction; ``signer`` None: each experience's provenance node id (local rows).
-        ``seen``: the (hash, timestamp ms) of the batch the rows came in, recorded in that transaction."""
+        ``within``: the caller's own statements on this connection, run inside that transaction."""
         now = int(time.time() * 1000)
         added, dup, rejected, changed = [], 0, 0, []
         self.db.execute("BEGIN IMMEDIATE")
         try:
-            if seen is not None:
-                self.db.execute("INSERT OR IGNORE INTO seen VALUES (?, ?)", (seen[0], int(seen[1])))
+            if within is not None:
+                within()
             bid = self._baseline_id(baseline)
             keys = [(e.id, e.provenance.node_id if signer is None else signer) for e in exps]
             blocked = self.blocked(keys)
@@ -355,25 +342,28 @@ class RowStore:
         return {(i, s) for i, s in keys if (i, s) in found or (i, ANY_SIGNER) in found}
 
     def _evict_over_capacity(self) -> list[tuple[str, int]]:
+        """Past capacity, fair shares (`dsonet.library.eviction`): peers' rows cut per signer, the
+        largest holders first, own rows last; within a signer, lowest quality first."""
         if self.capacity is None:
             return []
         (n,) = self.db.execute("SELECT COUNT(*) FROM experiences").fetchone()
         if n <= self.capacity:
             return []
-        first = []
-        if self.evict_first is not None:
-            first = [(s,) for (s,) in self.db.execute("SELECT DISTINCT signer FROM experiences WHERE received = 1")
-                     if self.evict_first(s)]
-        self.db.execute("CREATE TEMP TABLE IF NOT EXISTS evict_first (signer TEXT PRIMARY KEY)")
-        self.db.execute("DELETE FROM evict_first")
-        self.db.executemany("INSERT INTO evict_first VALUES (?)", first)
-        # standing (untrusted peers, peers, own rows), then quality: confidence scaled by the observed
-        # help rate (Laplace-smoothed); ties by id
+        held = dict(self.db.execute("SELECT signer, COUNT(*) FROM experiences WHERE received = 1 GROUP BY signer"))
+        # no standing given (a library outside a node): every peer its own share
+        standing = {s: TRUSTED if self.standing is None else self.standing(s) for s in held}
+        cuts = fair_cuts(held, standing, min(n - self.capacity, sum(held.values())))
+        self.db.execute("CREATE TEMP TABLE IF NOT EXISTS evict_cut (signer TEXT PRIMARY KEY, n INTEGER NOT NULL)")
+        self.db.execute("DELETE FROM evict_cut")
+        self.db.executemany("INSERT INTO evict_cut VALUES (?, ?)", cuts.items())
+        # quality: confidence scaled by the observed help rate (Laplace-smoothed); ties by id
         doomed = self.db.execute(
-            "SELECT id, signer, seq FROM experiences ORDER BY CASE WHEN received = 0 THEN 2"
-            " WHEN signer IN (SELECT signer FROM evict_first) THEN 0 ELSE 1 END,"
-            " confidence * (helped + 1.0) / (uses + 2.0) ASC, id DESC, signer DESC LIMIT ?",
-            (n - self.capacity,)).fetchall()
+            "SELECT id, signer, seq FROM (SELECT id, signer, seq, ROW_NUMBER() OVER (PARTITION BY signer ORDER BY"
+            f" {_QUALITY}) AS pos FROM experiences WHERE received = 1 AND signer IN (SELECT signer FROM evict_cut))"
+            " JOIN evict_cut USING (signer) WHERE pos <= evict_cut.n").fetchall()
+        if n - len(doomed) > self.capacity:
+            doomed += self.db.execute(f"SELECT id, signer, seq FROM experiences WHERE received = 0 ORDER BY {_QUALITY}"
+                                      " LIMIT ?", (n - len(doomed) - self.capacity,)).fetchall()
         self.db.executemany("INSERT OR IGNORE INTO evicted VALUES (?, ?)", [(i, s) for i, s, _ in doomed])
         self.db.executemany("DELETE FROM experiences WHERE seq = ?", [(q,) for _, _, q in doomed])
         return [(i, q) for i, _, q in doomed]
@@ -414,65 +404,6 @@ class RowStore:
         row = self.db.execute("SELECT COALESCE(SUM(uses), 0), COALESCE(SUM(helped), 0) FROM experiences WHERE id = ?",
                               (exp_id,)).fetchone()
         return int(row[0]), int(row[1])
-
-    def seen(self, since_ms: int) -> dict[str, int]:
-        """Hashes of the batches stored from ``since_ms`` on (batch timestamps), after forgetting older
-        ones: a batch older than the freshness window is refused as stale, so its hash is not needed."""
-        self.forget_seen(since_ms)
-        return dict(self.db.execute("SELECT hash, timestamp_ms FROM seen"))
-
-    def forget_seen(self, before_ms: int) -> None:
-        self.db.execute("DELETE FROM seen WHERE timestamp_ms < ?", (int(before_ms),))
-
-    def defer(self, payload: bytes, received_ms: int, signer: str = "", share: str | None = None) -> None:
-        """Keep a received payload to submit again later (a sender over its rate); its bytes count
-        against ``share`` (default: the signer's own)."""
-        self.db.execute("INSERT OR IGNORE INTO deferred (digest, payload, received_ms, signer, bytes, share) "
-                        "VALUES (?, ?, ?, ?, ?, ?)", (hashlib.sha256(payload).hexdigest(), payload, int(received_ms),
-                                                      signer, len(payload), signer if share is None else share))
-
-    def deferred_signers(self) -> list[str]:
-        """The signers with payloads waiting, the one whose oldest has waited longest first."""
-        return [s for (s,) in self.db.execute("SELECT signer FROM deferred GROUP BY signer ORDER BY MIN(rowid)")]
-
-    def deferred(self, signer: str, after: int = 0, limit: int = 8) -> list[tuple[int, str, bytes, int]]:
-        """(position, digest, payload, received ms) of up to ``limit`` of ``signer``'s payloads past
-        position ``after``, in the order they came: a page, so the queue is never read whole."""
-        return self.db.execute("SELECT rowid, digest, payload, received_ms FROM deferred WHERE signer = ? "
-                               "AND rowid > ? ORDER BY rowid LIMIT ?", (signer, int(after), int(limit))).fetchall()
-
-    def count_deferred(self, signer: str | None = None) -> int:
-        """How many payloads are deferred (from ``signer`` only, if given), without reading them."""
-        if signer is None:
-            return self.db.execute("SELECT COUNT(*) FROM deferred").fetchone()[0]
-        return self.db.execute("SELECT COUNT(*) FROM deferred WHERE signer = ?", (signer,)).fetchone()[0]
-
-    def deferred_bytes(self, share: str | None = None) -> int:
-        """The bytes deferred (against ``share`` only, if given), without reading the payloads."""
-        if share is None:
-            return self.db.execute("SELECT COALESCE(SUM(bytes), 0) FROM deferred").fetchone()[0]
-        return self.db.execute("SELECT COALESCE(SUM(bytes), 0) FROM deferred WHERE share = ?", (share,)).fetchone()[0]
-
-    def drop_deferred(self, signer: str) -> int:
-        """Forget every payload ``signer`` has waiting (a banned key); returns how many."""
-        return self.db.execute("DELETE FROM deferred WHERE signer = ?", (signer,)).rowcount
-
-    def undefer(self, digests: list[str]) -> None:
-        self.db.executemany("DELETE FROM deferred WHERE digest = ?", [(d,) for d in digests])
-
-    def queue_outgoing(self, subject: str, payload: bytes) -> str:
-        """Keep a message to publish (a tombstone) until the stream acknowledges it; its digest."""
-        digest = hashlib.sha256(payload).hexdigest()
-        self.db.execute("INSERT OR IGNORE INTO outbox VALUES (?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM outbox))",
-                        (digest, subject, payload))
-        return digest
-
-    def outgoing(self) -> list[tuple[str, str, bytes]]:
-        """(digest, subject, payload) of every message not yet acknowledged, oldest first."""
-        return self.db.execute("SELECT digest, subject, payload FROM outbox ORDER BY seq").fetchall()
-
-    def sent(self, digest: str) -> None:
-        self.db.execute("DELETE FROM outbox WHERE digest = ?", (digest,))
 
     def unpublished(self, limit: int | None = None) -> list[tuple]:
         """This node's own rows not yet published, oldest first: full rows (see `row_experience`)."""

@@ -31,9 +31,11 @@ from dsonet.codec.batch import check_unit
 from dsonet.codec.bitdelta import BitDeltaCodes, compress
 from dsonet.errors import BatchError
 from dsonet.experience import Experience, Provenance
+from dsonet.library.eviction import standing_of
 from dsonet.library.merge import Member, MergedView, MergeRule
 from dsonet.library import quarantine
 from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy, estimate_tokens
+from dsonet.library.reference import Reference, capped_per_signer
 from dsonet.library.rows import (ANY_SIGNER, COLUMN, DamagedFile, IngestResult, LibraryError, RowStore, damaged,
                                  row_code, row_experience)
 from dsonet.library.saved_fit import keep_clusters, keep_fits, restore_clusters
@@ -76,8 +78,9 @@ class Library:
         """``support``: vectors spanning the subspace the encoder's outputs lie in (e.g.
         `ZenReranker.support()`); turns on the index's stage 3. ``trust``: a signer's weight in
         the merged view (a node passes its reputation); every signer weighs 1 without it.
-        ``trusted``: past ``capacity``, rows of signers ``trust`` puts under this are evicted
-        before other peers' (this library's own rows always last; see `RowStore`).
+        ``trusted``: past ``capacity``, signers ``trust`` puts at this or above keep a fair share each,
+        the others one share between them, those it puts at 0 go first (this library's own rows
+        always last; see `dsonet.library.eviction`).
         ``defer_merge``: writes leave the merged view to `rebuild_merged` instead of the next
         read, and the index's refits to `refit_index` (a node that searches while it ingests; see
         `MergedView` and `dsonet.library.index`)."""
@@ -86,8 +89,8 @@ class Library:
         self._encoder = encoder
         self.trust = trust
         self.defer_merge = defer_merge
-        untrusted = None if trust is None or trusted is None else (lambda signer: trust(signer) < trusted)
-        self.rows = RowStore(self.path, capacity, evict_first=untrusted)
+        standing = None if trust is None or trusted is None else (lambda signer: standing_of(trust(signer), trusted))
+        self.rows = RowStore(self.path, capacity, standing=standing)
         self.profile: Profile | None = None  # known once bound to the file's profile
         try:  # reads the profile and every row's code: where the file's pages are broken, SQLite says so here
             self.profile = self._bind_profile(profile)
@@ -193,7 +196,8 @@ class Library:
         return compress(vectors, p.group_size, baseline=p.baseline, rotation_seed=p.rotation_seed)
 
     def ingest(self, batch: CompressedBatch, keep: np.ndarray | None = None, encode_texts: bool = False,
-               vectors: list[np.ndarray | None] | None = None) -> IngestResult:
+               vectors: list[np.ndarray | None] | None = None,
+               within: Callable[[], None] | None = None) -> IngestResult:
         """Store the codes of an already-verified batch, rows admitted by ``keep`` only, as rows of its
         signer (whatever provenance the rows claim). Idempotent.
 
@@ -201,7 +205,9 @@ class Library:
         floats in the file, so searches rank peers' experiences as exactly as this node's own;
         costs the encoder's time and 4·d bytes a row on disk. The codes stay the peer's, so the
         merged view is the same on every node. ``vectors``: those floats, encoded beforehand by
-        `encode_admitted` (a node encodes without holding the lock its searches take).
+        `encode_admitted` (a node encodes without holding the lock its searches take). ``within``:
+        the caller's statements on this file, run in the rows' transaction (a node's ledger records
+        the batch's hash there, `dsonet.network.ledger`).
         """
         rows = self._admitted(batch, keep)
         exps = [batch.experiences[i] for i in rows]
@@ -211,7 +217,7 @@ class Library:
             raise LibraryError(f"vectors: {len(vectors)} for {len(exps)} admitted rows; give one (or None) per row")
         result = self._write(exps, batch.node_id, batch.codes.signs[rows], batch.codes.scales[rows],
                              batch.codes.baseline, vectors if exps else None, received=True,
-                             seen=(batch.hash, batch.timestamp_ms))
+                             within=within)
         return IngestResult(result.added, result.duplicates, result.rejected + len(batch) - len(rows), result.evicted)
 
     def _admitted(self, batch: CompressedBatch, keep: np.ndarray | None) -> np.ndarray:
@@ -241,8 +247,8 @@ class Library:
         return out
 
     def _write(self, exps, signer, signs, scales, baseline, vectors, received: bool,
-               seen: tuple[str, int] | None = None) -> IngestResult:
-        written = self.rows.write(exps, signer, signs, scales, baseline, vectors, received, seen)
+               within: Callable[[], None] | None = None) -> IngestResult:
+        written = self.rows.write(exps, signer, signs, scales, baseline, vectors, received, within)
         self._view_changed(self.search_index.refresh(written.changed, written.removed))
         return written.result
 
@@ -330,47 +336,6 @@ class Library:
             codes = self._compress(np.stack([np.frombuffer(r[_VECTOR], "<f4") for r in rows]))
         return [row_experience(r) for r in rows], codes
 
-    def seen_batches(self, since_ms: int) -> dict[str, int]:
-        """Hash -> timestamp of the batches `ingest` stored whose timestamp is ``since_ms`` or later
-        (what a restarted node refuses as replays); older ones are forgotten."""
-        return self.rows.seen(since_ms)
-
-    def forget_seen(self, before_ms: int) -> None:
-        """Forget the stored batches' hashes older than ``before_ms`` (past the freshness window)."""
-        self.rows.forget_seen(before_ms)
-
-    def defer(self, payload: bytes, received_ms: int, signer: str = "", share: str | None = None) -> None:
-        """Hold a verified payload whose sender is over its rate, to submit again later; its bytes
-        count against ``share`` (default: the signer's own; see `Node._defer_or_reject`)."""
-        self.rows.defer(payload, received_ms, signer, share)
-
-    def deferred_signers(self) -> list[str]:
-        return self.rows.deferred_signers()
-
-    def deferred(self, signer: str, after: int = 0, limit: int = 8) -> list[tuple[int, str, bytes, int]]:
-        """A page of ``signer``'s held payloads past position ``after``, oldest first:
-        (position, digest, payload, received ms)."""
-        return self.rows.deferred(signer, after, limit)
-
-    def count_deferred(self, signer: str | None = None) -> int:
-        return self.rows.count_deferred(signer)
-
-    def deferred_bytes(self, share: str | None = None) -> int:
-        return self.rows.deferred_bytes(share)
-
-    def undefer(self, digests: list[str]) -> None:
-        self.rows.undefer(digests)
-
-    def queue_outgoing(self, subject: str, payload: bytes) -> str:
-        """Keep a message (a signed tombstone) in the file until the stream acknowledges it."""
-        return self.rows.queue_outgoing(subject, payload)
-
-    def outgoing(self) -> list[tuple[str, str, bytes]]:
-        return self.rows.outgoing()
-
-    def sent(self, digest: str) -> None:
-        self.rows.sent(digest)
-
     def count_unpublished(self) -> int:
         return self.rows.count_unpublished()
 
@@ -426,19 +391,21 @@ class Library:
         rows = self.search_index.rows_of(exp_id)
         return next((r for r in rows if self.search_index.signers[r] == exp.provenance.node_id), rows[0])
 
-    def reference_vectors(self, limit: int, min_trust: float | None = None) -> np.ndarray | None:
-        """Up to ``limit`` trusted rows a round of received batches is judged beside: this node's
-        own (the newest), then, where it holds fewer than ``limit`` and ``min_trust`` is given, the
-        newest rows of signers the library's ``trust`` puts at ``min_trust`` or more (their ê).
-        None when there are none."""
+    def reference_vectors(self, limit: int, min_trust: float | None = None) -> Reference | None:
+        """Up to ``limit`` trusted rows a round of received batches is judged beside, with their
+        signers: this node's own (the newest), then, where it holds fewer than ``limit`` and
+        ``min_trust`` is given, the newest rows of signers the library's ``trust`` puts at
+        ``min_trust`` or more (their ê), each such signer a quarter of ``limit`` at most
+        (`dsonet.library.reference`). None when there are none."""
         idx = self.search_index
         rows = idx.own_rows()[-limit:]
         if len(rows) < limit and min_trust is not None and self.trust is not None:
             trusted = {s: self.trust(s) >= min_trust for s in {idx.signers[r] for r in idx.live_rows().tolist()}}
             peers = [r for r in sorted(idx.live_rows().tolist(), reverse=True)
                      if not idx.own[r] and trusted[idx.signers[r]]]
-            rows = np.concatenate([rows, np.array(peers[: limit - len(rows)], np.int64)])
-        return idx.vectors(rows) if len(rows) else None
+            picked = capped_per_signer(peers, idx.signers, limit - len(rows), limit)
+            rows = np.concatenate([rows, np.array(picked, np.int64)])
+        return Reference(idx.vectors(rows), tuple(idx.signers[r] for r in rows.tolist())) if len(rows) else None
 
     def vectors(self, ids: list[str]) -> np.ndarray:
         """Each id's vector: the float where held, else its reconstruction ê, (len(ids), d)."""

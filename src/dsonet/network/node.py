@@ -52,6 +52,7 @@ from dsonet.library.quarantine import row_damage
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import Retrievals
 from dsonet.network.access import FairLock, SerialEncoder
+from dsonet.network.ledger import Ledger
 from dsonet.network.metrics import NodeMetrics
 from dsonet.network.standing import Banned, Bans, check_key
 from dsonet.network.tombstone import TombstoneError, decode_tombstone, make_tombstone
@@ -142,6 +143,7 @@ class Node:
         self._publisher: asyncio.Task | None = None
         self._publish_lock = asyncio.Lock()
         self.library = None
+        self.ledger: Ledger | None = None  # deferred batches, outbox, seen hashes: in the library's file
         self.soup = None
         self.bans: Bans | None = None  # keys the operator banned (`dsonet.network.standing`), read at open
         self.closed = False
@@ -187,12 +189,13 @@ class Node:
                                capacity=self.config.capacity, merge=MergeRule(self.config.theta_dup),
                                trust=self._trust, defer_merge=True, trusted=soup_config.trusted)
         self.library.heal()  # rows damaged in the file are set aside now, not met by a search later
+        self.ledger = Ledger(self.library.db)
         self._pending = self.library.count_unpublished()
         self.bans = Bans(self.library.rows)
         # replay protection outlives a restart: the batches stored within the freshness window (with
         # the gate's margin for clock skew) are refused again; older ones are stale anyway
         self._seen_pruned_ms = int(time.time() * 1000)
-        self.soup.remember(self.library.seen_batches(self._seen_pruned_ms - self._seen_window_ms))
+        self.soup.remember(self.ledger.seen(self._seen_pruned_ms - self._seen_window_ms))
 
     @property
     def _seen_window_ms(self) -> int:
@@ -363,7 +366,7 @@ class Node:
             self._schedule_merge()
             tomb = make_tombstone([exp_id], self.identity)
             # the outbox keeps it through a stream outage or a restart; `flush` sends what is left
-            await self._locked(self.library.queue_outgoing, self._subject(TOMBSTONE), tomb.to_msgpack())
+            await self._locked(self.ledger.queue_outgoing, self._subject(TOMBSTONE), tomb.to_msgpack())
             self.metrics.deleted.inc()
             try:
                 async with self._publish_lock:
@@ -382,10 +385,10 @@ class Node:
         nobody can predict it, so nobody can make the stream drop it as a duplicate. Each goes to this
         node's tombstone subject, whatever subject it was queued under (one queued before member
         subjects would be refused by a secured cluster for ever)."""
-        for digest, _, payload in await self._locked(self.library.outgoing):
+        for digest, _, payload in await self._locked(self.ledger.outgoing):
             await self.transport.publish(payload, self._subject(TOMBSTONE),
                                          {SENDER: self.node_id, MSG_ID: f"tomb-{digest}"})
-            await self._locked(self.library.sent, digest)
+            await self._locked(self.ledger.sent, digest)
 
     # ------------------------------------------------------------------ operator (`dsonet.network.admin`)
 
@@ -395,7 +398,7 @@ class Node:
         rep, banned = self.soup.reputation, self.bans.keys
         peers = {p.node_id: p for p in list(self.peers.values())}  # one copy: the ingest thread adds peers
         names = sorted(set(peers) | banned)
-        held = await self._locked(lambda: {k: self.library.count_deferred(k) for k in names})
+        held = await self._locked(lambda: {k: self.ledger.count_deferred(k) for k in names})
         return [{"node_id": k, "reputation": round(rep.get(k), 4), "banned": k in banned,
                  "accepted": peers[k].accepted if k in peers else 0, "rejected": peers[k].rejected if k in peers else 0,
                  "deferred": held[k], "last_error": peers[k].last_error if k in peers else ""} for k in names]
@@ -406,7 +409,7 @@ class Node:
 
         def apply() -> int:
             self.bans.add(key)
-            return self.library.rows.drop_deferred(key)
+            return self.ledger.drop_deferred(key)
 
         dropped = await self._locked(apply)
         log.warning("key %s banned by the operator: its rows hidden, %d held-back batches dropped", key[:12], dropped)
@@ -548,7 +551,7 @@ class Node:
                 self._reject(msg.headers.get(SENDER, "unknown"), exc)
         self._round(last_ms)
         with self._state:
-            self.library.undefer(resubmitted)  # only once their round is stored
+            self.ledger.undefer(resubmitted)  # only once their round is stored
         self._merge()
 
     def _defer_or_reject(self, msg: Message, exc: RateLimited) -> None:
@@ -565,10 +568,10 @@ class Node:
         else:
             share, cap = NEW_KEYS, DEFERRED_NEW_KEYS_BYTES
         with self._state:
-            room = (self.library.deferred_bytes() + size <= DEFERRED_BYTES
-                    and self.library.deferred_bytes(share) + size <= cap)
+            room = (self.ledger.deferred_bytes() + size <= DEFERRED_BYTES
+                    and self.ledger.deferred_bytes(share) + size <= cap)
             if room:
-                self.library.defer(msg.data, msg.timestamp_ms, signer, share)
+                self.ledger.defer(msg.data, msg.timestamp_ms, signer, share)
         if room:
             self.metrics.deferred_batches.inc()
             return
@@ -581,12 +584,12 @@ class Node:
         round is full. Returns the digests that left the queue, admitted or refused for good."""
         done: list[str] = []
         with self._state:
-            signers = self.library.deferred_signers()
+            signers = self.ledger.deferred_signers()
         for signer in signers:
             after = 0
             while self.soup.queued_rows <= MAX_ROUND_ROWS - MAX_EXPERIENCES:
                 with self._state:  # its oldest alone first: while that is still early, one payload is read
-                    page = self.library.deferred(signer, after, DEFERRED_PAGE if after else 1)
+                    page = self.ledger.deferred(signer, after, DEFERRED_PAGE if after else 1)
                 if not page or not self._resubmit(page, now_ms, done):
                     break
                 after = page[-1][0]
@@ -610,7 +613,7 @@ class Node:
         if resubmitted:
             self._round(int(time.time() * 1000))
             with self._state:
-                self.library.undefer(resubmitted)
+                self.ledger.undefer(resubmitted)
             self._merge()
 
     def _round(self, now_ms: int) -> None:
@@ -635,7 +638,7 @@ class Node:
         self.soup.settle(result.batches)
         if now_ms - self._seen_pruned_ms > self._seen_window_ms // 2:  # the file keeps one window of hashes
             with self._state:
-                self.library.forget_seen(now_ms - self._seen_window_ms)
+                self.ledger.forget_seen(now_ms - self._seen_window_ms)
             self._seen_pruned_ms = now_ms
         self.library.refit_index(self._state)  # a flood can outgrow the index's fit within one read
         why: dict[tuple[str, str], int] = {}
@@ -665,7 +668,7 @@ class Node:
             self._reject(batch.node_id, Banned(batch.node_id))
             return
         try:
-            ingested = self.library.ingest(batch, keep, vectors=floats)
+            ingested = self.library.ingest(batch, keep, vectors=floats, within=self.ledger.seen_by(batch))
         except (LibraryError, BatchError) as exc:
             self._reject(batch.node_id, exc)
             return
