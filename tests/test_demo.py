@@ -98,7 +98,8 @@ def test_a_fleet_shares_a_lesson_and_refuses_a_forged_batch(tmp_path, kind):
 # The embedded 0.5B answers and writes lessons: on drift's code prompts SmolLM2's transformers path is the
 # slower one on two cores (this demo with it ran past pytest's 600 s; with the 0.5B on llama.cpp, 150 s)
 SMALL = dict(facts=1, train_per_fact=1, eval_per_fact=4, eval_per_control=1, feedback_tasks=2, rollouts=2,
-             candidates=1, gate_items=1, max_tokens=32, llm_model="qwen2.5-coder-0.5b", reflector="qwen2.5-coder-0.5b")
+             candidates=1, gate_items=1, max_tokens=32, llm_model="qwen2.5-coder-0.5b", reflector="qwen2.5-coder-0.5b",
+             answer_cache=None)
 
 
 @pytest.mark.slow

@@ -41,9 +41,11 @@ import click
 @click.option("--seed", default=0, show_default=True, help="Rotates which honest node gets which facts.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the nodes keep their keys and libraries, new or empty (default: a temporary directory).")
+@click.option("--fresh-answers", is_flag=True, help="Generate every answer again instead of replaying the ones an "
+              "earlier run kept in the answer cache (~/.cache/dsonet/demo/answers.sqlite).")
 @click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path), default=Path("bench/results/demo.json"),
               show_default=True, help="Where to write the report as JSON.")
-def demo(json_out: Path, **options) -> None:
+def demo(json_out: Path, fresh_answers: bool, **options) -> None:
     """A fleet of coding agents learns the installed libraries together, and is attacked.
 
     The task (drift): one line of Python whose right answer depends on the releases installed in
@@ -57,6 +59,10 @@ def demo(json_out: Path, **options) -> None:
     nodes run in this process on one shared log; with --nats they are `dso node start` processes
     on a local NATS JetStream cluster and the agents reach them through their HTTP APIs.
 
+    The model's answers are kept in an answer cache: the first run generates them (about 25
+    minutes on two cores), a rerun replays them and runs everything else again (nodes, sharing,
+    attacks, DeltaSoup, the sandboxed checks) in a few minutes; --fresh-answers ignores the cache.
+
     \b
     Examples:
       dso demo
@@ -66,6 +72,8 @@ def demo(json_out: Path, **options) -> None:
     """
     from dsonet.demo import DemoConfig, format_report, run_demo
 
+    if fresh_answers:
+        options["answer_cache"] = None
     report = asyncio.run(run_demo(DemoConfig(**options), echo=click.echo))
     click.echo(format_report(report))
     json_out.parent.mkdir(parents=True, exist_ok=True)

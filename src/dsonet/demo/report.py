@@ -405,7 +405,8 @@ def format_report(report: DemoReport) -> str:
         f"{name}: " + ", ".join(f"{k} {v}" for k, v in kinds.items()) for name, kinds in report.ran.items())]
     lines += ["  coverage: share of prompts that received lessons; attacker lessons: share that received one from "
               "a Byzantine node; no code: replies with no line of Python.",
-              "", "Seconds: " + ", ".join(f"{k} {v}" for k, v in report.seconds.items())]
+              "", "Seconds: " + ", ".join(f"{k} {v}" for k, v in report.seconds.items())
+              + _answer_line(report.config.get("answers"))]
     return "\n".join(lines)
 
 
@@ -442,3 +443,10 @@ def _pct(x: float) -> str:
 
 def _span(pair: tuple[float, float], sign: str = "") -> str:
     return f"[{100 * pair[0]:{sign}.1f}, {100 * pair[1]:{sign}.1f}]"
+
+
+def _answer_line(answers: dict | None) -> str:
+    if not answers:
+        return ""
+    return (f"; model answers generated {answers['generated']}, replayed from the answer cache "
+            f"{answers['from_cache']}")

@@ -17,10 +17,11 @@ from typing import Callable
 from dsonet.bench import drift as scenario
 from dsonet.demo import adversary, report
 from dsonet.demo.report import DemoReport
+from dsonet.encoders.cache import cache_dir
 from dsonet.errors import DsoError
 from dsonet.learn import drift
+from dsonet.learn.cache import CachedLLM
 from dsonet.learn.context import Retrieval
-from dsonet.learn.grpo import LearnConfig
 from dsonet.learn.llm import open_llm
 from dsonet.learn.sandbox import Sandbox
 from dsonet.library.policy import default_min_similarity
@@ -29,6 +30,9 @@ from dsonet.sim.nodes import running
 Echo = Callable[[str], None]
 AGENT = "qwen2.5-coder-0.5b"  # the embedded coding model: about half of drift's stale lines right without help
 CHANGE_FACTS = sum(not f.control for f in drift.FACTS)
+# The model's answers are fixed by the chat, the sampling seed and the machine: a second `make demo`
+# replays them (and every node, share, attack and check runs again) in minutes instead of ~25.
+ANSWER_CACHE = cache_dir() / "demo" / "answers.sqlite"
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class DemoConfig:
     nats: bool = False  # node processes on a local three-server NATS cluster instead of in-process nodes
     seed: int = 0
     workdir: Path | None = None  # where nodes keep keys and libraries: new or empty (a temporary directory by default)
+    answer_cache: Path | None = ANSWER_CACHE  # greedy answers and seeded samples kept on disk; None: always generate
 
     def __post_init__(self) -> None:
         if not 0 <= self.byzantine < self.nodes - self.byzantine:
@@ -93,8 +98,8 @@ async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> Dem
          f"drift: {config.facts} change facts + {len(scenario.facts_for(plan)) - config.facts} controls, "
          f"{sum(map(len, splits.train))} training / {len(splits.validation)} validation / {len(splits.held_out)} "
          "held-out instances")
-    agent = open_llm(config.llm_url, model)
-    reflector = open_llm(config.llm_url, reflector_name) if reflector_name else agent
+    agent = _cached(open_llm(config.llm_url, model), config.answer_cache)
+    reflector = _cached(open_llm(config.llm_url, reflector_name), config.answer_cache) if reflector_name else agent
     with Sandbox(preload=drift.PRELOAD) as sandbox:
         tasks = drift.drift_taskset(splits.validation + splits.held_out + [t for p in splits.train for t in p], sandbox)
         clock.lap("load")
@@ -126,10 +131,8 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
     echo(f"[3/8] Each honest node learns on its own facts: G = {plan.group_size} attempts per task, each run in the "
          f"sandbox; the reflector ({reflector.name}) turns what running them showed into 'When X, do Y'; "
          f"{plan.candidates} candidates, kept only if they fix validation tasks")
-    config_learn = LearnConfig(group_size=plan.group_size, max_tokens=plan.answer_tokens, epochs=1, batch_size=8,
-                               max_lessons=1, candidates=plan.candidates, all_failed=True, gate_items=plan.gate_items,
-                               gate_gain=1e-9, retrieval=retrieval, seed=config.seed)
-    learned = await scenario.learn_nodes(fleet, tasks, splits, llms, reflector, config_learn, workdir,
+    learned = await scenario.learn_nodes(fleet, tasks, splits, llms, reflector,
+                                         scenario.learn_config(plan, retrieval, config.seed), workdir,
                                          lambda line: echo("  " + line.strip()))
     clock.lap("learn")
 
@@ -175,7 +178,7 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
     control = [scenario.fact_of(t).control for t in held.tasks]
     return DemoReport(
         config=asdict(config) | {"workdir": str(workdir), "min_similarity_used": threshold, "agent": agent.name,
-                                 "reflector_used": reflector.name},
+                                 "reflector_used": reflector.name, "answers": _answers(agent, reflector)},
         fleet=fleet.kind,
         conditions=report.conditions(runs, half_rows, control, attackers),
         controls=report.controls(runs, control),
@@ -191,6 +194,16 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
         fidelity=fidelity,
         seconds=clock.laps(),
     )
+
+
+def _cached(llm, path: Path | None):
+    return CachedLLM(llm, path) if path is not None else llm
+
+
+def _answers(*llms) -> dict[str, int]:
+    """How many answers the model generated in this run and how many came from the answer cache."""
+    cached = {id(m): m for m in llms if isinstance(m, CachedLLM)}.values()
+    return {"generated": sum(m.misses for m in cached), "from_cache": sum(m.hits for m in cached)}
 
 
 class _Clock:
