@@ -55,16 +55,21 @@ def test_trusted_keys_have_no_row_budget_and_released_batches_give_their_rows_ba
     soup.submit(batch_of("other", cloud(1, 2)).to_msgpack(), now_ms=NOW)
 
 
-def test_the_default_budgets_cover_an_honest_newcomer_until_it_is_trusted():
-    """Six admitted batches make a new key trusted (0.5 → 0.705); the node publishes at most 100 rows a batch."""
+def test_the_default_budgets_cover_an_honest_newcomer_until_outcomes_make_it_trusted():
+    """Admitted batches lift a new key to the volume ceiling only (0.6, issue 24); three helpful outcomes
+    then make it trusted (0.708); the node publishes at most 100 rows a batch."""
+    from dsonet.aggregate import Reputation
     from dsonet.network.node import NodeConfig
     from pathlib import Path
 
     c = DeltaSoupConfig()
-    rep = c.rep_initial
+    rep = Reputation(c.rep_decay, c.rep_floor, c.rep_initial, c.volume_ceiling, c.trusted)
     for _ in range(6):
-        rep = c.rep_decay * rep + (1 - c.rep_decay)
-    assert rep >= c.trusted
+        rep.admitted("newcomer")
+    assert not rep.trusted("newcomer")
+    for _ in range(3):
+        rep.outcome("newcomer", helped=True)
+    assert rep.trusted("newcomer")
     assert 6 * NodeConfig(Path(".")).max_batch_experiences <= c.new_key_row_limit <= c.new_keys_row_limit
     assert c.new_key_row_limit >= c.max_batch_experiences  # any valid batch can be a newcomer's first
     assert c.new_key_free_rows >= 5 * NodeConfig(Path(".")).batch_size  # a learner's hour draws on no shared budget

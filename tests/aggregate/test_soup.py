@@ -173,7 +173,7 @@ def test_one_lying_row_among_honest_ones_is_caught_when_the_sender_is_not_yet_tr
         result = soup.round(now_ms=NOW)
         checked.append(not result.keep[0].any())
     assert checked[0]  # every row of an untrusted sender is re-encoded: the lie is found
-    assert result.stats["defences"]["reencode"] == "on: every row under reputation 0.7, 2 per batch above"
+    assert result.stats["defences"]["reencode"] == "on: every row under reputation 0.7, 10% (at least 2) per batch above"
 
 
 def test_reference_rows_keep_an_honest_minority_that_the_round_alone_would_drop(batch_of, cloud):

@@ -5,22 +5,28 @@
     round()          our defences (re-encode every row of a sender not yet trusted, a sample of a
                      trusted one's; see `defences`) → phase 2 decompress → phase 3 filter (the
                      chosen rule; "deltasoup" is the paper's MAD filter) → source-share cap
+                     → reputation (below)
     settle(batches)  the receiver stored them: from now on their replays are refused
     release(batches) the receiver could not store them: a redelivery is admitted again
 
 Phase 4, the dedup merge, is not here: the admitted rows go into the node's library, whose
 merged view (`dsonet.library.merge`) is the one merge rule, with this soup's reputation as trust.
 
-Reputation (rep ← 0.9·rep + 0.1·r): after each round a batch scores r = 1 when at least half its
-rows were admitted, else r = 0 (the paper does not say what r is; this is our reading), and
-`record_outcome` adds r = helped when outcome feedback is on. The filter runs over all rows of the
-round at once (the paper's phase 3).
+Reputation (rep ← 0.9·rep + 0.1·r, one model for every caller: `Reputation`): `record_outcome`
+(an agent's verdict on a key's lesson, r = helped) is the only way to `trusted`. After each round
+a batch with at least half its rows admitted lifts its key towards `volume_ceiling` and no further;
+a batch caught lying by re-encoding scores r = 0; a batch the filter refused scores r = 0 only when
+outcome-trusted keys other than its own (senders in the round, signers of the reference rows) are
+at least `filter_agreement`, or its key's outcomes are more harmful than helpful: Sybil keys and
+one copier's rows cannot make an honest key pay. The filter runs over all rows of the round at
+once (the paper's phase 3).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from math import ceil
 
 import numpy as np
 
@@ -34,6 +40,9 @@ from dsonet.aggregate.rules import make_rule
 from dsonet.aggregate.verify import Gate, verify_payload
 from dsonet.codec import CompressedBatch, Profile, compress
 from dsonet.errors import DsoError
+from dsonet.library.reference import Reference
+
+_CALLERS_OWN = "(the caller's reference)"  # a reference given as bare vectors: one voice, the caller's
 
 
 @dataclass
@@ -52,7 +61,8 @@ class DeltaSoup:
                  rule: str = "deltasoup", encoder=None):
         self.config, self.profiles, self.encoder = config, profiles, encoder
         self.rule = make_rule(rule, config.tau, config.eps)
-        self.reputation = Reputation(config.rep_decay, config.rep_floor, config.rep_initial)
+        self.reputation = Reputation(config.rep_decay, config.rep_floor, config.rep_initial, config.volume_ceiling,
+                                     config.trusted)
         self._gate = Gate(config, self.reputation)
         self._queue: list[CompressedBatch] = []
         self._rng = np.random.default_rng(config.seed)
@@ -96,11 +106,14 @@ class DeltaSoup:
     def record_outcome(self, node_id: str, helped: bool) -> None:
         """Feed back whether an experience from ``node_id`` helped (no-op with feedback off)."""
         if self.config.feedback:
-            self.reputation.update(node_id, int(bool(helped)))
+            self.reputation.outcome(node_id, helped)
 
-    def round(self, now_ms: int | None = None, reference: np.ndarray | None = None) -> RoundResult:
-        """Aggregate every queued batch. ``reference``: trusted rows (e.g. the node's own library,
-        (m, d)) added to the pool the robust center is estimated from."""
+    def round(self, now_ms: int | None = None, reference: Reference | np.ndarray | None = None) -> RoundResult:
+        """Aggregate every queued batch. ``reference``: trusted rows (e.g. the node's own library and
+        its outcome-trusted peers', with their signers; bare (m, d) vectors count as one key's) added
+        to the pool the robust center is estimated from."""
+        if reference is not None and not isinstance(reference, Reference):
+            reference = Reference(np.asarray(reference, dtype=np.float32), (_CALLERS_OWN,) * len(reference))
         batches, self._queue = self._queue, []
         seconds: dict[str, float] = {}
         if not batches:
@@ -123,8 +136,9 @@ class DeltaSoup:
             candidates = rows.vectors if len(alive) == n else rows.vectors[alive]  # no 300 MB copy when all pass
             pool = sample_rows(candidates, self.config.median_sample, self._rng)
             if reference is not None:
-                pool = np.concatenate([pool, np.asarray(reference, dtype=np.float32)])
-            admission = self.rule.admit(candidates, pool, self._scale_floor(batches, rows.batch[alive], reference))
+                pool = np.concatenate([pool, np.asarray(reference.vectors, dtype=np.float32)])
+            admission = self.rule.admit(candidates, pool, self._scale_floor(
+                batches, rows.batch[alive], None if reference is None else reference.vectors))
             keep[alive] = admission.keep
             reason[alive[~admission.keep]] = f"filter: {self.rule.name}"
         seconds["filter"] = time.perf_counter() - t
@@ -139,9 +153,7 @@ class DeltaSoup:
             keep = capped
 
         per_batch = np.split(keep, np.cumsum([len(b) for b in batches])[:-1])
-        for i, (b, mask) in enumerate(zip(batches, per_batch)):
-            if i not in liars:  # a liar already scored r = 0 in the re-encoding check
-                self.reputation.update(b.node_id, int(mask.mean() >= 0.5))
+        self._score(batches, per_batch, liars, () if reference is None else reference.signers)
 
         rejected = [(source_ids[rows.batch[i]], batches[rows.batch[i]].experiences[rows.row[i]].id, reason[i])
                     for i in np.flatnonzero(~keep)]
@@ -151,6 +163,20 @@ class DeltaSoup:
             "defences": self._defence_state(), "seconds": seconds, "rule": self.rule.name,
         }
         return RoundResult(batches, per_batch, rejected, stats)
+
+    def _score(self, batches: list[CompressedBatch], per_batch: list[np.ndarray], liars: np.ndarray,
+               reference_signers: tuple[str, ...]) -> None:
+        """Reputation after the round (see the module doc); a liar already scored r = 0 when caught."""
+        voices = set(reference_signers) | {b.node_id for b, mask in zip(batches, per_batch)
+                                           if mask.any() and self.reputation.trusted(b.node_id)}
+        need = self.config.filter_agreement
+        for i, (b, mask) in enumerate(zip(batches, per_batch)):
+            if i in liars:
+                continue
+            if mask.mean() >= 0.5:
+                self.reputation.admitted(b.node_id)
+            elif need is None or self.reputation.condemned(b.node_id) or len(voices - {b.node_id}) >= need:
+                self.reputation.failed(b.node_id)
 
     def _scale_floor(self, batches: list[CompressedBatch], batch_of_row: np.ndarray,
                      reference: np.ndarray | None) -> np.ndarray | None:
@@ -167,13 +193,17 @@ class DeltaSoup:
         return np.repeat(np.median(np.concatenate(scales), axis=0), profile.group_size).astype(np.float32)  # (d,)
 
     def _reencode(self, batches: list[CompressedBatch], vectors: np.ndarray) -> np.ndarray:
-        """Indices of batches whose checked texts do not match their vectors (their sources get r = 0):
-        every row of a sender not yet trusted (`DeltaSoupConfig.trusted`), a sample of a trusted one's."""
+        """Indices of batches whose checked texts do not match their vectors (their sources get r = 0,
+        and every row of the batch is refused, the unchecked ones too): every row of a sender not
+        trusted by outcomes (`DeltaSoupConfig.trusted`), a sample of a trusted one's (`reencode_share`,
+        at least `reencode_per_batch`): trust never skips the check, it thins it."""
         k = self.config.reencode_per_batch
         if k <= 0 or self.encoder is None:
             return np.zeros(0, dtype=np.int64)
         checkable = [b.profile.encoder_id == self.encoder.id for b in batches]
-        sizes = [len(b) if self.reputation.get(b.node_id) < self.config.trusted else min(k, len(b)) for b in batches]
+        share = self.config.reencode_share
+        sizes = [min(len(b), max(k, ceil(share * len(b)))) if self.reputation.trusted(b.node_id) else len(b)
+                 for b in batches]
         picked = [np.sort(self._rng.choice(len(b), size=n, replace=False)) if ok else np.zeros(0, np.int64)
                   for b, n, ok in zip(batches, sizes, checkable)]
         offsets = np.cumsum([0] + [len(b) for b in batches])[:-1]
@@ -182,14 +212,15 @@ class DeltaSoup:
         owner = np.repeat(np.arange(len(batches)), [len(p) for p in picked])
         liars = np.unique(owner[cos < self.config.reencode_min_cosine])
         for i in liars:
-            self.reputation.update(batches[i].node_id, 0)
+            self.reputation.failed(batches[i].node_id)
         return liars
 
     def _defence_state(self) -> dict[str, str]:
         c = self.config
         reencode = "off" if c.reencode_per_batch <= 0 else ("off: no encoder given" if self.encoder is None else
                                                              f"on: every row under reputation {c.trusted}, "
-                                                             f"{c.reencode_per_batch} per batch above")
+                                                             f"{c.reencode_share:.0%} (at least "
+                                                             f"{c.reencode_per_batch}) per batch above")
         return {"reencode": reencode, "feedback": "on" if c.feedback else "off",
                 "share_cap": "off" if c.max_source_share is None else f"on: {c.max_source_share}"}
 
