@@ -5,7 +5,7 @@ import pytest
 
 from dsonet.aggregate import DeltaSoupConfig
 from dsonet.bench import node_attacks
-from dsonet.network.node import DEFERRED_KEY_BYTES, DEFERRED_NEW_KEYS_BYTES
+from dsonet.network.ingest import DEFERRED_KEY_BYTES, DEFERRED_NEW_KEYS_BYTES
 
 pytestmark = pytest.mark.slow
 

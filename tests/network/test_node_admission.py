@@ -13,6 +13,7 @@ from dsonet.experience import Experience
 from dsonet.identity import NodeIdentity
 from dsonet.library import index as index_module
 from dsonet.library.index import CodeIndex
+from dsonet.network import ingest as ingest_module
 from dsonet.network.node import Node, NodeConfig
 from dsonet.network.transport import InProcessHub, subject_for
 
@@ -169,7 +170,6 @@ def test_a_serving_node_leaves_a_core_to_searches_and_restores_blas_after():
 
 
 def test_a_sender_not_yet_trusted_holds_at_most_its_share_of_the_deferred_queue(tmp_path, monkeypatch):
-    from dsonet.network import node as node_module
 
     clock = [1_750_000_000.0]
 
@@ -179,7 +179,7 @@ def test_a_sender_not_yet_trusted_holds_at_most_its_share_of_the_deferred_queue(
         flooder = NodeIdentity.from_seed(b"defer-flooder")
         now = lambda: int(clock[0] * 1000)  # noqa: E731
         size = len(_batch(node.profile, flooder, 1, 1, now()).to_msgpack())
-        monkeypatch.setattr(node_module, "DEFERRED_KEY_BYTES", 2 * size + size // 2)  # two batches' bytes
+        monkeypatch.setattr(ingest_module, "DEFERRED_KEY_BYTES", 2 * size + size // 2)  # two batches' bytes
         await _publish(sender, _batch(node.profile, flooder, 0, 1, now()))
         await hub.drained([node.durable])  # admitted once: known, not yet trusted
         for seed in range(1, 6):  # each over its row budget: held back, until its share is full

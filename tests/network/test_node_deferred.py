@@ -10,8 +10,9 @@ import numpy as np
 from dsonet.codec import default_profile, make_batch
 from dsonet.experience import Experience
 from dsonet.identity import NodeIdentity
-from dsonet.network import node as node_module
-from dsonet.network.node import DEFERRED_PAGE, Node, NodeConfig
+from dsonet.network import ingest as ingest_module
+from dsonet.network.ingest import DEFERRED_PAGE
+from dsonet.network.node import Node, NodeConfig
 from dsonet.network.transport import InProcessHub, subject_for
 
 DIM = 16
@@ -81,8 +82,8 @@ def test_the_deferred_queue_is_bounded_in_bytes_per_key_and_in_total_and_read_in
         node = await _node(tmp_path, clock, hub, rate_limit=1, rate_window_ms=3_600_000)
         size = len(_batch(node.profile, keys[0], 0, 40, clock[0], words=20).to_msgpack())
         # three of them a key, ten in all (raising=False: the old code, without them, ran this test too)
-        monkeypatch.setattr(node_module, "DEFERRED_KEY_BYTES", 3 * size + size // 2, raising=False)
-        monkeypatch.setattr(node_module, "DEFERRED_BYTES", 10 * size + size // 2, raising=False)
+        monkeypatch.setattr(ingest_module, "DEFERRED_KEY_BYTES", 3 * size + size // 2)
+        monkeypatch.setattr(ingest_module, "DEFERRED_BYTES", 10 * size + size // 2)
         for k, key in enumerate(keys):  # each key admitted once: known, not yet trusted
             await sender.publish(_batch(node.profile, key, 100 * k, 1, clock[0]).to_msgpack(),
                                  subject_for("dso", "batch", "math"))
@@ -102,7 +103,7 @@ def test_the_deferred_queue_is_bounded_in_bytes_per_key_and_in_total_and_read_in
             return read(*args, **kwargs)
 
         node.ledger.deferred = recorded
-        await node._ingest(node._drain_deferred)  # a pass while every key is still over its rate
+        await node._on_worker(node.ingest.drain_deferred)  # a pass while every key is still over its rate
         await node.close()
         return size, per_key, total, pages
 

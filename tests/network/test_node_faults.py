@@ -12,6 +12,7 @@ from dsonet.experience import Experience
 from dsonet.identity import NodeIdentity
 from dsonet.library.rows import RowStore
 from dsonet.network.api import create_app
+from dsonet.network.ingest import MAX_ROUND_ROWS
 from dsonet.network.node import Node, NodeConfig
 from dsonet.network.transport import InProcessHub, subject_for
 
@@ -115,7 +116,6 @@ def test_a_known_sender_over_its_rate_is_held_back_and_admitted_later_while_a_ne
 
 
 def test_a_flood_in_one_read_is_cut_into_rounds_of_bounded_size(tmp_path):
-    from dsonet.network.node import MAX_ROUND_ROWS
 
     async def main():
         hub = InProcessHub()

@@ -35,9 +35,9 @@ def test_a_batch_published_and_ingested_is_one_info_line_on_each_side(tmp_path, 
             await node.close()
         return a, held
 
-    with caplog.at_level(logging.INFO, logger="dsonet.network.node"):
+    with caplog.at_level(logging.INFO, logger="dsonet.network"):
         a, held = asyncio.run(main())
-    lines = [r.getMessage() for r in caplog.records if r.name == "dsonet.network.node"]
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("dsonet.network.")]
     published = [x for x in lines if x.startswith("published batch")]
     ingested = [x for x in lines if x.startswith("ingested batch")]
     assert held == 2 and len(published) == 1 and len(ingested) == 1

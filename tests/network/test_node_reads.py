@@ -11,6 +11,7 @@ from dsonet.codec import make_batch
 from dsonet.experience import Experience
 from dsonet.identity import NodeIdentity
 from dsonet.network.access import FairLock, SerialEncoder
+from dsonet.network.ingest import TURN_ROWS, _turns
 from dsonet.network.node import Node, NodeConfig
 from dsonet.network.transport import InProcessHub, subject_for
 
@@ -78,7 +79,6 @@ def test_reads_are_answered_while_a_round_is_in_progress_and_see_the_committed_s
 
 
 def test_a_search_asked_while_batches_are_stored_goes_before_the_rest_of_the_round(tmp_path):
-    from dsonet.network.node import TURN_ROWS
 
     async def main():
         hub = InProcessHub()
@@ -123,7 +123,6 @@ def test_a_search_asked_while_batches_are_stored_goes_before_the_rest_of_the_rou
 
 
 def test_turns_group_small_batches_and_never_split_one():
-    from dsonet.network.node import _turns
 
     assert _turns([1] * 5, rows=3) == [[0, 1, 2], [3, 4]]
     assert _turns([400, 400, 400, 1000, 5], rows=1000) == [[0, 1], [2], [3], [4]]

@@ -333,7 +333,8 @@ def run(quick: bool, docs, doc_vectors: np.ndarray, query_vectors: np.ndarray, e
         attacks=ATTACKS) -> dict:
     """Every attack in turn; the rows and the limits they are read against."""
     from dsonet.aggregate import DeltaSoupConfig
-    from dsonet.network.node import DEFERRED_BYTES, DEFERRED_KEY_BYTES, DEFERRED_NEW_KEYS_BYTES, NodeConfig
+    from dsonet.network.ingest import DEFERRED_BYTES, DEFERRED_KEY_BYTES, DEFERRED_NEW_KEYS_BYTES
+    from dsonet.network.node import NodeConfig
 
     from dsonet.network.access import serving
 

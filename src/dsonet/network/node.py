@@ -6,24 +6,20 @@
     hits = await node.search("how do I ...")
     await node.close()                                        # flushes what is pending
 
-Publishing follows the federated-agents paper: a batch every ``batch_interval_s`` (60 s) or as
-soon as ``batch_size`` (10) new experiences wait, one batch per domain (a subject per domain).
-An experience counts as published only once the stream acknowledged its batch, so a node
-killed at any point publishes the rest when it comes back.
+The node is built of rooms, one for each way data flows through it:
 
-Reading: every message of the stream goes through DeltaSoup; each chunk of messages is one
-round, and a chunk is acknowledged only after its round is in the library. Freshness is judged
-against the time the stream stored the message, so a node replaying old history does not
-reject it as stale while a fresh replay of an old batch still is.
+    ingest   `dsonet.network.ingest`   a chunk of the stream → verify → judge a round → store →
+                                       merge (tombstones and batches held back included)
+    publish  `dsonet.network.publish`  stored experiences → sign → send → acknowledged (the outbox)
+    ledger   `dsonet.network.ledger`   what those two keep in the library file: batches held
+                                       back, the outbox, the hashes of stored batches
+    node     this module               lifecycle, threads and the agent's and operator's calls
 
 Threads (see `dsonet.network.access`): DeltaSoup and ingest run on one worker thread, in
 stream order; agents' calls (search, reads, submissions, publishing) run on a small pool of
 reader threads. Both hold the library's `FairLock` for each library call, and ingest holds it
-for one turn of at most `TURN_ROWS` rows (one full batch, or several small ones, each its own
-transaction), so a search waits for at most one turn, never for a whole round, and never sees
-half a batch. Near-duplicates among new rows are merged after each read of the stream, and
-the index's sketch and subspace are fitted again as the library outgrows them, both off the
-lock (`Library.rebuild_merged`, `Library.refit_index`). Encoding never runs on the event loop.
+for one turn of at most `TURN_ROWS` rows, so a search waits for at most one turn, never for a
+whole round, and never sees half a batch. Encoding never runs on the event loop.
 """
 
 from __future__ import annotations
@@ -39,40 +35,27 @@ from typing import Any, Callable
 
 import numpy as np
 
-from dsonet.aggregate import AggregationError, DeltaSoup, DeltaSoupConfig, RateLimited, RoundResult
-from dsonet.codec import CompressedBatch, Profile, default_profile, profile_of, sign_batch
-from dsonet.codec.batch import MAX_EXPERIENCES
-from dsonet.errors import BatchError, DsoError
+from dsonet.aggregate import DeltaSoup, DeltaSoupConfig, RoundResult
+from dsonet.codec import Profile, default_profile, profile_of
+from dsonet.errors import DsoError
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
-from dsonet.library import Hit, Hits, Library, LibraryError, MergeRule
+from dsonet.library import Hit, Hits, Library, MergeRule
 from dsonet.library.store import DamagedFile
 from dsonet.library.merge import THETA_DUP
 from dsonet.library.quarantine import row_damage
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import Retrievals
 from dsonet.network.access import FairLock, SerialEncoder
+from dsonet.network.ingest import Ingest, Peer
 from dsonet.network.ledger import Ledger
 from dsonet.network.metrics import NodeMetrics
-from dsonet.network.standing import Banned, Bans, check_key
-from dsonet.network.tombstone import TombstoneError, decode_tombstone, make_tombstone
-from dsonet.network.transport import MSG_ID, SENDER, Message, Transport, member_subject, parse_subject
+from dsonet.network.publish import Publisher
+from dsonet.network.standing import Bans, check_key
+from dsonet.network.transport import Message, Transport
 
 log = logging.getLogger(__name__)
 
-BATCH, TOMBSTONE = "batch", "tombstone"
-MAX_PEERS = 1024
-REFERENCE_ROWS = 256  # trusted rows (own, then trusted peers') added to every round's pool (see `_round`)
-MAX_ROUND_ROWS = 4096  # a round closes early once this many rows wait
-# Batches held back from senders over their rate, in the library file (see `_defer_or_reject`), in
-# bytes: 5 keys once holding 500 payloads of 1.49 MB each (counted, not weighed) took 745 MB (issue 24).
-# An honest batch of 10 rows at d = 7680 is ~15 KB, so a share holds thousands of them.
-DEFERRED_BYTES = 256 * 2**20  # the whole queue; a trusted key may hold up to all of it
-DEFERRED_KEY_BYTES = 32 * 2**20  # one key admitted before, not yet trusted
-DEFERRED_NEW_KEYS_BYTES = 32 * 2**20  # all keys never admitted, together: Sybil keys share one share
-NEW_KEYS = "(new keys)"  # the share those count against
-DEFERRED_PAGE = 8  # payloads read at a time (at most 8 × 4 MiB): the queue is never read whole
-TURN_ROWS = MAX_EXPERIENCES  # rows stored per turn on the library's lock: a search waits for at most this many
 READERS = 4  # threads answering agents' calls; library calls take turns, query encoding may overlap them
 
 
@@ -114,15 +97,6 @@ class NodeConfig:
                             f"({self.batch_size}) >= 1")
 
 
-@dataclass
-class Peer:
-    node_id: str
-    accepted: int = 0
-    rejected: int = 0
-    last_seen_ms: int = 0
-    last_error: str = ""
-
-
 class Node:
     def __init__(self, config: NodeConfig, identity: NodeIdentity, transport: Transport, profile: Profile,
                  encoder=None):
@@ -131,19 +105,14 @@ class Node:
         self.node_id = identity.node_id
         self.durable = f"node-{self.node_id[:16]}"  # this node's reader of the stream
         self.metrics = NodeMetrics()
-        self.peers: dict[str, Peer] = {}
         self.started_ms = int(time.time() * 1000)
         self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"node-{self.node_id[:8]}")  # ingest, in stream order
         self._readers = ThreadPoolExecutor(READERS, thread_name_prefix=f"node-{self.node_id[:8]}-read")
         self._state = FairLock()  # held for every library call (see the module doc)
-        self._merge_queued = False
-        self._seen_pruned_ms = 0  # when the library last forgot stored batches' hashes (stream time)
-        self._wake = asyncio.Event()
-        self._pending = 0
-        self._publisher: asyncio.Task | None = None
-        self._publish_lock = asyncio.Lock()
         self.library = None
         self.ledger: Ledger | None = None  # deferred batches, outbox, seen hashes: in the library's file
+        self.ingest: Ingest | None = None  # the rooms, built once the library is open (`_open_state`)
+        self.publisher: Publisher | None = None
         self.soup = None
         self.bans: Bans | None = None  # keys the operator banned (`dsonet.network.standing`), read at open
         self.closed = False
@@ -165,7 +134,7 @@ class Node:
             profile = profile_of(encoder) if encoder else default_profile(config.dim, config.encoder_id)
         node = cls(config, identity, transport, profile, encoder)
         try:
-            await node._ingest(node._open_state)
+            await node._on_worker(node._open_state)
         except DamagedFile as exc:
             node._worker.shutdown()
             node._readers.shutdown()
@@ -190,16 +159,22 @@ class Node:
                                trust=self._trust, defer_merge=True, trusted=soup_config.trusted)
         self.library.heal()  # rows damaged in the file are set aside now, not met by a search later
         self.ledger = Ledger(self.library.db)
-        self._pending = self.library.count_unpublished()
         self.bans = Bans(self.library.rows)
-        # replay protection outlives a restart: the batches stored within the freshness window (with
-        # the gate's margin for clock skew) are refused again; older ones are stale anyway
-        self._seen_pruned_ms = int(time.time() * 1000)
-        self.soup.remember(self.ledger.seen(self._seen_pruned_ms - self._seen_window_ms))
+        self.ingest = Ingest(self.node_id, self.library, self.ledger, self.soup, self.bans, self._state, self._worker,
+                             self.metrics, self.config.encode_texts, self._round_done)
+        c = self.config
+        self.publisher = Publisher(self.identity, self.profile, self.transport, self.library, self.ledger, self.metrics,
+                                   c.subject_prefix, self.durable, c.batch_interval_s, c.batch_size,
+                                   c.max_batch_experiences, self._locked, self._aside)
+
+    def _round_done(self, result: RoundResult) -> None:
+        if self.on_round is not None:
+            self.on_round(result)
 
     @property
-    def _seen_window_ms(self) -> int:
-        return 2 * self.soup.config.t_max_ms
+    def peers(self) -> dict[str, Peer]:
+        """Every sender heard from (verified signers, and the header's claim for refused messages)."""
+        return self.ingest.peers
 
     def _trust(self, signer: str) -> float:
         """A signer's weight in the merged view: 1 for this node's own rows, else its reputation, and
@@ -213,18 +188,14 @@ class Node:
     async def start(self) -> None:
         """Read the stream with this node's durable consumer and start the publishing schedule."""
         await self.transport.subscribe(self.durable, self._on_messages)
-        self._publisher = asyncio.create_task(self._publish_loop(), name=f"publish-{self.node_id[:8]}")
-        if self._pending:
-            self._wake.set()
+        self.publisher.start(before_flush=lambda: self._on_worker(self.ingest.drain_deferred))
 
     async def close(self) -> None:
         """Graceful shutdown: publish what is pending, then close the transport and the library."""
         if self.closed:
             return
         self.closed = True
-        if self._publisher:
-            self._publisher.cancel()
-            await asyncio.gather(self._publisher, return_exceptions=True)
+        await self.publisher.stop()
         try:
             await self.flush()
         except DsoError as exc:
@@ -239,7 +210,7 @@ class Node:
         if close:
             close()
 
-    async def _ingest(self, fn: Callable, *args, **kwargs):
+    async def _on_worker(self, fn: Callable, *args, **kwargs):
         """Run on the ingest thread (DeltaSoup state belongs to it), after what is queued there."""
         return await asyncio.get_running_loop().run_in_executor(self._worker, lambda: fn(*args, **kwargs))
 
@@ -285,11 +256,9 @@ class Node:
             v = self.check_vector(vector, "vector")
             exp = Experience(text, domain, confidence, prov)
         await self._locked(self.library.add_vectors, [exp], v[None, :])
-        self._schedule_merge()
+        self.ingest.schedule_merge()
         self.metrics.submitted.inc()
-        self._pending += 1
-        if self._pending >= self.config.batch_size:
-            self._wake.set()
+        self.publisher.submitted()
         return exp
 
     async def search(self, query: str | None = None, vector: np.ndarray | list | None = None, k: int = K,
@@ -342,7 +311,7 @@ class Node:
         every merged row (eviction by usefulness) and fed to each peer signer's reputation
         (DeltaSoup's feedback defence). Reputation belongs to the ingest thread (a round updates it
         too), so this runs there, in order with the rounds."""
-        await self._ingest(self._record_outcome, hits, helped)
+        await self._on_worker(self._record_outcome, hits, helped)
 
     def _record_outcome(self, hits: list[Hit], helped: bool) -> None:
         for hit in hits:
@@ -363,32 +332,14 @@ class Node:
         """Delete locally and publish a signed tombstone (peers honour it for experiences we authored)."""
         removed = await self._locked(self.library.delete, exp_id)
         if removed:
-            self._schedule_merge()
-            tomb = make_tombstone([exp_id], self.identity)
-            # the outbox keeps it through a stream outage or a restart; `flush` sends what is left
-            await self._locked(self.ledger.queue_outgoing, self._subject(TOMBSTONE), tomb.to_msgpack())
+            self.ingest.schedule_merge()
             self.metrics.deleted.inc()
-            try:
-                async with self._publish_lock:
-                    await self._send_outgoing()
-            except DsoError as exc:
-                log.warning("delete of %s is kept to publish later: %s", exp_id[:12], exc)
+            await self.publisher.tombstone(exp_id)
         return removed
 
-    def _subject(self, kind: str) -> str:
-        """This node's subject for ``kind``, named like its NATS user (`dsonet.network.auth`): the
-        stream's per-subject limits then hold it alone."""
-        return member_subject(self.config.subject_prefix, kind, self.durable)
-
-    async def _send_outgoing(self) -> None:
-        """Publish the outbox (signed tombstones), each under an id derived from its signed bytes:
-        nobody can predict it, so nobody can make the stream drop it as a duplicate. Each goes to this
-        node's tombstone subject, whatever subject it was queued under (one queued before member
-        subjects would be refused by a secured cluster for ever)."""
-        for digest, _, payload in await self._locked(self.ledger.outgoing):
-            await self.transport.publish(payload, self._subject(TOMBSTONE),
-                                         {SENDER: self.node_id, MSG_ID: f"tomb-{digest}"})
-            await self._locked(self.ledger.sent, digest)
+    async def flush(self) -> int:
+        """Publish every pending experience (and tombstone) now; return how many experiences were acknowledged."""
+        return await self.publisher.flush()
 
     # ------------------------------------------------------------------ operator (`dsonet.network.admin`)
 
@@ -419,7 +370,7 @@ class Node:
         """Lift a key's ban and start it again from the initial reputation, its counts at zero."""
         check_key(key)
         lifted = await self._locked(self.bans.remove, key)
-        await self._ingest(self.soup.reputation.forget, key)  # reputation belongs to the ingest thread
+        await self._on_worker(self.soup.reputation.forget, key)  # reputation belongs to the ingest thread
         self.peers.pop(key, None)
         log.warning("key %s reset by the operator%s", key[:12], " (ban lifted)" if lifted else "")
         return {"node_id": key, "banned": False, "ban_lifted": lifted, "reputation": self.soup.reputation.get(key)}
@@ -435,7 +386,7 @@ class Node:
     async def stats(self) -> dict:
         lib = await self._locked(self.library.stats)
         return {"node_id": self.node_id, "profile": self.profile.to_dict(), "library": lib,
-                "pending": self._pending, "uptime_s": round(time.time() - self.started_ms / 1000, 1),
+                "pending": self.publisher.pending, "uptime_s": round(time.time() - self.started_ms / 1000, 1),
                 "published_batches": int(self.metrics.registry.get_sample_value("dso_published_batches_total") or 0),
                 "batch_interval_s": self.config.batch_interval_s, "batch_size": self.config.batch_size}
 
@@ -463,281 +414,10 @@ class Node:
                             "send an embedding")
         return unit
 
-    # ------------------------------------------------------------------ publishing
-
-    async def _publish_loop(self) -> None:
-        while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self.config.batch_interval_s)
-            except asyncio.TimeoutError:
-                pass
-            self._wake.clear()
-            try:
-                await self._ingest(self._drain_deferred)
-                await self.flush()
-            except Exception as exc:  # not acknowledged (or a bug): everything stays pending; retry soon
-                log.warning("publish failed: %s", exc, exc_info=not isinstance(exc, DsoError))
-                self.metrics.publish_failures.inc()
-                await asyncio.sleep(min(1.0, self.config.batch_interval_s))
-                self._wake.set()
-
-    async def flush(self) -> int:
-        """Publish every pending experience (and tombstone) now; return how many experiences were acknowledged."""
-        async with self._publish_lock:
-            await self._send_outgoing()
-            done = 0
-            while True:
-                exps, codes = await self._locked(self.library.unpublished, self.config.max_batch_experiences)
-                if not exps:
-                    self._pending = 0
-                    return done
-                for domain in sorted({e.domain for e in exps}):
-                    rows = [i for i, e in enumerate(exps) if e.domain == domain]
-                    batch = await self._aside(sign_batch, [exps[i] for i in rows], codes[rows], self.profile,
-                                              self.identity)
-                    payload = batch.to_msgpack()
-                    await self.transport.publish(payload, self._subject(BATCH),
-                                                 {MSG_ID: batch.hash, SENDER: self.node_id})
-                    await self._locked(self.library.mark_published, [e.id for e in batch.experiences])
-                    self.metrics.published_batches.inc()
-                    self.metrics.published_experiences.inc(len(batch))
-                    self.metrics.published_bytes.inc(len(payload))
-                    log.info("published batch %s: %d experiences of %s, %d bytes", batch.hash[:12], len(batch),
-                             domain, len(payload))
-                    done += len(batch)
-                    self._pending = max(0, self._pending - len(batch))
-
     # ------------------------------------------------------------------ reading
 
     async def _on_messages(self, chunk: list[Message]) -> None:
-        await self._ingest(self._read_chunk, chunk)
-
-    def _read_chunk(self, chunk: list[Message]) -> None:
-        try:
-            self._handle_chunk(chunk)
-        except (sqlite3.OperationalError, ValueError) as exc:  # a damaged row read while judging a round
-            with self._state:
-                if not row_damage(exc) or not self.library.heal():
-                    raise
-            self._handle_chunk(chunk)
-
-    def _handle_chunk(self, chunk: list[Message]) -> None:
-        """Runs on the ingest thread: verify every batch into the soup; a tombstone first closes
-        the round so far (so it can find what it deletes), then applies. Batches held back from
-        senders over their rate go first, into the same round. The library's lock is taken for
-        each library call only (see the module doc)."""
-        last_ms = chunk[-1].timestamp_ms
-        resubmitted = self._submit_deferred(last_ms)
-        for msg in chunk:
-            if msg.headers.get(SENDER) == self.node_id:
-                continue  # our own message: its experiences are in the library already
-            self.metrics.received.inc()
-            if msg.headers.get(SENDER, "") in self.bans:  # a header naming a banned key drops only its own message
-                self._reject(msg.headers[SENDER], Banned(msg.headers[SENDER]))
-                continue
-            subject = parse_subject(msg.subject)
-            if subject is not None and subject.kind == TOMBSTONE:
-                self._round(msg.timestamp_ms)
-                with self._state:
-                    self._apply_tombstone(msg)
-                continue
-            if self.soup.queued_rows > MAX_ROUND_ROWS - MAX_EXPERIENCES:
-                self._round(msg.timestamp_ms)  # a round's decompressed rows stay within ~125 MB at d = 7680
-            try:
-                self.soup.submit(msg.data, now_ms=msg.timestamp_ms)
-            except RateLimited as exc:
-                self._defer_or_reject(msg, exc)
-            except (BatchError, AggregationError) as exc:
-                self._reject(msg.headers.get(SENDER, "unknown"), exc)
-        self._round(last_ms)
-        with self._state:
-            self.ledger.undefer(resubmitted)  # only once their round is stored
-        self._merge()
-
-    def _defer_or_reject(self, msg: Message, exc: RateLimited) -> None:
-        """A batch over its sender's rate is held back, not dropped (a replay's backlog is no attack):
-        it waits in the library file and is submitted again with later rounds, in the order it came
-        (`_submit_deferred`). Bounded in bytes: a key admitted before holds up to `DEFERRED_KEY_BYTES`
-        (a trusted one, the whole queue), keys never admitted share `DEFERRED_NEW_KEYS_BYTES`, all
-        of them `DEFERRED_BYTES`; a batch past its share is rejected."""
-        signer, size = exc.node_id, len(msg.data)
-        peer = self.peers.get(signer)
-        if peer is not None and peer.accepted > 0:
-            trusted = self.soup.reputation.get(signer) >= self.soup.config.trusted
-            share, cap = signer, DEFERRED_BYTES if trusted else DEFERRED_KEY_BYTES
-        else:
-            share, cap = NEW_KEYS, DEFERRED_NEW_KEYS_BYTES
-        with self._state:
-            room = (self.ledger.deferred_bytes() + size <= DEFERRED_BYTES
-                    and self.ledger.deferred_bytes(share) + size <= cap)
-            if room:
-                self.ledger.defer(msg.data, msg.timestamp_ms, signer, share)
-        if room:
-            self.metrics.deferred_batches.inc()
-            return
-        self._reject(signer, exc)
-
-    def _submit_deferred(self, now_ms: int) -> list[str]:
-        """Submit the held-back batches again (fresh as of when they were received), each signer's in
-        the order they came, a page at a time; a signer's turn ends at its first batch still over
-        its rate (the later ones would be too, and must not overtake it), and the pass ends once the
-        round is full. Returns the digests that left the queue, admitted or refused for good."""
-        done: list[str] = []
-        with self._state:
-            signers = self.ledger.deferred_signers()
-        for signer in signers:
-            after = 0
-            while self.soup.queued_rows <= MAX_ROUND_ROWS - MAX_EXPERIENCES:
-                with self._state:  # its oldest alone first: while that is still early, one payload is read
-                    page = self.ledger.deferred(signer, after, DEFERRED_PAGE if after else 1)
-                if not page or not self._resubmit(page, now_ms, done):
-                    break
-                after = page[-1][0]
-        return done
-
-    def _resubmit(self, page: list[tuple[int, str, bytes, int]], now_ms: int, done: list[str]) -> bool:
-        """One page of a signer's held-back batches into the soup; False once one is still early."""
-        for _, digest, payload, received_ms in page:
-            try:
-                self.soup.submit(payload, now_ms=now_ms, received_ms=received_ms)
-            except RateLimited:
-                return False
-            except (BatchError, AggregationError) as exc:
-                self._reject("deferred", exc)
-            done.append(digest)
-        return True
-
-    def _drain_deferred(self) -> None:
-        """A round of held-back batches alone, for when no new message comes to carry them."""
-        resubmitted = self._submit_deferred(int(time.time() * 1000))
-        if resubmitted:
-            self._round(int(time.time() * 1000))
-            with self._state:
-                self.ledger.undefer(resubmitted)
-            self._merge()
-
-    def _round(self, now_ms: int) -> None:
-        """One DeltaSoup round, filtered against this node's own rows and trusted peers' rows too
-        (a lone batch is not judged by itself alone, unless the node holds nothing trusted yet: a
-        fresh, empty node can only check a lone batch's bounds and signature), then stored batch
-        by batch, a few batches a turn on the lock (see `_turns`): a batch whose content the library
-        refuses is rejected alone; a storage failure releases the round, so that the chunk, not
-        acknowledged, comes again and is admitted again (nothing acknowledged is lost)."""
-        with self._state:  # own rows, topped up with trusted peers' on a node that has written little itself
-            reference = self.library.reference_vectors(REFERENCE_ROWS, min_trust=self.soup.config.trusted)
-        result = self.soup.round(now_ms=now_ms, reference=reference)  # the heavy part, without the lock
-        try:
-            for turn in _turns([len(b) for b in result.batches]):
-                floats = {i: self._encode_admitted(result.batches[i], result.keep[i]) for i in turn}
-                with self._state:  # a few batches' transactions a turn: a search waits for one turn at most
-                    for i in turn:
-                        self._store(result.batches[i], result.keep[i], floats[i])
-        except BaseException:
-            self.soup.release(result.batches)
-            raise
-        self.soup.settle(result.batches)
-        if now_ms - self._seen_pruned_ms > self._seen_window_ms // 2:  # the file keeps one window of hashes
-            with self._state:
-                self.ledger.forget_seen(now_ms - self._seen_window_ms)
-            self._seen_pruned_ms = now_ms
-        self.library.refit_index(self._state)  # a flood can outgrow the index's fit within one read
-        why: dict[tuple[str, str], int] = {}
-        for node_id, _, reason in result.rejected:
-            self.metrics.rejected_experiences.labels(reason=reason.split(":")[0]).inc()
-            why[node_id[:12], reason] = why.get((node_id[:12], reason), 0) + 1
-        for (sender, reason), n in sorted(why.items()):
-            log.info("round rejected %d experiences from %s: %s", n, sender, reason)
-        self.metrics.accepted_batches.inc(len(result.batches))
-        if self.on_round is not None:
-            self.on_round(result)
-
-    def _encode_admitted(self, batch: CompressedBatch, keep: np.ndarray) -> list | None:
-        """With ``encode_texts``, our floats for a batch's admitted rows, encoded before its turn on the
-        lock (up to 1,000 texts, seconds): the lock is taken only to see which rows need one."""
-        if not self.config.encode_texts:
-            return None
-        try:
-            return self.library.encode_admitted(batch, keep, self._state)
-        except (LibraryError, BatchError):
-            return None  # the library refuses the batch when it is stored, and says why
-
-    def _store(self, batch: CompressedBatch, keep: np.ndarray, floats: list | None = None) -> None:
-        """One admitted batch into the library, in its own transaction (the caller holds the lock);
-        ``floats``: our encodings of its admitted rows (`_encode_admitted`)."""
-        if batch.node_id in self.bans:  # the verified signer: a ban holds whatever a header claims
-            self._reject(batch.node_id, Banned(batch.node_id))
-            return
-        try:
-            ingested = self.library.ingest(batch, keep, vectors=floats, within=self.ledger.seen_by(batch))
-        except (LibraryError, BatchError) as exc:
-            self._reject(batch.node_id, exc)
-            return
-        peer = self._peer(batch.node_id)
-        peer.accepted += 1
-        peer.last_seen_ms = batch.timestamp_ms
-        self.metrics.ingested_experiences.inc(int(np.count_nonzero(keep)))
-        log.info("ingested batch %s from %s: %d of %d admitted (%d new, %d held already), %d rejected",
-                 batch.hash[:12], batch.node_id[:12], int(np.count_nonzero(keep)), len(batch), len(ingested.added),
-                 ingested.duplicates, ingested.rejected)
-
-    def _merge(self) -> None:
-        """Cluster what the last writes changed (the lock is held only to read and to show; see
-        `Library.rebuild_merged`): searches meanwhile show new rows unmerged."""
-        self._merge_queued = False  # first: a write from now on queues another merge
-        self.library.rebuild_merged(self._state)
-        self.library.refit_index(self._state)
-
-    def _schedule_merge(self) -> None:
-        """A merge on the ingest thread, in turn with the rounds, not awaited; one queued at a time,
-        so a burst of submissions costs one re-clustering, not one each."""
-        if not self._merge_queued:
-            self._merge_queued = True
-            self._worker.submit(self._merge).add_done_callback(_log_failure)
-
-    def _apply_tombstone(self, msg: Message) -> None:
-        try:
-            tomb = decode_tombstone(msg.data)
-        except TombstoneError as exc:
-            self._reject(msg.headers.get(SENDER, "unknown"), exc)
-            return
-        deleted = self.library.apply_tombstones(list(tomb.ids), signer=tomb.node_id)  # its signer's rows only
-        self.metrics.deleted.inc(len(deleted))
-
-    def _reject(self, sender_hint: str, exc: DsoError) -> None:
-        field_name = getattr(exc, "field", type(exc).__name__)
-        self.metrics.rejected_batches.labels(reason=str(field_name).split(".")[0]).inc()
-        peer = self._peer(sender_hint[:64])
-        peer.rejected += 1
-        peer.last_error = str(exc)[:200]
-        log.info("rejected a message from %s: %s", sender_hint[:12], exc)
-
-    def _peer(self, node_id: str) -> Peer:
-        peer = self.peers.get(node_id)
-        if peer is None:
-            if len(self.peers) >= MAX_PEERS:  # sender hints are unauthenticated: bound what they can fill
-                node_id = "other"
-                peer = self.peers.get(node_id)
-            peer = peer or self.peers.setdefault(node_id, Peer(node_id))
-        return peer
-
-
-def _log_failure(future) -> None:
-    if not future.cancelled() and future.exception() is not None:
-        log.error("merging the library's new rows failed", exc_info=future.exception())
-
-
-def _turns(sizes: list[int], rows: int = TURN_ROWS) -> list[list[int]]:
-    """Consecutive batches grouped into turns of at most ``rows`` rows (a larger batch alone):
-    many small batches are stored in few turns, and no turn is longer than one full batch."""
-    turns: list[list[int]] = []
-    used = rows
-    for i, n in enumerate(sizes):
-        if used + n > rows:
-            turns.append([])
-            used = 0
-        turns[-1].append(i)
-        used += n
-    return turns
+        await self._on_worker(self.ingest.read_chunk, chunk)
 
 
 def _load_encoder(spec: str | None):

@@ -1,0 +1,320 @@
+"""The ingest room: what a node receives, from the stream's chunk to the merged view a search reads.
+
+    chunk of messages ─ verify (DeltaSoup's gate) ─ round (judge beside trusted rows) ─ store a few
+    batches a turn (the library, its hash in the ledger) ─ merge the new rows ─ refit the index
+
+Every step runs on the node's ingest thread, in stream order (`Node._on_worker`); the library's
+lock (`dsonet.network.access.FairLock`) is taken for each library call only, and for at most one
+turn of `TURN_ROWS` rows while storing, so a search waits for one turn, never for a round.
+
+A tombstone first closes the round so far (so it can find what it deletes), then applies. A batch
+over its sender's rate is not dropped but held back in the ledger (`dsonet.network.ledger`) and
+submitted again with later rounds, in the order it came, within byte shares (`defer_or_reject`).
+Freshness is judged against the time the stream stored the message, so a node replaying old
+history does not reject it as stale while a fresh replay of an old batch still is.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from dsonet.aggregate import AggregationError, DeltaSoup, RateLimited, RoundResult
+from dsonet.codec import CompressedBatch
+from dsonet.codec.batch import MAX_EXPERIENCES
+from dsonet.errors import BatchError, DsoError
+from dsonet.library import Library, LibraryError
+from dsonet.library.quarantine import row_damage
+from dsonet.network.access import FairLock
+from dsonet.network.ledger import Ledger
+from dsonet.network.metrics import NodeMetrics
+from dsonet.network.standing import Banned, Bans
+from dsonet.network.tombstone import TombstoneError, decode_tombstone
+from dsonet.network.transport import SENDER, Message, parse_subject
+
+log = logging.getLogger(__name__)
+
+TOMBSTONE = "tombstone"
+MAX_PEERS = 1024
+REFERENCE_ROWS = 256  # trusted rows (own, then trusted peers') added to every round's pool (see `round`)
+MAX_ROUND_ROWS = 4096  # a round closes early once this many rows wait
+# Batches held back from senders over their rate, in the ledger (see `defer_or_reject`), in bytes:
+# 5 keys once holding 500 payloads of 1.49 MB each (counted, not weighed) took 745 MB (issue 24).
+# An honest batch of 10 rows at d = 7680 is ~15 KB, so a share holds thousands of them.
+DEFERRED_BYTES = 256 * 2**20  # the whole queue; a trusted key may hold up to all of it
+DEFERRED_KEY_BYTES = 32 * 2**20  # one key admitted before, not yet trusted
+DEFERRED_NEW_KEYS_BYTES = 32 * 2**20  # all keys never admitted, together: Sybil keys share one share
+NEW_KEYS = "(new keys)"  # the share those count against
+DEFERRED_PAGE = 8  # payloads read at a time (at most 8 × 4 MiB): the queue is never read whole
+TURN_ROWS = MAX_EXPERIENCES  # rows stored per turn on the library's lock: a search waits for at most this many
+
+
+@dataclass
+class Peer:
+    node_id: str
+    accepted: int = 0
+    rejected: int = 0
+    last_seen_ms: int = 0
+    last_error: str = ""
+
+
+class Ingest:
+    """A node's receiving side; every method runs on the node's ingest thread (``worker``)."""
+
+    def __init__(self, node_id: str, library: Library, ledger: Ledger, soup: DeltaSoup, bans: Bans, state: FairLock,
+                 worker: Executor, metrics: NodeMetrics, encode_texts: bool, on_round: Callable[[RoundResult], None]):
+        self.node_id, self.library, self.ledger, self.soup, self.bans = node_id, library, ledger, soup, bans
+        self.state, self.worker, self.metrics = state, worker, metrics
+        self.encode_texts = encode_texts  # our floats for peers' texts too (`NodeConfig.encode_texts`)
+        self.on_round = on_round
+        self.peers: dict[str, Peer] = {}
+        self._merge_queued = False
+        # replay protection outlives a restart: the batches stored within the freshness window (with
+        # the gate's margin for clock skew) are refused again; older ones are stale anyway
+        self._seen_pruned_ms = int(time.time() * 1000)  # when the ledger last forgot hashes (stream time)
+        self.soup.remember(self.ledger.seen(self._seen_pruned_ms - self._seen_window_ms))
+
+    @property
+    def _seen_window_ms(self) -> int:
+        return 2 * self.soup.config.t_max_ms
+
+    # ------------------------------------------------------------------ a chunk of the stream
+
+    def read_chunk(self, chunk: list[Message]) -> None:
+        try:
+            self._handle_chunk(chunk)
+        except (sqlite3.OperationalError, ValueError) as exc:  # a damaged row read while judging a round
+            with self.state:
+                if not row_damage(exc) or not self.library.heal():
+                    raise
+            self._handle_chunk(chunk)
+
+    def _handle_chunk(self, chunk: list[Message]) -> None:
+        """Verify every batch into the soup; a tombstone first closes the round so far (so it can
+        find what it deletes), then applies. Batches held back from senders over their rate go
+        first, into the same round."""
+        last_ms = chunk[-1].timestamp_ms
+        resubmitted = self._submit_deferred(last_ms)
+        for msg in chunk:
+            if msg.headers.get(SENDER) == self.node_id:
+                continue  # our own message: its experiences are in the library already
+            self.metrics.received.inc()
+            if msg.headers.get(SENDER, "") in self.bans:  # a header naming a banned key drops only its own message
+                self._reject(msg.headers[SENDER], Banned(msg.headers[SENDER]))
+                continue
+            subject = parse_subject(msg.subject)
+            if subject is not None and subject.kind == TOMBSTONE:
+                self.round(msg.timestamp_ms)
+                with self.state:
+                    self._apply_tombstone(msg)
+                continue
+            if self.soup.queued_rows > MAX_ROUND_ROWS - MAX_EXPERIENCES:
+                self.round(msg.timestamp_ms)  # a round's decompressed rows stay within ~125 MB at d = 7680
+            try:
+                self.soup.submit(msg.data, now_ms=msg.timestamp_ms)
+            except RateLimited as exc:
+                self._defer_or_reject(msg, exc)
+            except (BatchError, AggregationError) as exc:
+                self._reject(msg.headers.get(SENDER, "unknown"), exc)
+        self.round(last_ms)
+        with self.state:
+            self.ledger.undefer(resubmitted)  # only once their round is stored
+        self.merge()
+
+    # ------------------------------------------------------------------ batches held back
+
+    def _defer_or_reject(self, msg: Message, exc: RateLimited) -> None:
+        """A batch over its sender's rate is held back, not dropped (a replay's backlog is no attack):
+        it waits in the ledger and is submitted again with later rounds, in the order it came
+        (`_submit_deferred`). Bounded in bytes: a key admitted before holds up to `DEFERRED_KEY_BYTES`
+        (a trusted one, the whole queue), keys never admitted share `DEFERRED_NEW_KEYS_BYTES`, all
+        of them `DEFERRED_BYTES`; a batch past its share is rejected."""
+        signer, size = exc.node_id, len(msg.data)
+        peer = self.peers.get(signer)
+        if peer is not None and peer.accepted > 0:
+            trusted = self.soup.reputation.get(signer) >= self.soup.config.trusted
+            share, cap = signer, DEFERRED_BYTES if trusted else DEFERRED_KEY_BYTES
+        else:
+            share, cap = NEW_KEYS, DEFERRED_NEW_KEYS_BYTES
+        with self.state:
+            room = (self.ledger.deferred_bytes() + size <= DEFERRED_BYTES
+                    and self.ledger.deferred_bytes(share) + size <= cap)
+            if room:
+                self.ledger.defer(msg.data, msg.timestamp_ms, signer, share)
+        if room:
+            self.metrics.deferred_batches.inc()
+            return
+        self._reject(signer, exc)
+
+    def _submit_deferred(self, now_ms: int) -> list[str]:
+        """Submit the held-back batches again (fresh as of when they were received), each signer's in
+        the order they came, a page at a time; a signer's turn ends at its first batch still over
+        its rate (the later ones would be too, and must not overtake it), and the pass ends once the
+        round is full. Returns the digests that left the queue, admitted or refused for good."""
+        done: list[str] = []
+        with self.state:
+            signers = self.ledger.deferred_signers()
+        for signer in signers:
+            after = 0
+            while self.soup.queued_rows <= MAX_ROUND_ROWS - MAX_EXPERIENCES:
+                with self.state:  # its oldest alone first: while that is still early, one payload is read
+                    page = self.ledger.deferred(signer, after, DEFERRED_PAGE if after else 1)
+                if not page or not self._resubmit(page, now_ms, done):
+                    break
+                after = page[-1][0]
+        return done
+
+    def _resubmit(self, page: list[tuple[int, str, bytes, int]], now_ms: int, done: list[str]) -> bool:
+        """One page of a signer's held-back batches into the soup; False once one is still early."""
+        for _, digest, payload, received_ms in page:
+            try:
+                self.soup.submit(payload, now_ms=now_ms, received_ms=received_ms)
+            except RateLimited:
+                return False
+            except (BatchError, AggregationError) as exc:
+                self._reject("deferred", exc)
+            done.append(digest)
+        return True
+
+    def drain_deferred(self) -> None:
+        """A round of held-back batches alone, for when no new message comes to carry them."""
+        resubmitted = self._submit_deferred(int(time.time() * 1000))
+        if resubmitted:
+            self.round(int(time.time() * 1000))
+            with self.state:
+                self.ledger.undefer(resubmitted)
+            self.merge()
+
+    # ------------------------------------------------------------------ a round
+
+    def round(self, now_ms: int) -> None:
+        """One DeltaSoup round, filtered against this node's own rows and trusted peers' rows too
+        (a lone batch is not judged by itself alone, unless the node holds nothing trusted yet: a
+        fresh, empty node can only check a lone batch's bounds and signature), then stored batch
+        by batch, a few batches a turn on the lock (see `_turns`): a batch whose content the library
+        refuses is rejected alone; a storage failure releases the round, so that the chunk, not
+        acknowledged, comes again and is admitted again (nothing acknowledged is lost)."""
+        with self.state:  # own rows, topped up with trusted peers' on a node that has written little itself
+            reference = self.library.reference_vectors(REFERENCE_ROWS, min_trust=self.soup.config.trusted)
+        result = self.soup.round(now_ms=now_ms, reference=reference)  # the heavy part, without the lock
+        try:
+            for turn in _turns([len(b) for b in result.batches]):
+                floats = {i: self._encode_admitted(result.batches[i], result.keep[i]) for i in turn}
+                with self.state:  # a few batches' transactions a turn: a search waits for one turn at most
+                    for i in turn:
+                        self._store(result.batches[i], result.keep[i], floats[i])
+        except BaseException:
+            self.soup.release(result.batches)
+            raise
+        self.soup.settle(result.batches)
+        if now_ms - self._seen_pruned_ms > self._seen_window_ms // 2:  # the ledger keeps one window of hashes
+            with self.state:
+                self.ledger.forget_seen(now_ms - self._seen_window_ms)
+            self._seen_pruned_ms = now_ms
+        self.library.refit_index(self.state)  # a flood can outgrow the index's fit within one read
+        why: dict[tuple[str, str], int] = {}
+        for node_id, _, reason in result.rejected:
+            self.metrics.rejected_experiences.labels(reason=reason.split(":")[0]).inc()
+            why[node_id[:12], reason] = why.get((node_id[:12], reason), 0) + 1
+        for (sender, reason), n in sorted(why.items()):
+            log.info("round rejected %d experiences from %s: %s", n, sender, reason)
+        self.metrics.accepted_batches.inc(len(result.batches))
+        self.on_round(result)
+
+    def _encode_admitted(self, batch: CompressedBatch, keep: np.ndarray) -> list | None:
+        """With ``encode_texts``, our floats for a batch's admitted rows, encoded before its turn on the
+        lock (up to 1,000 texts, seconds): the lock is taken only to see which rows need one."""
+        if not self.encode_texts:
+            return None
+        try:
+            return self.library.encode_admitted(batch, keep, self.state)
+        except (LibraryError, BatchError):
+            return None  # the library refuses the batch when it is stored, and says why
+
+    def _store(self, batch: CompressedBatch, keep: np.ndarray, floats: list | None = None) -> None:
+        """One admitted batch into the library, in its own transaction with its hash in the ledger
+        (the caller holds the lock); ``floats``: our encodings of its admitted rows (`_encode_admitted`)."""
+        if batch.node_id in self.bans:  # the verified signer: a ban holds whatever a header claims
+            self._reject(batch.node_id, Banned(batch.node_id))
+            return
+        try:
+            ingested = self.library.ingest(batch, keep, vectors=floats, within=self.ledger.seen_by(batch))
+        except (LibraryError, BatchError) as exc:
+            self._reject(batch.node_id, exc)
+            return
+        peer = self._peer(batch.node_id)
+        peer.accepted += 1
+        peer.last_seen_ms = batch.timestamp_ms
+        self.metrics.ingested_experiences.inc(int(np.count_nonzero(keep)))
+        log.info("ingested batch %s from %s: %d of %d admitted (%d new, %d held already), %d rejected",
+                 batch.hash[:12], batch.node_id[:12], int(np.count_nonzero(keep)), len(batch), len(ingested.added),
+                 ingested.duplicates, ingested.rejected)
+
+    # ------------------------------------------------------------------ the merged view
+
+    def merge(self) -> None:
+        """Cluster what the last writes changed (the lock is held only to read and to show; see
+        `Library.rebuild_merged`): searches meanwhile show new rows unmerged."""
+        self._merge_queued = False  # first: a write from now on queues another merge
+        self.library.rebuild_merged(self.state)
+        self.library.refit_index(self.state)
+
+    def schedule_merge(self) -> None:
+        """A merge on the ingest thread, in turn with the rounds, not awaited; one queued at a time,
+        so a burst of submissions costs one re-clustering, not one each."""
+        if not self._merge_queued:
+            self._merge_queued = True
+            self.worker.submit(self.merge).add_done_callback(_log_failure)
+
+    # ------------------------------------------------------------------ tombstones and peers
+
+    def _apply_tombstone(self, msg: Message) -> None:
+        try:
+            tomb = decode_tombstone(msg.data)
+        except TombstoneError as exc:
+            self._reject(msg.headers.get(SENDER, "unknown"), exc)
+            return
+        deleted = self.library.apply_tombstones(list(tomb.ids), signer=tomb.node_id)  # its signer's rows only
+        self.metrics.deleted.inc(len(deleted))
+
+    def _reject(self, sender_hint: str, exc: DsoError) -> None:
+        field_name = getattr(exc, "field", type(exc).__name__)
+        self.metrics.rejected_batches.labels(reason=str(field_name).split(".")[0]).inc()
+        peer = self._peer(sender_hint[:64])
+        peer.rejected += 1
+        peer.last_error = str(exc)[:200]
+        log.info("rejected a message from %s: %s", sender_hint[:12], exc)
+
+    def _peer(self, node_id: str) -> Peer:
+        peer = self.peers.get(node_id)
+        if peer is None:
+            if len(self.peers) >= MAX_PEERS:  # sender hints are unauthenticated: bound what they can fill
+                node_id = "other"
+                peer = self.peers.get(node_id)
+            peer = peer or self.peers.setdefault(node_id, Peer(node_id))
+        return peer
+
+
+def _log_failure(future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.error("merging the library's new rows failed", exc_info=future.exception())
+
+
+def _turns(sizes: list[int], rows: int = TURN_ROWS) -> list[list[int]]:
+    """Consecutive batches grouped into turns of at most ``rows`` rows (a larger batch alone):
+    many small batches are stored in few turns, and no turn is longer than one full batch."""
+    turns: list[list[int]] = []
+    used = rows
+    for i, n in enumerate(sizes):
+        if used + n > rows:
+            turns.append([])
+            used = 0
+        turns[-1].append(i)
+        used += n
+    return turns
