@@ -3,7 +3,8 @@
 Each attack gets a fresh node (its SQLite library, DeltaSoup at the production defaults, the
 library's merge) on an in-process log: the code path of `dso node start` minus NATS and HTTP,
 as in `dsonet.sim.fleet`. First 12 honest peers publish GSM8K solution sentences (6 batches
-each, so they become trusted, as long-running peers are); then 20 concurrent clients search
+each), and agents report their lessons helped until they are trusted, as long-running peers are
+(volume alone lifts a key to 0.6, under `trusted`: issue 24); then 20 concurrent clients search
 the node while nothing else happens (the baseline), then again while the attacker publishes,
 interleaved with one more batch from every honest peer. Reported per attack:
 
@@ -12,7 +13,9 @@ interleaved with one more batch from every honest peer. Reported per attack:
   round's content filter refused (target 0); ``honest_rows_filtered``: those (the median rule's
   false positives, attack or not; ``_during``: in the rounds of the attack);
 - ``rss_growth_mb``: the process's peak resident memory during the attack over the baseline;
-- search latency p50 / p99 (ms) with 20 concurrent clients, during the attack and without it.
+- search latency p50 / p99 (ms) with 20 concurrent clients, during the attack and without it;
+- ``honest_min_reputation``: the lowest reputation of an honest key at the end (an honest key punished);
+- for the sleeper, ``lying_rows_admitted`` of ``lying_rows_sent`` and ``lying_top_hits``.
 
 BLAS threads are held as `dso node start` holds them (`dsonet.network.access.serving`).
 
@@ -33,7 +36,9 @@ The attacks:
   over their rate, which the node holds back instead of dropping (100 each; 6 with --quick):
   before issue 24 the queue was counted, not weighed (up to 100 payloads a key, 745 MB for the
   finding's 5 keys) and read whole at every pass. Reported: ``deferred_batches`` and
-  ``deferred_mb`` held once the node has read everything.
+  ``deferred_mb`` held once the node has read everything;
+- sleeper, eviction (untrusted), eviction (volume-trusted), reference shift: issue 24's attacks on
+  trust, see `dsonet.bench.trust_attacks`.
 """
 
 from __future__ import annotations
@@ -44,15 +49,18 @@ import os
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import msgpack
 import numpy as np
 
+from dsonet.bench import trust_attacks
+from dsonet.bench.trust_attacks import Plan
+
 DIM = 7680
 HONEST_PEERS = 12
-WARMUP_BATCHES = 6  # rep 0.5 → 1 − 0.5·0.9⁶ = 0.73 ≥ 0.7: trusted after six admitted batches
+WARMUP_BATCHES = 6  # batches per honest peer before the attack; outcomes then make them trusted (`earn_trust`)
 CLIENTS = 20
 TRUSTED_FLOOR = 0.7
 FILL_KEYS = 5
@@ -76,30 +84,37 @@ class BenchEncoder:
     """The node's encoder in this benchmark: each text the bench sends maps to the vector its
     sender encoded (see the module doc); any other text is refused."""
 
-    def __init__(self, encoder_id: str, lift: np.ndarray, base: np.ndarray):
-        self.id, self.dim = encoder_id, lift.shape[0]
-        self._lift, self._base = lift, base  # (d, 384) orthonormal columns; (n, 384) MiniLM vectors
-        self._mix: dict[str, tuple[int, int]] = {}  # text -> (doc, doc mixed in, or -1)
+    def __init__(self, encoder_id: str, lifts: list[np.ndarray], base: np.ndarray):
+        self.id, self.dim = encoder_id, lifts[0].shape[0]
+        # (d, 384) orthonormal columns each: space 0 is the corpus's topic, space 1 "another topic"
+        # (the same sentences in a subspace nearly orthogonal to it); (n, 384) MiniLM vectors
+        self._lifts, self._base = lifts, base
+        self._mix: dict[str, tuple[int, int, int]] = {}  # text -> (doc, doc mixed in or -1, space)
 
-    def learn(self, text: str, doc: int, mixed: int = -1) -> str:
+    def learn(self, text: str, doc: int, mixed: int = -1, space: int = 0) -> str:
         from dsonet.experience import normalise_text
 
         text = normalise_text(text)  # what an experience holds, and so what re-encoding asks for
-        self._mix[text] = (doc, mixed)
+        self._mix[text] = (doc, mixed, space)
         return text
 
-    def vectors(self, pairs: list[tuple[int, int]]) -> np.ndarray:
+    def vectors(self, pairs: list[tuple[int, int]], space: int = 0) -> np.ndarray:
         a = np.array([p[0] for p in pairs])
         b = np.array([p[1] for p in pairs])
         x = self._base[a] + np.where(b[:, None] >= 0, 0.5 * self._base[np.maximum(b, 0)], 0.0)
-        x = (x @ self._lift.T).astype(np.float32)  # (n, d)
+        x = (x @ self._lifts[space].T).astype(np.float32)  # (n, d)
         return x / np.linalg.norm(x, axis=1, keepdims=True)
 
     def encode(self, texts, kind="document") -> np.ndarray:
         unknown = [t for t in texts if t not in self._mix]
         if unknown:
             raise KeyError(f"the bench never sent {unknown[0][:60]!r}")
-        return self.vectors([self._mix[t] for t in texts])
+        out = np.empty((len(texts), self.dim), np.float32)
+        for space in range(len(self._lifts)):
+            mine = [i for i, t in enumerate(texts) if self._mix[t][2] == space]
+            if mine:
+                out[mine] = self.vectors([self._mix[texts[i]][:2] for i in mine], space)
+        return out
 
 
 class Bench:
@@ -110,10 +125,11 @@ class Bench:
         from dsonet.experience import MAX_TEXT_CHARS
         from dsonet.identity import NodeIdentity
 
-        q, _ = np.linalg.qr(np.random.default_rng(1234).standard_normal((DIM, doc_vectors.shape[1])))
-        lift = q.astype(np.float32)
+        lifts = [np.linalg.qr(np.random.default_rng(seed).standard_normal((DIM, doc_vectors.shape[1])))[0]
+                 .astype(np.float32) for seed in (1234, 4321)]
+        lift = lifts[0]
         self.docs = docs
-        self.encoder = BenchEncoder(f"{encoder_id}-lifted{DIM}", lift, doc_vectors)
+        self.encoder = BenchEncoder(f"{encoder_id}-lifted{DIM}", lifts, doc_vectors)
         for i, text in enumerate(docs):
             self.encoder.learn(text, i)
         self.queries = (query_vectors @ lift.T).astype(np.float32)
@@ -126,13 +142,18 @@ class Bench:
         self.rng = np.random.default_rng(0)
 
     def batch(self, identity, pairs: list[tuple[int, int]], texts: list[str], confidence: float = 0.7,
-              now_ms: int | None = None) -> bytes:
+              now_ms: int | None = None, space: int = 0) -> bytes:
+        return self.signed(identity, self.encoder.vectors(pairs, space), texts, confidence, now_ms)
+
+    def signed(self, identity, vectors: np.ndarray, texts: list[str], confidence: float = 0.7,
+               now_ms: int | None = None) -> bytes:
+        """One signed batch of ``texts`` with these codes, whatever the texts encode to."""
         from dsonet.codec import make_batch
         from dsonet.experience import Experience
         from dsonet.sim.corpus import DOMAIN
 
         exps = [Experience(t, DOMAIN, confidence) for t in texts]
-        return make_batch(exps, self.encoder.vectors(pairs), self.profile, identity, timestamp_ms=now_ms).to_msgpack()
+        return make_batch(exps, vectors, self.profile, identity, timestamp_ms=now_ms).to_msgpack()
 
     def honest_batches(self, docs: np.ndarray, per_batch: int) -> list[tuple[bytes, set[tuple[str, str]]]]:
         """Batches of ``per_batch`` docs dealt round-robin to the honest peers, with the rows each sends."""
@@ -219,11 +240,64 @@ def _ms(latencies: list[float], q: float) -> float:
     return round(1000 * float(np.quantile(latencies, q)), 1) if latencies else float("nan")
 
 
+def _plan(bench: Bench, sizes: Sizes, name: str, deal: np.ndarray, free: int, honest_rows: int) -> Plan:
+    """What attack ``name`` sends (see the module doc and `dsonet.bench.trust_attacks`)."""
+    from dsonet.experience import Experience
+    from dsonet.identity import NodeIdentity
+    from dsonet.network.tombstone import make_tombstone
+    from dsonet.sim.corpus import DOMAIN
+
+    if name in trust_attacks.TRUST_ATTACKS:
+        return trust_attacks.plan(name, bench, sizes, deal, free, honest_rows)
+    if name == "volume":
+        attackers = [NodeIdentity.from_seed(f"volume-{i}".encode()) for i in range(sizes.volume_keys)]
+        return Plan(attackers, [bench.hostile(a, sizes.volume_rows, f"v{i}") for i, a in enumerate(attackers)])
+    if name == "sybil":
+        attackers = [NodeIdentity.from_seed(f"sybil-{i}".encode()) for i in range(sizes.sybil_keys)]
+        return Plan(attackers, [bench.hostile(a, 1, f"s{i}") for i, a in enumerate(attackers)])
+    if name == "poisoned batch":  # it and the 12 honest batches go out together: one read
+        attacker = NodeIdentity.from_seed(b"poisoner")
+        return Plan([attacker], [poisoned(bench, attacker)], in_order=True)
+    if name == "takeover":
+        attacker, victim = NodeIdentity.from_seed(b"taker"), int(deal[0])  # sent by honest peer 0 in the warm-up
+        exp = Experience(bench.docs[victim], DOMAIN)
+        return Plan([attacker], [bench.batch(attacker, [(victim, -1)], [bench.docs[victim]], confidence=1.0)],
+                    tombstones=[make_tombstone([exp.id], attacker).to_msgpack()],
+                    victim_key=(exp.id, bench.honest[0].node_id))
+    if name == "deferred fill":  # each key's first batch first: admitted once, then the rest over its rate
+        attackers = [NodeIdentity.from_seed(f"fill-{i}".encode()) for i in range(FILL_KEYS)]
+        return Plan(attackers, [bench.hostile(a, sizes.volume_rows, f"f{i}-{j}") for j in range(sizes.fill_batches)
+                                for i, a in enumerate(attackers)], in_order=True)
+    raise ValueError(f"attack: {name!r} is not one of {ATTACKS}")
+
+
+async def earn_trust(node, bench: Bench, docs: np.ndarray) -> int:
+    """Agents search for what the honest peers taught and report their lessons helped (through
+    `Node.record_outcome`, as `POST /outcomes` does), until every honest peer is trusted: trust
+    comes from outcomes (issue 24). Only hits wholly from honest peers are judged; the attackers'
+    lessons get no outcome. Returns the searches made."""
+    honest = {p.node_id for p in bench.honest}
+    for n, i in enumerate(docs.tolist()):
+        if all(node.soup.reputation.get(k) >= TRUSTED_FLOOR for k in honest):
+            return n
+        hits = await node.search(vector=bench.encoder.vectors([(i, -1)])[0], min_similarity=0.0)
+        judged = [h for h in hits if h.sources and set(h.sources) <= honest]
+        if judged:
+            await node.record_outcome(judged, True)
+    return len(docs)
+
+
+async def _lure_top_hits(node, plan: Plan) -> int:
+    """How many of the lying rows' questions find a lying row first."""
+    lying_ids = {i for i, _ in plan.lying}
+    tops = [await node.search(vector=q, k=1, min_similarity=0.0) for q in plan.lures]
+    return sum(bool(hits) and hits[0].experience.id in lying_ids for hits in tops)
+
+
 async def run_attack(bench: Bench, sizes: Sizes, name: str) -> dict:
     """One attack against a fresh node; see the module doc for what is measured."""
     from dsonet.identity import NodeIdentity
     from dsonet.network.node import Node, NodeConfig
-    from dsonet.network.tombstone import make_tombstone
     from dsonet.network.transport import InProcessHub, subject_for
     from dsonet.sim.corpus import DOMAIN
 
@@ -232,47 +306,27 @@ async def run_attack(bench: Bench, sizes: Sizes, name: str) -> dict:
     n_warm = HONEST_PEERS * WARMUP_BATCHES * sizes.honest_rows
     warm = bench.honest_batches(deal[:n_warm], sizes.honest_rows)
     during = bench.honest_batches(deal[n_warm : n_warm + HONEST_PEERS], 1)  # one more single-row batch each
-    attackers: list = []
-    tombstones: list[bytes] = []
-    victim_key = None
-    if name == "volume":
-        attackers = [NodeIdentity.from_seed(f"volume-{i}".encode()) for i in range(sizes.volume_keys)]
-        hostile = [bench.hostile(a, sizes.volume_rows, f"v{i}") for i, a in enumerate(attackers)]
-    elif name == "sybil":
-        attackers = [NodeIdentity.from_seed(f"sybil-{i}".encode()) for i in range(sizes.sybil_keys)]
-        hostile = [bench.hostile(a, 1, f"s{i}") for i, a in enumerate(attackers)]
-    elif name == "poisoned batch":
-        attackers = [NodeIdentity.from_seed(b"poisoner")]
-        hostile = [poisoned(bench, attackers[0])]
-    elif name == "takeover":
-        from dsonet.experience import Experience
-
-        attackers = [NodeIdentity.from_seed(b"taker")]
-        victim = int(deal[0])  # sent by honest peer 0 in the warm-up
-        victim_key = (Experience(bench.docs[victim], DOMAIN).id, bench.honest[0].node_id)
-        hostile = [bench.batch(attackers[0], [(victim, -1)], [bench.docs[victim]], confidence=1.0)]
-        tombstones = [make_tombstone([Experience(bench.docs[victim], DOMAIN).id], attackers[0]).to_msgpack()]
-    elif name == "deferred fill":  # each key's first batch first: admitted once, then the rest over its rate
-        attackers = [NodeIdentity.from_seed(f"fill-{i}".encode()) for i in range(FILL_KEYS)]
-        hostile = [bench.hostile(a, sizes.volume_rows, f"f{i}-{j}") for j in range(sizes.fill_batches)
-                   for i, a in enumerate(attackers)]
-    else:
-        raise ValueError(f"attack: {name!r} is not one of {ATTACKS}")
+    plan = _plan(bench, sizes, name, deal, n_warm + HONEST_PEERS, n_warm + HONEST_PEERS)
+    if not plan.warm_up:
+        warm, during = [], []
+    hostile, tombstones = plan.hostile, plan.tombstones
 
     subject = subject_for("dso", "batch", DOMAIN)
     with tempfile.TemporaryDirectory(prefix="dso-node-attacks-") as tmp:
-        node = await Node.open(NodeConfig(Path(tmp), encoder=None, dim=DIM, encoder_id=bench.profile.encoder_id,
-                                          batch_interval_s=3600), hub.transport(),
-                               NodeIdentity.from_seed(b"node-attacks-observer"), encoder=bench.encoder,
-                               profile=bench.profile)
-        honest_keys = {p.node_id for p in bench.honest}
+        config = NodeConfig(Path(tmp), encoder=None, dim=DIM, encoder_id=bench.profile.encoder_id, batch_interval_s=3600)
+        if plan.capacity is not None:
+            config = replace(config, capacity=plan.capacity)
+        node = await Node.open(config, hub.transport(), NodeIdentity.from_seed(b"node-attacks-observer"),
+                               encoder=bench.encoder, profile=bench.profile)
+        honest_keys = {p.node_id for p in bench.honest} | plan.honest_keys
         filtered: set[tuple[str, str]] = set()  # honest rows the round's content filter refused
         node.on_round = lambda r: filtered.update((eid, nid) for nid, eid, _ in r.rejected if nid in honest_keys)
         await node.start()
         sender = hub.transport()
-        for payload, _ in warm:
+        for payload in [p for p, _ in warm] + plan.history:
             await sender.publish(payload, subject)
         await hub.drained([node.durable], timeout_s=600)
+        outcome_searches = await earn_trust(node, bench, deal[:n_warm]) if warm else 0
         trusted = sum(node.soup.reputation.get(p.node_id) >= TRUSTED_FLOOR for p in bench.honest)
         filtered_before = len(filtered)
         held_before = set(node.library.db.execute("SELECT id, signer FROM experiences").fetchall())
@@ -288,11 +342,12 @@ async def run_attack(bench: Bench, sizes: Sizes, name: str) -> dict:
             before = peak.peak
             clients = asyncio.create_task(searching(node, bench.queries, stop))
             t = time.perf_counter()
-            mixed = [(p, False) for p, _ in during] + [(p, True) for p in hostile]
-            in_order = name in ("poisoned batch", "deferred fill")
-            order = range(len(mixed)) if in_order else bench.rng.permutation(len(mixed))
-            for i in order:  # the poisoned batch and the 12 honest ones go out together: one read
+            mixed = [(p, False) for p, _ in during + plan.honest] + [(p, True) for p in hostile]
+            order = range(len(mixed)) if plan.in_order else bench.rng.permutation(len(mixed))
+            for i in order:
                 await sender.publish(mixed[i][0], subject)
+                if plan.lone:
+                    await hub.drained([node.durable], timeout_s=600)
             for tomb in tombstones:
                 await sender.publish(tomb, subject_for("dso", "tombstone", DOMAIN))
             await hub.drained([node.durable], timeout_s=1800)
@@ -300,33 +355,40 @@ async def run_attack(bench: Bench, sizes: Sizes, name: str) -> dict:
             stop.set()
             loud = await clients
         held = set(node.library.db.execute("SELECT id, signer FROM experiences").fetchall())
-        sent = set().union(*(s for _, s in warm + during))
-        hostile_keys = {a.node_id for a in attackers}
+        sent = set().union(*(s for _, s in warm + during + plan.honest))
+        hostile_keys = {a.node_id for a in plan.attackers}
         result = {
-            "attack": name, "attacker_keys": len(attackers), "attacker_batches": len(hostile),
+            "attack": name, "attacker_keys": len(plan.attackers), "attacker_batches": len(hostile),
             "attacker_rows_sent": sum(len(msgpack.unpackb(msgpack.unpackb(p)[0])["rows"]) for p in hostile),
             "attacker_rows": sum(s in hostile_keys for _, s in held),
             "honest_rows_sent": len(sent), "honest_rows_lost": len(sent - held - filtered),
             "honest_rows_filtered": len(filtered), "honest_rows_filtered_during": len(filtered) - filtered_before,
-            "honest_peers_trusted": trusted, "rss_before_mb": round(before / 2**20),
+            "honest_peers_trusted": trusted, "outcome_searches": outcome_searches,
+            "honest_min_reputation": round(min(node.soup.reputation.get(k) for k in {k for _, k in sent}), 3),
+            "rss_before_mb": round(before / 2**20),
             "rss_growth_mb": round((peak.peak - before) / 2**20), "attack_seconds": round(attack_s, 1),
             "searches_during": len(loud), "search_p50_ms": _ms(loud, 0.5), "search_p99_ms": _ms(loud, 0.99),
             "search_max_ms": _ms(loud, 1.0), "searches_quiet": len(quiet), "quiet_p50_ms": _ms(quiet, 0.5),
             "quiet_p99_ms": _ms(quiet, 0.99),
             "load_average_1min": round(os.getloadavg()[0], 1),  # the machine is shared: how busy it was
         }
+        if plan.capacity is not None:
+            result["capacity"] = plan.capacity
+        if plan.lying:
+            result |= {"lying_rows_sent": len(plan.lying), "lying_rows_admitted": len(plan.lying & held),
+                       "lying_top_hits": await _lure_top_hits(node, plan)}
         if name == "deferred fill":
             n, size = node.library.db.execute("SELECT COUNT(*), COALESCE(SUM(length(payload)), 0) "
                                               "FROM deferred").fetchone()
             result |= {"deferred_batches": n, "deferred_mb": round(size / 2**20, 1)}
-        if victim_key is not None:  # the author's row, before the copy and after the copier's tombstone
-            result["victim_row_held"] = [victim_key in held_before, victim_key in held]
+        if plan.victim_key is not None:  # the author's row, before the copy and after the copier's tombstone
+            result["victim_row_held"] = [plan.victim_key in held_before, plan.victim_key in held]
         await sender.close()
         await node.close()
     return result
 
 
-ATTACKS = ("volume", "sybil", "poisoned batch", "takeover", "deferred fill")
+ATTACKS = ("volume", "sybil", "poisoned batch", "takeover", "deferred fill") + trust_attacks.TRUST_ATTACKS
 
 
 def run(quick: bool, docs, doc_vectors: np.ndarray, query_vectors: np.ndarray, encoder_id: str,

@@ -130,8 +130,9 @@ class _NoEncoder:
         self.dim = dim
 
 
-def node_section(quick: bool) -> dict:
-    """The attacks on the node alone (see `dsonet.bench.node_attacks`)."""
+def node_section(quick: bool, attacks: tuple[str, ...] = ()) -> dict:
+    """The attacks on the node alone (see `dsonet.bench.node_attacks`); ``attacks``: these only (all
+    when empty)."""
     from dsonet.bench import node_attacks
     from dsonet.encoders import minilm
     from dsonet.sim import corpus as corpus_mod
@@ -139,7 +140,8 @@ def node_section(quick: bool) -> dict:
     encoder = minilm()
     corpus = corpus_mod.load(encoder)
     t = time.perf_counter()
-    out = node_attacks.run(quick, corpus.docs, corpus.d_vectors, corpus.q_vectors, encoder.id)
+    out = node_attacks.run(quick, corpus.docs, corpus.d_vectors, corpus.q_vectors, encoder.id,
+                           attacks=attacks or node_attacks.ATTACKS)
     click.echo(f"  attacks on the node: {time.perf_counter() - t:.0f} s", err=True)
     return out
 
@@ -242,8 +244,8 @@ def plot(result: dict, path) -> None:
 
 
 NODE_COLUMNS = ["attack", "attacker_rows_sent", "attacker_rows", "honest_rows_lost", "honest_rows_filtered",
-                "rss_growth_mb", "attack_seconds", "search_p50_ms", "search_p99_ms", "quiet_p50_ms", "quiet_p99_ms",
-                "load_average_1min"]
+                "honest_min_reputation", "lying_rows_admitted", "rss_growth_mb", "attack_seconds", "search_p50_ms",
+                "search_p99_ms", "quiet_p50_ms", "quiet_p99_ms", "load_average_1min"]
 
 
 def print_node_attacks(section: dict) -> None:
@@ -262,7 +264,10 @@ def print_node_attacks(section: dict) -> None:
 @click.option("--repeats", default=3, show_default=True, help="Repeats of the 7680-dim round timing (median).")
 @click.option("--node-only", is_flag=True, help="Only the attacks on the node (under a minute with --quick); their "
                                                 "section replaces the one in the results file, the rest is kept.")
-def cli(quick: bool, repeats: int, node_only: bool) -> None:
+@click.option("--attack", "attacks", multiple=True, metavar="NAME",
+              help="With --node-only: only this attack on the node (repeatable; e.g. sleeper, 'reference shift'); "
+                   "its rows replace those of the same name in the results file, the others are kept.")
+def cli(quick: bool, repeats: int, node_only: bool, attacks: tuple[str, ...]) -> None:
     """Byzantine robustness: retrieval accuracy against the share of attacking nodes, one line
     per rule, one panel per attack; then attacks on one real node (volume, Sybil, a poisoned
     batch, a takeover) while clients search it. Writes bench/results/robustness.json and
@@ -272,14 +277,26 @@ def cli(quick: bool, repeats: int, node_only: bool) -> None:
     Example:
       dso bench robustness --quick
       dso bench robustness --node-only
+      dso bench robustness --node-only --attack sleeper --attack "reference shift"
     """
+    from dsonet.bench.node_attacks import ATTACKS
+
+    unknown = [a for a in attacks if a not in ATTACKS]
+    if unknown or (attacks and not node_only):
+        raise click.BadParameter(f"{unknown[0]!r} is not an attack on the node; choose from {', '.join(ATTACKS)}"
+                                 if unknown else "goes with --node-only", param_hint="--attack")
     start = time.perf_counter()
     if node_only:
-        section = node_section(quick)
+        section = node_section(quick, attacks)
         print_node_attacks(section)
         path = RESULTS_DIR / ("robustness-quick.json" if quick else "robustness.json")
         kept = json.loads(path.read_text()) if path.exists() else {}
         kept.pop("machine", None)
+        if attacks:  # the other attacks' rows stay as last measured
+            ran = {r["attack"] for r in section["rows"]}
+            old = [r for r in kept.get("node_attacks", {}).get("rows", []) if r["attack"] not in ran]
+            section["rows"] = sorted(old + section["rows"], key=lambda r: ATTACKS.index(r["attack"])
+                                     if r["attack"] in ATTACKS else len(ATTACKS))
         path = write_results("robustness", {**kept, "node_attacks": section}, quick=quick)
         click.echo(f"wrote {path}")
         return
