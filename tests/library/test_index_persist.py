@@ -140,15 +140,15 @@ def test_the_merged_views_clusters_are_kept_and_rebuilt_only_for_a_changed_domai
 
 
 def test_a_nodes_deferred_rebuild_and_refit_are_kept_too(tmp_path, monkeypatch):
-    import threading
-
     from dsonet.library.merge import MergedView
 
-    lock = threading.Lock()
     with Library(tmp_path / "lib.sqlite", profile=PROFILE, defer_merge=True) as lib:
         lib.add_vectors(experiences(1200, seed=1), _vectors(1200, 1))
-        assert lib.refit_index(lock)  # both stages fell due: fitted off the lock, installed and kept
-        lib.rebuild_merged(lock)
+        due = lib.refit_due()
+        assert due.subspace and due.sketch  # both stages fell due: fitted apart, installed and kept
+        lib.install_fit(due, lib.fit_index(due))
+        jobs = lib.merge_jobs()
+        lib.install_merged(jobs, lib.build_merged(jobs))
     _no_fit(monkeypatch)
     monkeypatch.setattr(MergedView, "build", lambda self, rows: pytest.fail("rebuilt the kept clusters"))
     with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:

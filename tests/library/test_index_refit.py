@@ -1,8 +1,6 @@
 """Refits of the index's sketch and subspace stage deferred to the owner (a node that searches
-while it ingests): fitted without the lock, they give the index an eager refit gives, and the
-rows written during the fit are covered."""
-
-import threading
+while it ingests): fitted apart from the writes, they give the index an eager refit gives, and the
+rows written during the fit are covered (the node's turns on its lock: tests/network/test_ingest_turns.py)."""
 
 import numpy as np
 import pytest
@@ -70,43 +68,6 @@ def test_rows_written_while_the_fit_runs_are_sketched_when_it_is_installed(small
     for i in (0, 150, 299):  # a late row is found through the sketch (the pool is far under 1,400 rows)
         rows, _ = index.search(late[i], 1, 40)
         assert rows[0] == 1100 + i
-
-
-def test_the_library_refits_without_holding_the_lock(tmp_path, encoder, profile, monkeypatch):
-    """Ordered with events, not timed: while the fit runs, another thread takes the lock, searches
-    and writes; the fit then installs and covers those writes."""
-    monkeypatch.setattr(index_module, "SKETCH_MIN_ROWS", 64)
-    started, release = threading.Event(), threading.Event()
-    fit = CodeIndex.fit
-
-    def held_fit(self, due):
-        started.set()
-        assert release.wait(30)
-        return fit(self, due)
-
-    monkeypatch.setattr(CodeIndex, "fit", held_fit)
-    lock = threading.Lock()
-    with Library(tmp_path / "lib.sqlite", encoder=encoder, profile=profile, defer_merge=True) as lib:
-        vectors = unit(100, 1)
-        lib.add_vectors(experiences(100, seed=1), vectors)
-        index = lib.search_index.index
-        assert index.sketch is None and index.refit_due().sketch
-        refit = threading.Thread(target=lib.refit_index, args=(lock,))
-        refit.start()
-        assert started.wait(30)
-        assert lock.acquire(timeout=30)  # free while the fit runs
-        try:
-            assert lib.search_vector(vectors[3], k=1, min_similarity=0.5)[0].score > 0.9  # the unfitted index answers
-            late = unit(5, 2)
-            late_ids = lib.add_vectors(experiences(5, seed=2), late)
-        finally:
-            lock.release()
-        release.set()
-        refit.join(30)
-        assert not refit.is_alive() and index.sketch is not None
-        assert index.sketch.n == index.n == 105 and index.refit_due() is None
-        assert [lib.search_vector(v, k=1, min_similarity=0.5)[0].experience.id for v in late] == late_ids
-        assert lib.refit_index(lock) is False  # nothing due: nothing fitted
 
 
 def test_an_eager_library_refits_as_it_writes(tmp_path, encoder, profile, monkeypatch):

@@ -180,8 +180,8 @@ def test_a_burst_of_submissions_is_merged_once_and_its_rows_are_searchable_befor
     async def main():
         node = await Node.open(NodeConfig(tmp_path, encoder=None, dim=DIM), InProcessHub().transport())
         merges, busy = [], threading.Event()
-        real = node.library.rebuild_merged
-        node.library.rebuild_merged = lambda lock: (merges.append(1), real(lock))
+        real = node.library.build_merged
+        node.library.build_merged = lambda jobs: (merges.append(1), real(jobs))[1]
         node._worker.submit(busy.wait, WAIT_S)  # the ingest thread is busy (a long round)
         for i in range(5):
             await node.submit(f"When burst case {i} comes, do step {i}.", "math", vector=_unit(i)[0])

@@ -10,7 +10,7 @@ of those rows (`CodeIndex.fingerprint`: codes, scales, baselines, the stages' co
 
 On open, a stage whose rows are unchanged is restored; the refit rule then decides as it would
 live (`CodeIndex.refit_due`: ×4 growth since the fit), and what it fits is saved, as is what a
-node's deferred refit fits (`Library.refit_index`; an eager refit inside a write is not: the next
+node's deferred refit fits (`Library.install_fit`; an eager refit inside a write is not: the next
 open fits again and keeps that). A row changed,
 removed or reordered under the saved fit changes the fingerprint, and the stage is fitted again.
 Files from before this table have none: they fit once on open and keep the fit from then on
@@ -21,7 +21,7 @@ The merged view's clusters (`dsonet.library.merge`) are the other cost of a firs
 row of the domain reconstructed and clustered, 1.9 s at 10k rows, redone by every `dso search`.
 They are a function of the domain's rows in key order (their codes and baselines) and θ_dup, so
 each domain's cluster labels are kept with that fingerprint, saved when a read (or a node's
-deferred rebuild, `Library.rebuild_merged`) builds them:
+deferred rebuild, `Library.install_merged`) builds them:
 
     merged_clusters (domain TEXT PRIMARY KEY, fingerprint TEXT, labels BLOB)   -- int64 per row, key order
 
@@ -72,7 +72,7 @@ def _saved(db: sqlite3.Connection) -> list[tuple[str, int, str, bytes]]:
 
 
 def keep_fits(db: sqlite3.Connection, index: CodeIndex, stages: set[str]) -> None:
-    """Save the named stages' fits (an open's, or `Library.refit_index`'s); best effort."""
+    """Save the named stages' fits (an open's, or `Library.install_fit`'s); best effort."""
     records = [(name, rows, index.fingerprint(rows), _pack(state))
                for name, (rows, state) in index.fitted_states().items() if name in stages]
     try:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -39,6 +38,7 @@ from dsonet.library.reference import Reference, capped_per_signer
 from dsonet.library.rows import (ANY_SIGNER, COLUMN, DamagedFile, IngestResult, LibraryError, RowStore, damaged,
                                  row_code, row_experience)
 from dsonet.library.saved_fit import keep_clusters, keep_fits, restore_clusters
+from dsonet.library.index import Fitted, Refit
 from dsonet.library.search import RowIndex
 
 __all__ = ["DamagedFile", "Hit", "Hits", "IngestResult", "Library", "LibraryError"]
@@ -204,15 +204,20 @@ class Library:
         ``encode_texts``: also encode the admitted texts with this library's encoder and keep the
         floats in the file, so searches rank peers' experiences as exactly as this node's own;
         costs the encoder's time and 4·d bytes a row on disk. The codes stay the peer's, so the
-        merged view is the same on every node. ``vectors``: those floats, encoded beforehand by
-        `encode_admitted` (a node encodes without holding the lock its searches take). ``within``:
+        merged view is the same on every node. ``vectors``: those floats, one per admitted row (None
+        where `floats_wanted` leaves it out), encoded beforehand (a node encodes without holding the
+        lock its searches take). ``within``:
         the caller's statements on this file, run in the rows' transaction (a node's ledger records
         the batch's hash there, `dsonet.network.ledger`).
         """
         rows = self._admitted(batch, keep)
         exps = [batch.experiences[i] for i in rows]
         if encode_texts and vectors is None:
-            vectors = self.encode_admitted(batch, keep, nullcontext())
+            wanted = self.floats_wanted(batch, keep)
+            vectors = [None] * len(exps)
+            if wanted:
+                for i, v in zip(wanted, self.encoder.encode([exps[i].text for i in wanted], kind="document")):
+                    vectors[i] = v
         if vectors is not None and len(vectors) != len(exps):
             raise LibraryError(f"vectors: {len(vectors)} for {len(exps)} admitted rows; give one (or None) per row")
         result = self._write(exps, batch.node_id, batch.codes.signs[rows], batch.codes.scales[rows],
@@ -228,23 +233,16 @@ class Library:
             raise LibraryError(f"keep: {len(keep)} entries for a batch of {len(batch)}; give one boolean per row")
         return np.arange(len(batch)) if keep is None else np.flatnonzero(np.asarray(keep, bool))
 
-    def encode_admitted(self, batch: CompressedBatch, keep: np.ndarray | None,
-                        lock: AbstractContextManager) -> list[np.ndarray | None]:
-        """Our encoding of each admitted text that needs one, for `ingest` (``vectors``): not again
-        where the row's float is held already (a stream replay), nor where the row is tombstoned or
-        evicted. ``lock`` is held only to find those; the encoding runs without it."""
+    def floats_wanted(self, batch: CompressedBatch, keep: np.ndarray | None) -> list[int]:
+        """Which admitted rows of a batch (positions among them) want our encoding of their text, for
+        `ingest`'s ``vectors``: not where the row's float is held already (a stream replay), nor
+        where the row is tombstoned or evicted."""
         exps = [batch.experiences[i] for i in self._admitted(batch, keep)]
         signer = batch.node_id
-        with lock:
-            blocked = self.rows.blocked((e.id, signer) for e in exps)
-            idx = self.search_index
-            held = {(e.id, signer) for e in exps for r in idx.rows_of(e.id) if idx.signers[r] == signer and idx.held[r]}
-        todo = [i for i, e in enumerate(exps) if (e.id, signer) not in blocked and (e.id, signer) not in held]
-        out: list[np.ndarray | None] = [None] * len(exps)
-        if todo:
-            for i, v in zip(todo, self.encoder.encode([exps[i].text for i in todo], kind="document")):
-                out[i] = v
-        return out
+        blocked = self.rows.blocked((e.id, signer) for e in exps)
+        idx = self.search_index
+        held = {(e.id, signer) for e in exps for r in idx.rows_of(e.id) if idx.signers[r] == signer and idx.held[r]}
+        return [i for i, e in enumerate(exps) if (e.id, signer) not in blocked and (e.id, signer) not in held]
 
     def _write(self, exps, signer, signs, scales, baseline, vectors, received: bool,
                within: Callable[[], None] | None = None) -> IngestResult:
@@ -255,35 +253,40 @@ class Library:
     def _view_changed(self, domains: set[str]) -> None:
         (self.view.defer if self.defer_merge else self.view.touch)(domains)
 
-    def rebuild_merged(self, lock: AbstractContextManager) -> None:
-        """Cluster the domains writes changed since the last rebuild (``defer_merge``), holding
-        ``lock`` (the one every other call on this library holds) only to read which rows and to
-        show the result: the clustering itself, seconds at tens of thousands of rows, runs
-        without it. Only the index's rows present when it started are read, and rows are
-        only ever appended or masked, so reading them needs no lock."""
-        with lock:
-            jobs = self.view.pending()
-        built = {domain: self.view.build(rows) for domain, rows in jobs.items()}
-        with lock:
-            self.view.install(built)
-            for domain, clusters in built.items():  # kept for the next open (`dsonet.library.saved_fit`)
-                keep_clusters(self.rows.db, self.search_index.index, self.view, domain, jobs[domain], clusters)
+    # The merged view and the index's fit, in steps for an owner that writes while it searches
+    # (``defer_merge``, a node): ask what is due and show the result under the lock every other call
+    # on this library holds; compute in between without it (seconds at tens of thousands of rows).
+    # Rows are only ever appended or masked, so the rows present when a job fell due can be read
+    # without the lock (`dsonet.network.ingest` takes the turns).
 
-    def refit_index(self, lock: AbstractContextManager) -> bool:
-        """Fit the index's coarse sketch and subspace stage again where the library has outgrown
-        them (``defer_merge``), holding ``lock`` only to see what is due and to install the new
-        fit: the fit itself (seconds at d = 7680 past 16k rows) reads only rows present when it
-        fell due. Searches meanwhile use the previous fit. Returns whether anything was refitted."""
+    def merge_jobs(self) -> dict[str, np.ndarray]:
+        """The domains writes changed since the last rebuild, with the rows to cluster (they count
+        as built from now on)."""
+        return self.view.pending()
+
+    def build_merged(self, jobs: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
+        """Each job's clusters (reads only its rows)."""
+        return {domain: self.view.build(rows) for domain, rows in jobs.items()}
+
+    def install_merged(self, jobs: dict[str, np.ndarray], built: dict[str, list[np.ndarray]]) -> None:
+        """Show built clusters, and keep them for the next open (`dsonet.library.saved_fit`)."""
+        self.view.install(built)
+        for domain, clusters in built.items():
+            keep_clusters(self.rows.db, self.search_index.index, self.view, domain, jobs[domain], clusters)
+
+    def refit_due(self) -> Refit | None:
+        """The index stages (coarse sketch, subspace) the library has outgrown, or None."""
+        return self.search_index.index.refit_due()
+
+    def fit_index(self, due: Refit) -> Fitted:
+        """Fit them again on the rows present when they fell due; searches meanwhile use the previous fit."""
+        return self.search_index.index.fit(due)
+
+    def install_fit(self, due: Refit, fitted: Fitted) -> None:
+        """Show the new fit (the sketch catching up on rows added since) and keep it for the next open."""
         index = self.search_index.index
-        with lock:
-            due = index.refit_due()
-        if due is None:
-            return False
-        fitted = index.fit(due)
-        with lock:
-            index.install(fitted)
-            keep_fits(self.rows.db, index, {name for name in ("subspace", "sketch") if getattr(due, name)})
-        return True
+        index.install(fitted)
+        keep_fits(self.rows.db, index, {name for name in ("subspace", "sketch") if getattr(due, name)})
 
     def update(self, exp_id: str, text: str) -> Experience:
         """New text for an experience (UPDATE): re-encoded, same lineage; the old id is tombstoned."""

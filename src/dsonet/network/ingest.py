@@ -20,6 +20,7 @@ import logging
 import sqlite3
 import time
 from concurrent.futures import Executor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Callable
 
@@ -217,7 +218,7 @@ class Ingest:
             with self.state:
                 self.ledger.forget_seen(now_ms - self._seen_window_ms)
             self._seen_pruned_ms = now_ms
-        self.library.refit_index(self.state)  # a flood can outgrow the index's fit within one read
+        refit_index(self.library, self.state)  # a flood can outgrow the index's fit within one read
         why: dict[tuple[str, str], int] = {}
         for node_id, _, reason in result.rejected:
             self.metrics.rejected_experiences.labels(reason=reason.split(":")[0]).inc()
@@ -233,9 +234,16 @@ class Ingest:
         if not self.encode_texts:
             return None
         try:
-            return self.library.encode_admitted(batch, keep, self.state)
+            with self.state:
+                wanted = self.library.floats_wanted(batch, keep)
         except (LibraryError, BatchError):
             return None  # the library refuses the batch when it is stored, and says why
+        admitted = [e for e, kept in zip(batch.experiences, keep) if kept]
+        out: list[np.ndarray | None] = [None] * len(admitted)
+        if wanted:
+            for i, v in zip(wanted, self.library.encoder.encode([admitted[i].text for i in wanted], kind="document")):
+                out[i] = v
+        return out
 
     def _store(self, batch: CompressedBatch, keep: np.ndarray, floats: list | None = None) -> None:
         """One admitted batch into the library, in its own transaction with its hash in the ledger
@@ -259,11 +267,11 @@ class Ingest:
     # ------------------------------------------------------------------ the merged view
 
     def merge(self) -> None:
-        """Cluster what the last writes changed (the lock is held only to read and to show; see
-        `Library.rebuild_merged`): searches meanwhile show new rows unmerged."""
+        """Cluster what the last writes changed, then refit the index where it is due (`rebuild_merged`,
+        `refit_index`): searches meanwhile show new rows unmerged."""
         self._merge_queued = False  # first: a write from now on queues another merge
-        self.library.rebuild_merged(self.state)
-        self.library.refit_index(self.state)
+        rebuild_merged(self.library, self.state)
+        refit_index(self.library, self.state)
 
     def schedule_merge(self) -> None:
         """A merge on the ingest thread, in turn with the rounds, not awaited; one queued at a time,
@@ -299,6 +307,31 @@ class Ingest:
                 peer = self.peers.get(node_id)
             peer = peer or self.peers.setdefault(node_id, Peer(node_id))
         return peer
+
+
+def rebuild_merged(library: Library, lock: AbstractContextManager) -> None:
+    """Cluster the domains writes changed since the last rebuild, holding ``lock`` only to read which
+    rows and to show the result: the clustering itself (seconds at tens of thousands of rows) runs
+    without it, on rows present when it started (rows are only ever appended or masked)."""
+    with lock:
+        jobs = library.merge_jobs()
+    built = library.build_merged(jobs)
+    with lock:
+        library.install_merged(jobs, built)
+
+
+def refit_index(library: Library, lock: AbstractContextManager) -> bool:
+    """Fit the index's coarse sketch and subspace stage again where the library has outgrown them,
+    holding ``lock`` only to see what is due and to install the fit: the fit itself (seconds at
+    d = 7680) reads only rows present when it fell due. Returns whether anything was refitted."""
+    with lock:
+        due = library.refit_due()
+    if due is None:
+        return False
+    fitted = library.fit_index(due)
+    with lock:
+        library.install_fit(due, fitted)
+    return True
 
 
 def _log_failure(future) -> None:
