@@ -17,7 +17,8 @@ ALICE, MALLORY = NodeIdentity.from_seed(b"journal-alice"), NodeIdentity.from_see
 def _batch(who: NodeIdentity, n: int, tag: str):
     v = np.random.default_rng(n).standard_normal((n, DIM)).astype(np.float32)
     v /= np.linalg.norm(v, axis=1, keepdims=True)
-    return make_batch([Experience(f"When {tag} case {i} comes, do step {i}.", "math") for i in range(n)], v, PROFILE, who)
+    exps = [Experience(f"When {tag} case {i} comes, do step {i}.", "math") for i in range(n)]
+    return make_batch(exps, v, PROFILE, who)
 
 
 def _round(*parts: tuple) -> RoundResult:
@@ -32,8 +33,8 @@ def test_a_round_logs_what_each_sender_got_admitted_and_refused_by_which_rule(tm
     alice, mallory = _batch(ALICE, 4, "alice"), _batch(MALLORY, 3, "mallory")
     journal.refused(MALLORY.node_id, "signature: does not verify with the sender's key")  # a whole batch, before
     journal.stored(ALICE.node_id, new=3, held=1)
-    seq = journal.round(_round((alice, np.ones(4, bool), ""), (mallory, np.array([True, False, False]), "filter: median")),
-                        at_ms=1_000, reputation=reputation.get)
+    result = _round((alice, np.ones(4, bool), ""), (mallory, np.array([True, False, False]), "filter: median"))
+    seq = journal.round(result, at_ms=1_000, reputation=reputation.get)
 
     [logged] = journal.rounds()
     assert logged.seq == seq and logged.at_ms == 1_000
@@ -74,6 +75,7 @@ def test_both_logs_keep_only_their_newest_lines(tmp_path):
         journal.round(_round((batch, np.ones(2, bool), "")), at_ms=t, reputation=lambda _: t / 100)
     assert [r.at_ms for r in journal.rounds(limit=100)] == [11, 10, 9, 8, 7]
     assert [p.at_ms for p in journal.history()[ALICE.node_id]] == [9, 10, 11]
+    assert [p.at_ms for p in journal.history([ALICE.node_id], latest=2)[ALICE.node_id]] == [10, 11]
     sybils = [f"{i:064x}" for i in range(10)]
     journal.outcome(sybils, False, lambda _: 0.45, at_ms=20)
     held = journal.history()

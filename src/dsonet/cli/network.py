@@ -89,6 +89,7 @@ def start(data_dir: Path, nats_urls: str, nats_user: str | None, nats_password_f
     \b
     Examples:
       dso node start                                      standalone, http://127.0.0.1:8080/docs
+                                                          (its page for people: http://127.0.0.1:8080/)
       dso node start --nats nats://a:4222,nats://b:4222 --host 0.0.0.0 --token $T
       dso node start --nats tls://a:4222 --nats-user node-3f2a9c0e11d4b7a8 \\
            --nats-password-file .nats/creds/node-3f2a9c0e11d4b7a8.password --nats-tls-ca .nats/tls/ca.pem
@@ -97,6 +98,7 @@ def start(data_dir: Path, nats_urls: str, nats_user: str | None, nats_password_f
     """
     import asyncio
 
+    from dsonet.learn.context import system_text
     from dsonet.network.jetstream import NatsConfig
     from dsonet.network.node import NodeConfig
     from dsonet.network.server import serve_node
@@ -116,7 +118,7 @@ def start(data_dir: Path, nats_urls: str, nats_user: str | None, nats_password_f
                               replicas=replicas, max_age_s=retention_days * 86400, user=nats_user,
                               password=_nats_password(nats_password_file), tls_ca=nats_tls_ca,
                               tls_cert=nats_tls_cert, tls_key=nats_tls_key)
-        asyncio.run(serve_node(config, nats, host, port, token, max_body))
+        asyncio.run(serve_node(config, nats, host, port, token, max_body, system_text))
     except DsoError as exc:
         raise click.ClickException(str(exc)) from None
 

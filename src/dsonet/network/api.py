@@ -11,6 +11,8 @@
     POST   /outcomes           {retrieval_id, helped | lessons: {id: helped}} -> {"recorded": n} (ids this node issued, once)
     GET    /stats  /peers  /metrics (Prometheus text)  /health (no token needed; counts quarantined rows)
     GET    /keys, POST /keys/{id}/ban|reset, GET|DELETE /quarantine: the operator's (`dsonet.network.admin`)
+    GET    /                   the node's page for people, read-only (`dsonet.network.web`): a browser
+                               opens /?token=<token> once and reads it on a page-only cookie
 
 Every request except /health (the docs included) needs ``Authorization: Bearer <token>`` when the
 node was given a token (mandatory when it listens beyond loopback). Bodies over
@@ -39,6 +41,7 @@ from dsonet.library.retrievals import UnknownRetrieval
 from dsonet.network.admin import admin_routes
 from dsonet.network.node import Node, NodeError
 from dsonet.network.transport import TransportError
+from dsonet.network.web import PageGate, SystemText, page_routes
 
 DEFAULT_MAX_BODY = 1024 * 1024  # a 7680-dim vector as JSON is ~150 KB; 1 MiB leaves room, refuses floods
 
@@ -73,9 +76,10 @@ class OutcomeRequest(BaseModel):
 
 
 def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY,
-               manage_node: bool = True) -> FastAPI:
+               manage_node: bool = True, system_text: SystemText | None = None) -> FastAPI:
     """The API over one node. ``manage_node``: start the node with the app and close it
-    (flushing what is pending) when the server shuts down."""
+    (flushing what is pending) when the server shuts down. ``system_text``: the learner's injection
+    template, for the page to show what an agent would get (`dsonet.network.web.page`)."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -164,9 +168,12 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
                 **({"problem": problem} if problem else {})}
 
     app.include_router(admin_routes(node))
+    app.include_router(page_routes(node, system_text))
 
-    # the token is checked, then the body's size, before the app reads a byte of the body
-    return BearerToken(BodyLimit(app, max_body_bytes), token)
+    # the token is checked, then the body's size, before the app reads a byte of the body; the page
+    # alone may also be read on its cookie (`dsonet.network.web.gate`)
+    limited = BodyLimit(app, max_body_bytes)
+    return PageGate(BearerToken(limited, token), limited, token)
 
 
 def _jsonable(obj: Any) -> Any:

@@ -33,6 +33,7 @@ from dsonet.errors import BatchError, DsoError
 from dsonet.library import Library, LibraryError
 from dsonet.library.quarantine import row_damage
 from dsonet.network.access import FairLock
+from dsonet.network.journal import Journal
 from dsonet.network.ledger import Ledger
 from dsonet.network.metrics import NodeMetrics
 from dsonet.network.standing import Banned, Bans
@@ -69,11 +70,13 @@ class Ingest:
     """A node's receiving side; every method runs on the node's ingest thread (``worker``)."""
 
     def __init__(self, node_id: str, library: Library, ledger: Ledger, soup: DeltaSoup, bans: Bans, state: FairLock,
-                 worker: Executor, metrics: NodeMetrics, encode_texts: bool, on_round: Callable[[RoundResult], None]):
+                 worker: Executor, metrics: NodeMetrics, encode_texts: bool, on_round: Callable[[RoundResult], None],
+                 journal: Journal):
         self.node_id, self.library, self.ledger, self.soup, self.bans = node_id, library, ledger, soup, bans
         self.state, self.worker, self.metrics = state, worker, metrics
         self.encode_texts = encode_texts  # our floats for peers' texts too (`NodeConfig.encode_texts`)
         self.on_round = on_round
+        self.journal = journal  # what each round admitted and refused, and reputation over time, for people
         self.peers: dict[str, Peer] = {}
         self._merge_queued = False
         # replay protection outlives a restart: the batches stored within the freshness window (with
@@ -226,6 +229,7 @@ class Ingest:
         for (sender, reason), n in sorted(why.items()):
             log.info("round rejected %d experiences from %s: %s", n, sender, reason)
         self.metrics.accepted_batches.inc(len(result.batches))
+        self.journal.round(result, now_ms, self.soup.reputation.get)
         self.on_round(result)
 
     def _encode_admitted(self, batch: CompressedBatch, keep: np.ndarray) -> list | None:
@@ -256,6 +260,7 @@ class Ingest:
         except (LibraryError, BatchError) as exc:
             self._reject(batch.node_id, exc)
             return
+        self.journal.stored(batch.node_id, len(ingested.added), ingested.duplicates)
         peer = self._peer(batch.node_id)
         peer.accepted += 1
         peer.last_seen_ms = batch.timestamp_ms
@@ -297,6 +302,7 @@ class Ingest:
         peer = self._peer(sender_hint[:64])
         peer.rejected += 1
         peer.last_error = str(exc)[:200]
+        self.journal.refused(sender_hint, f"{field_name} (whole batch)")
         log.info("rejected a message from %s: %s", sender_hint[:12], exc)
 
     def _peer(self, node_id: str) -> Peer:

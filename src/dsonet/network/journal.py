@@ -28,7 +28,7 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 from dsonet.aggregate import RoundResult
 
@@ -64,8 +64,7 @@ class RoundRecord:
     senders: dict[str, dict]
 
 
-@dataclass(frozen=True)
-class Point:
+class Point(NamedTuple):  # a tuple: a page reads up to ALL_POINTS of them
     at_ms: int
     reputation: float
     cause: str  # "round", "helped", "harmed"
@@ -109,9 +108,9 @@ class Journal:
         refused_all: Counter = Counter()
         for entry in senders.values():
             refused_all.update(entry["refused"])
-        row = (at_ms, len(result.batches), int(result.stats.get("rows", 0)), sum(e["admitted"] for e in senders.values()),
-               sum(e["new"] for e in senders.values()), sum(e["held"] for e in senders.values()),
-               json.dumps(dict(refused_all), sort_keys=True), json.dumps(senders, sort_keys=True))
+        total = {k: sum(e[k] for e in senders.values()) for k in ("admitted", "new", "held")}
+        row = (at_ms, len(result.batches), int(result.stats.get("rows", 0)), total["admitted"], total["new"],
+               total["held"], json.dumps(dict(refused_all), sort_keys=True), json.dumps(senders, sort_keys=True))
         points = [(node_id, at_ms, reputation(node_id), "round") for node_id in sorted(senders)
                   if senders[node_id]["batches"]]
         return self._write(row, points)
@@ -163,20 +162,17 @@ class Journal:
         out = [RoundRecord(*r[:7], json.loads(r[7]), json.loads(r[8])) for r in rows]
         return [r for r in out if sender is None or sender in r.senders]
 
-    def history(self, node_ids: Iterable[str] | None = None) -> dict[str, list[Point]]:
-        """Each peer's kept reputation points, oldest first (every peer's when ``node_ids`` is None)."""
+    def history(self, node_ids: Iterable[str] | None = None, latest: int | None = None) -> dict[str, list[Point]]:
+        """Each peer's kept reputation points, oldest first (every peer's when ``node_ids`` is None);
+        ``latest``: only each peer's newest that many (read off the peer's index, not the whole log)."""
         with _reader(self.path) as db:
             if node_ids is None:
-                rows = db.execute("SELECT node_id, at_ms, reputation, cause FROM reputation ORDER BY seq").fetchall()
-            else:
-                rows = []
-                for node_id in node_ids:
-                    rows += db.execute("SELECT node_id, at_ms, reputation, cause FROM reputation WHERE node_id = ?"
-                                       " ORDER BY seq", (node_id,)).fetchall()
-        out: dict[str, list[Point]] = {}
-        for node_id, at_ms, rep, cause in rows:
-            out.setdefault(node_id, []).append(Point(at_ms, rep, cause))
-        return out
+                node_ids = [r[0] for r in db.execute("SELECT DISTINCT node_id FROM reputation")]
+            limit = -1 if latest is None else latest  # SQLite: LIMIT -1 is no limit
+            out = {node_id: [Point(*r) for r in reversed(db.execute(
+                "SELECT at_ms, reputation, cause FROM reputation WHERE node_id = ? ORDER BY seq DESC LIMIT ?",
+                (node_id, limit)).fetchall())] for node_id in node_ids}
+        return {k: v for k, v in out.items() if v}
 
     def totals(self) -> dict[str, dict]:
         """Per sender, over the kept rounds: batches, rows admitted, and rows refused by reason."""

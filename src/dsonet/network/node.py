@@ -48,6 +48,7 @@ from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import Retrievals
 from dsonet.network.access import FairLock, SerialEncoder
 from dsonet.network.ingest import Ingest, Peer
+from dsonet.network.journal import Journal
 from dsonet.network.ledger import Ledger
 from dsonet.network.metrics import NodeMetrics
 from dsonet.network.publish import Publisher
@@ -159,9 +160,10 @@ class Node:
                                trust=self._trust, defer_merge=True, trusted=soup_config.trusted)
         self.library.heal()  # rows damaged in the file are set aside now, not met by a search later
         self.ledger = Ledger(self.library.db)
+        self.journal = Journal(self.config.data_dir / "journal.sqlite")  # rounds and reputation, for the page
         self.bans = Bans(self.library.rows)
         self.ingest = Ingest(self.node_id, self.library, self.ledger, self.soup, self.bans, self._state, self._worker,
-                             self.metrics, self.config.encode_texts, self._round_done)
+                             self.metrics, self.config.encode_texts, self._round_done, self.journal)
         c = self.config
         self.publisher = Publisher(self.identity, self.profile, self.transport, self.library, self.ledger, self.metrics,
                                    c.subject_prefix, self.durable, c.batch_interval_s, c.batch_size,
@@ -209,6 +211,7 @@ class Node:
         close = getattr(self.library, "close", None)
         if close:
             close()
+        self.journal.close()
 
     async def _on_worker(self, fn: Callable, *args, **kwargs):
         """Run on the ingest thread (DeltaSoup state belongs to it), after what is queued there."""
@@ -321,6 +324,8 @@ class Node:
             for signer in hit.sources:
                 if signer != self.node_id:
                     self.soup.record_outcome(signer, helped)
+        self.journal.outcome([s for h in hits for s in h.sources if s != self.node_id], helped,
+                             self.soup.reputation.get)
 
     async def all(self) -> list[Experience]:
         return await self._locked(self.library.all)

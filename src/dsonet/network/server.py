@@ -16,6 +16,7 @@ from dsonet.network.api import DEFAULT_MAX_BODY, create_app
 from dsonet.network.jetstream import NatsConfig, NatsTransport
 from dsonet.network.node import Node, NodeConfig
 from dsonet.network.transport import InProcessHub
+from dsonet.network.web import SystemText
 
 
 class _Server(AnnouncedServer):
@@ -27,18 +28,20 @@ class _Server(AnnouncedServer):
 
 
 async def serve_node(config: NodeConfig, nats: NatsConfig | None, host: str = "127.0.0.1", port: int = 8080,
-                     token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY) -> None:
-    """``nats`` None: a standalone node on an in-process log (nothing is shared)."""
+                     token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY,
+                     system_text: SystemText | None = None) -> None:
+    """``nats`` None: a standalone node on an in-process log (nothing is shared). ``system_text``: the
+    learner's injection template, for the node's page (`dsonet.network.web.page`)."""
     with serving():  # BLAS leaves a core to the searches (`dsonet.network.access`)
-        await _serve(config, nats, host, port, token, max_body_bytes)
+        await _serve(config, nats, host, port, token, max_body_bytes, system_text)
 
 
 async def _serve(config: NodeConfig, nats: NatsConfig | None, host: str, port: int, token: str | None,
-                 max_body_bytes: int) -> None:
+                 max_body_bytes: int, system_text: SystemText | None) -> None:
     check_exposure(host, token)  # beyond loopback only with a token (an empty one is none)
     transport = await NatsTransport.connect(nats, name=f"dso-{config.data_dir.name}") if nats else InProcessHub().transport()
     node = await Node.open(config, transport)
-    app = create_app(node, token=token, max_body_bytes=max_body_bytes)
+    app = create_app(node, token=token, max_body_bytes=max_body_bytes, system_text=system_text)
     # slow or idle clients cannot hold the node's sockets: deadlines on headers and bodies, a cap on
     # connections that closes the slowest first, 5 s of keep-alive (`dsonet.asgi.protocol`)
     server = _Server(server_config(app, host, port, lifespan="on", timeout_graceful_shutdown=10),

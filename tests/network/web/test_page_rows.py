@@ -63,3 +63,21 @@ def test_filters_narrow_the_rows_in_sql(library):
 def test_a_filter_it_cannot_use_is_refused_naming_it(library, call, field):
     with pytest.raises(FilterError, match=f"^{field}"):
         call(library[0])
+
+
+def test_a_filtered_page_looks_through_a_bounded_window_and_its_cursor_goes_on_from_there(library):
+    path, exps = library
+    matches = [e.text for e in reversed(exps) if "100%" in e.text]  # rows 22, 15, 8, 1 (0-based 21, 14, 7, 0)
+    seen, before, windows = [], None, []
+    while True:
+        page = read_page(path, Filters(text="100%"), before=before, scan=5)
+        seen += [r.text for r in page.rows]
+        windows.append(page.window)
+        if page.older is None:
+            break
+        before = page.older
+    assert seen == matches and len(windows) == 5  # 23 rows, 5 seqs a page
+    assert windows[0] == (19, 23) and windows[-1] == (1, 3)
+    back = read_page(path, Filters(text="100%"), after=3, scan=5)
+    assert back.window == (4, 8) and [r.text for r in back.rows] == [exps[7].text]
+    assert read_page(path, Filters(text="100%")).window == (1, 23)  # a default window holds the whole library

@@ -1,12 +1,12 @@
 """Who may read the node's page: the API's token, once, in the address; a cookie after that.
 
 A browser cannot send ``Authorization: Bearer``, so ``GET /?token=<token>`` (on ``/`` only) is
-checked in constant time and answered with a redirect to ``/`` (the rest of the address kept) that sets a cookie: HttpOnly (no
-script reads it), SameSite=Strict (no other site's page sends it), Path=/. The cookie holds a
-keyed digest of the token, never the token: it opens the page (``PAGE_PATHS``, GET and HEAD), and
-nothing else. Every other request goes on to the API's own guard (`dsonet.asgi.BearerToken`),
-which reads the Authorization header only, so the cookie can never write through the API; with
-the redirect, the token leaves the address bar and the history at once.
+checked in constant time and answered with a redirect to ``/`` (the rest of the address kept) that
+sets a cookie: HttpOnly (no script reads it), SameSite=Strict (no other site's page sends it),
+Path=/. The cookie holds a keyed digest of the token, never the token: it opens the page
+(``PAGE_PATHS``, GET and HEAD), and nothing else. Every other request goes on to the API's own
+guard (`dsonet.asgi.BearerToken`), which reads the Authorization header only, so the cookie can
+never write through the API; with the redirect, the token leaves the address bar at once.
 
 Without a token (a node on loopback) the page is open, like the API.
 """

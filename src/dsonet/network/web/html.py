@@ -31,6 +31,7 @@ td.text{max-width:520px;word-break:break-word}form{margin:6px 0}input[type=text]
 input[name=ask]{width:480px}.muted{color:#777}.bad{color:#b00}.own{color:#2a7}.error{color:#b00;font-weight:600}
 .legend span{margin-right:10px}.legend b{display:inline-block;width:10px;height:10px;margin-right:3px}
 """
+PLOT_POINTS, SPARK_POINTS = 200, 60  # per peer, the latest: a line plot 640 px wide, a sparkline 120 px
 CSS_HASH = base64.b64encode(hashlib.sha256(CSS.encode()).digest()).decode()
 # Nothing but the page's own style sheet, data: images, and forms back to this node.
 CSP = (f"default-src 'none'; style-src 'sha256-{CSS_HASH}'; img-src data:; form-action 'self'; "
@@ -49,11 +50,7 @@ def when(ms: int, now_ms: int | None = None) -> str:
     """How long ago, in the largest unit that says it ("3 min", "2 h", "5 d")."""
     if not ms:
         return "never"
-    s = max(0.0, ((now_ms if now_ms is not None else time.time() * 1000) - ms) / 1000)
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if s >= size:
-            return f"{s / size:.0f} {unit}"
-    return f"{s:.0f} s"
+    return svg.span(max(0.0, (now_ms if now_ms is not None else time.time() * 1000) - ms))
 
 
 def stamp(ms: int) -> str:
@@ -68,7 +65,8 @@ def document(title: str, body: str) -> str:
 
 def header(node_id: str, profile: str, rows: int, peers: int, uptime_s: float) -> str:
     return (f'<header><h1>dsonet node <code id="node-id" title="{e(node_id)}">{e(short(node_id))}</code></h1>'
-            f'<p class="muted">profile {e(profile)} · {rows:,} rows held · {peers} peers · up {uptime_s / 60:.0f} min · read-only</p>'
+            f'<p class="muted">profile {e(profile)} · {rows:,} rows held · {peers} peers · '
+            f'up {uptime_s / 60:.0f} min · read-only</p>'
             f'<nav><a href="#ask">Ask</a><a href="#library">Library</a><a href="#peers">Peers</a>'
             f'<a href="#rounds">Rounds</a></nav></header>')
 
@@ -126,7 +124,12 @@ def library_section(state: dict[str, str], page: Page, reputation: dict[str, flo
                    f'<td class="n">{r.copies}</td><td class="n">{rep_cell}</td><td class="n">{r.helped}</td>'
                    f'<td class="n">{r.harmed}</td><td title="authored {e(stamp(r.authored_ms))}">'
                    f'{when(r.added_ms, now_ms)}</td></tr>')
-    out.append("</table><p id=\"pager\">")
+    out.append("</table>")
+    if page.window is not None:
+        more = " older → looks on below them" if page.older is not None else " that is every row"
+        out.append(f'<p class="muted" id="window">This page looked through rows {page.window[0]:,} to '
+                   f'{page.window[1]:,} (by row number) for the filter;{more}.</p>')
+    out.append('<p id="pager">')
     base = {k: v for k, v in state.items() if k in ("text", "domain", "signer", "ask", "ask_domain") and v}
     if page.newer is not None:
         out.append(f'<a id="newer" href="/?{e(urlencode({**base, "after": page.newer}))}#library">← newer</a> ')
@@ -142,6 +145,8 @@ def peers_section(peers: list[dict], history: dict[str, list], floor: float, now
     out = ['<section id="peers"><h2>Peers</h2>']
     series = {short(k): [(p.at_ms, p.reputation) for p in v] for k, v in history.items()}
     if series:
+        out.append(f'<p class="muted">Reputation, each peer\'s latest {PLOT_POINTS} moves (after rounds and reported '
+                   f'outcomes); the dashed line is the floor under which a peer\'s lessons are hidden.</p>')
         out.append(svg.line_plot(series, floor=floor))
         out.append('<p class="legend">' + "".join(f'<span><b>{_swatch(i)}</b>{e(name)}</span>'
                                                    for i, name in enumerate(series)) + "</p>")
@@ -152,7 +157,7 @@ def peers_section(peers: list[dict], history: dict[str, list], floor: float, now
                '<th>last seen</th></tr>')
     for i, p in enumerate(peers):
         names = list(history)
-        spark = svg.sparkline([pt.reputation for pt in history.get(p["node_id"], [])],
+        spark = svg.sparkline([pt.reputation for pt in history.get(p["node_id"], [])[-SPARK_POINTS:]],
                               colour_=svg.colour(names.index(p["node_id"]) if p["node_id"] in names else i))
         why = "; ".join(f"{e(reason)} ×{n}" for reason, n in sorted(p.get("refused", {}).items()))
         last = f'<br><span class="muted">last: {e(p["last_error"])}</span>' if p.get("last_error") else ""

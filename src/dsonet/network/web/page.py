@@ -49,7 +49,8 @@ def page_routes(node: Node, system_text: SystemText | None = None) -> APIRouter:
             library_error = str(exc)
         peers, history, rounds = await _standing(node)
         reputation: dict[str, float | str] = {k["node_id"]: "banned" if k["banned"] else k["reputation"] for k in peers}
-        reputation.update({r.signer: node.soup.reputation.get(r.signer) for r in rows.rows if r.signer not in reputation})
+        reputation.update({r.signer: node.soup.reputation.get(r.signer) for r in rows.rows
+                           if r.signer not in reputation})
         reputation[node.node_id] = "own"
         body = "".join([
             html.header(node.node_id, f"{node.profile.encoder_id}, d = {node.profile.dim}", rows.total, len(peers),
@@ -86,8 +87,9 @@ async def _standing(node: Node) -> tuple[list[dict], dict, list]:
     """Every peer the node knows now or logged before (a restart empties the counters, not the logs)."""
     keys = {k["node_id"]: k for k in await node.keys()}
     seen = {p["node_id"]: p["last_seen_ms"] for p in node.peer_list()}
+    journal = node.journal
     totals, history, rounds = await asyncio.to_thread(
-        lambda: (node.journal.totals(), node.journal.history(), node.journal.rounds(ROUNDS_SHOWN)))
+        lambda: (journal.totals(), journal.history(latest=html.PLOT_POINTS), journal.rounds(ROUNDS_SHOWN)))
     peers = []
     for node_id in sorted(set(keys) | set(totals) | set(history)):
         if node_id == node.node_id:

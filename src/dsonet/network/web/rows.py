@@ -3,8 +3,9 @@
 A read-only SQLite connection of its own (WAL: it never waits for the node's writes, and a page
 never holds the lock the node's searches take), one page of rows at a time by key (``seq``, newest
 first): the 100,000th row costs what the first does, and nothing reads the whole table. Filters are
-SQL: an exact domain, a signer prefix, a substring of the text (a filter that matches few rows
-scans the table once, which is the price of a substring search without a text index).
+SQL: an exact domain, a signer prefix, a substring of the text. A filter that matches few rows
+would scan the whole table for one page (a substring has no index): a filtered page looks through
+at most `SCAN_ROWS` seqs and says so, and its "older" link goes on from there.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PAGE_ROWS = 50
+SCAN_ROWS = 20_000  # seqs a filtered page looks through at most (~40 ms of a 2-core machine's scan)
 MAX_PAGE_ROWS = 500
 
 
@@ -72,40 +74,50 @@ class Page:
     older: int | None  # the cursor of the next page (``before``), None on the last
     newer: int | None  # the cursor of the previous page (``after``), None on the first
     total: int  # rows in the library (all of them, filters aside: counting a filter's matches would scan)
+    window: tuple[int, int] | None = None  # a filtered page that looked through every row in these seqs
 
 
 def read_page(path: Path, filters: Filters = Filters(), before: int | None = None, after: int | None = None,
-              limit: int = PAGE_ROWS) -> Page:
+              limit: int = PAGE_ROWS, scan: int = SCAN_ROWS) -> Page:
     """Rows newest first: the ``limit`` rows older than seq ``before`` (or newer than ``after``, the
-    page back), with each lesson's copies counted by its id's index."""
+    page back), with each lesson's copies counted by its id's index. A filtered page looks through
+    at most ``scan`` rows' worth of seqs from its cursor (`Page.window`); its cursor then continues
+    past them, so a filter that matches nothing still answers within the page's time."""
     if before is not None and after is not None:
         raise FilterError("before/after: give one cursor, not both")
     if not 1 <= limit <= MAX_PAGE_ROWS:
         raise FilterError(f"limit: {limit}; a page holds 1 to {MAX_PAGE_ROWS} rows")
     clauses, args = filters.where()
-    if before is not None:
-        clauses.append("e.seq < ?")
-        args.append(int(before))
-    if after is not None:
-        clauses.append("e.seq > ?")
-        args.append(int(after))
-    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-    order = "ASC" if after is not None else "DESC"
-    sql = (f"SELECT e.seq, e.id, e.signer, e.text, e.domain, e.confidence,"
-           f" (SELECT COUNT(*) FROM experiences c WHERE c.id = e.id), e.uses, e.helped, e.timestamp_ms, e.added_ms"
-           f" FROM experiences e {where} ORDER BY e.seq {order} LIMIT ?")
+    filtered = bool(clauses)
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
     try:
-        found = [LessonRow(*r) for r in db.execute(sql, (*args, limit + 1))]
+        # two subqueries: SQLite reads MIN and MAX off the key alone only one at a time (a scan otherwise)
+        low, high = db.execute("SELECT COALESCE((SELECT MIN(seq) FROM experiences), 0),"
+                               " COALESCE((SELECT MAX(seq) FROM experiences), 0)").fetchone()
+        if after is None:  # seqs in [lo, hi), read downwards
+            hi = high + 1 if before is None else int(before)
+            lo = max(hi - scan, low) if filtered else low
+        else:  # seqs in [lo, hi), read upwards from the cursor
+            lo = int(after) + 1
+            hi = min(lo + scan, high + 1) if filtered else high + 1
+        order = "ASC" if after is not None else "DESC"
+        sql = (f"SELECT e.seq, e.id, e.signer, e.text, e.domain, e.confidence,"
+               f" (SELECT COUNT(*) FROM experiences c WHERE c.id = e.id), e.uses, e.helped, e.timestamp_ms, e.added_ms"
+               f" FROM experiences e WHERE {' AND '.join(['e.seq >= ? AND e.seq < ?', *clauses])}"
+               f" ORDER BY e.seq {order} LIMIT ?")
+        found = [LessonRow(*r) for r in db.execute(sql, (lo, hi, *args, limit + 1))]
         (total,) = db.execute("SELECT COUNT(*) FROM experiences").fetchone()
     finally:
         db.close()
     more = len(found) > limit
     found = found[:limit]
-    if after is not None:  # read upwards from the cursor; shown newest first like every page
-        found.reverse()
-        older, newer = (found[-1].seq if found else None), (found[0].seq if found and more else None)
+    if after is None:
+        # older: below the last row shown, or below the window when it held fewer matches than a page
+        older = found[-1].seq if more else (lo if lo > low else None)
+        newer = (found[0].seq if found else hi - 1) if before is not None else None
     else:
-        older = found[-1].seq if found and more else None
-        newer = found[0].seq if found and before is not None else None
-    return Page(found, older, newer, total)
+        found.reverse()  # shown newest first, like every page
+        newer = found[0].seq if more else (hi - 1 if hi <= high else None)
+        older = found[-1].seq if found else lo
+    window = (lo, hi - 1) if filtered and (not more) else None
+    return Page(found, older, newer, total, window)

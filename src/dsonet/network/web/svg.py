@@ -39,8 +39,7 @@ def line_plot(series: dict[str, Sequence[tuple[float, float]]], *, floor: float 
     for tick in (y0, (y0 + y1) / 2, y1):
         y = xy(x0, tick).split(",")[1]
         parts.append(f'<text x="{left - 4}" y="{float(y) + 4:.1f}" text-anchor="end" font-size="10">{tick:g}</text>')
-    minutes = (x1 - x0) / 60_000
-    parts.append(f'<text x="{left}" y="{height - 8}" font-size="10">{minutes:.0f} min before</text>')
+    parts.append(f'<text x="{left}" y="{height - 8}" font-size="10">{span(x1 - x0)} before</text>')
     parts.append(f'<text x="{left + w}" y="{height - 8}" font-size="10" text-anchor="end">latest</text>')
     if floor is not None:
         a, b = xy(x0, floor), xy(x1, floor)
@@ -94,3 +93,12 @@ def bars(rows: Sequence[tuple[str, int, int]], *, width: int = 640, height: int 
     parts.append(f'<text x="{left}" y="{height - 4}" font-size="10">oldest</text>'
                  f'<text x="{width - 10}" y="{height - 4}" font-size="10" text-anchor="end">latest round</text></svg>')
     return "".join(parts)
+
+
+def span(ms: float) -> str:
+    """A duration in the largest unit that says it ("45 s", "12 min", "3 h", "2 d")."""
+    s = ms / 1000
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s / size:.0f} {unit}"
+    return f"{s:.0f} s"
