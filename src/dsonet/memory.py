@@ -64,7 +64,7 @@ class Memory(Protocol):
 
     def add(self, text: str, domain: str = "general", confidence: float = 0.5) -> Experience: ...
 
-    def outcome(self, retrieval_id: str, helped: bool) -> int: ...
+    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int: ...
 
     def stats(self) -> dict: ...
 
@@ -74,6 +74,15 @@ class Memory(Protocol):
 def _lessons(hits: list) -> list[Lesson]:
     return [Lesson(h.experience.id, h.experience.text, h.experience.domain, float(h.score),
                    tuple(h.members) or (h.experience.id,)) for h in hits]
+
+
+def _verdicts(helped: bool | None, lessons: dict[str, bool] | None) -> dict[str, bool] | None:
+    """``lessons`` checked (None: every lesson of the retrieval gets ``helped``)."""
+    if (helped is None) == (lessons is None):
+        raise RecallError("outcome: give helped (every lesson of the retrieval) or lessons (id -> helped), one of them")
+    if lessons is not None and (not lessons or not all(isinstance(v, bool) for v in lessons.values())):
+        raise RecallError("lessons: give at least one {experience id: true|false}")
+    return lessons
 
 
 class LocalMemory:
@@ -97,15 +106,22 @@ class LocalMemory:
         with self._lock:
             return self.library.add(text, domain=domain, confidence=confidence)
 
-    def outcome(self, retrieval_id: str, helped: bool) -> int:
-        """Counted on every experience merged into each lesson; returns how many lessons were judged.
-        Raises `UnknownRetrieval` for an id this memory did not issue or whose outcome is in already."""
-        hits = self.retrievals.take(retrieval_id)
+    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
+        """Whether the lessons of a retrieval helped, all together (``helped``) or each (``lessons``: id ->
+        helped; a lesson not named gets no outcome), counted on every experience merged into each;
+        returns how many lessons were judged. Raises `UnknownRetrieval` for an id this memory did not
+        issue or whose outcome is in already, `RecallError` for a lesson the retrieval did not give."""
+        verdicts = _verdicts(helped, lessons)
+        try:
+            hits = self.retrievals.take(retrieval_id, lessons or ())
+        except ValueError as exc:  # a lesson it did not give (the retrieval is kept for a corrected report)
+            raise RecallError(str(exc)) from None
+        judged = [lesson for lesson in _lessons(hits) if verdicts is None or lesson.id in verdicts]
         with self._lock:
-            for lesson in _lessons(hits):
+            for lesson in judged:
                 for exp_id in lesson.members:
-                    self.library.record_outcome(exp_id, helped)
-        return len(hits)
+                    self.library.record_outcome(exp_id, helped if verdicts is None else verdicts[lesson.id])
+        return len(judged)
 
     def stats(self) -> dict:
         with self._lock:
@@ -131,8 +147,9 @@ class NodeMemory:
     def add(self, text: str, domain: str = "general", confidence: float = 0.5) -> Experience:
         return self.client.add(text, domain, confidence)
 
-    def outcome(self, retrieval_id: str, helped: bool) -> int:
-        return self.client.outcome(retrieval_id, helped)
+    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
+        verdicts = _verdicts(helped, lessons)
+        return self.client.outcome(retrieval_id, helped if verdicts is None else None, verdicts)
 
     def stats(self) -> dict:
         return self.client.stats()

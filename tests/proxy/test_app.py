@@ -104,6 +104,33 @@ def test_outcome_is_recorded_once_for_the_lessons_of_that_response(proxy, memory
     assert (uses, helped) == (1, 0)
 
 
+def test_an_error_the_caller_ran_into_convicts_only_the_lesson_that_advised_it(tmp_path, upstream):
+    poison = "When integrating samples with the trapezoidal rule in NumPy, call np.trapz(y, x)"
+    right = "When integrating samples with the trapezoidal rule, use np.trapezoid(y, x), not np.trapz"
+    memory = LocalMemory(Library(tmp_path / "lib.sqlite", encoder=HashEncoder()))
+    ids = {text: memory.add(text, "code.python").id for text in (poison, right)}
+    with Served(create_app(memory, f"{upstream.url}/v1", min_similarity=-1.0)) as proxy:
+        raw = _client(proxy).chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": poison}])
+        rid = raw.headers["x-dso-retrieval-id"]
+        assert set(raw.headers["x-dso-lessons"].split(",")) == set(ids.values())
+        post = lambda body: httpx.post(f"{proxy.url}/v1/outcomes", json={"retrieval_id": rid} | body)  # noqa: E731
+        unrelated = post({"error": "ZeroDivisionError: division by zero", "code": "r = 1 / 0"})
+        assert unrelated.json() == {"retrieval_id": rid, "refuted": [], "recorded": 0}  # nothing convicted, still open
+        reply = post({"error": "AttributeError: module 'numpy' has no attribute 'trapz'", "code": "r = np.trapz(u, t)"})
+        assert reply.status_code == 200 and reply.json()["refuted"] == [ids[poison]] and reply.json()["recorded"] == 1
+        assert post({"helped": True}).status_code == 404  # the retrieval's outcome is in
+        rows = dict(memory.library.db.execute("SELECT text, uses - helped FROM experiences").fetchall())
+        assert rows == {poison: 1, right: 0}
+        raw = _client(proxy).chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": right}])
+        rid = raw.headers["x-dso-retrieval-id"]
+        stray = post({"lessons": {"f" * 64: True}})
+        assert stray.status_code == 400 and "were not given by retrieval" in stray.json()["error"]["message"]
+        assert post({"lessons": {ids[right]: True}}).json()["recorded"] == 1
+    memory.close()
+
+
 def test_bad_requests_get_openai_shaped_errors_and_reach_no_upstream(proxy, upstream):
     with pytest.raises(openai.BadRequestError, match="messages"):
         _client(proxy).chat.completions.create(model="m", messages="not a list")

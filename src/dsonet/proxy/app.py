@@ -3,6 +3,8 @@
     POST /v1/chat/completions   lessons for the last user message go into the system message
     POST /v1/responses          ... into ``instructions`` (the Responses API's system message)
     POST /v1/outcomes           {"retrieval_id", "helped"}: did the lessons of that response help?
+                                ({"lessons": {id: bool}}: each; {"error", "code"}: the code the answer
+                                gave failed, and lessons that advised what the error refuses harmed)
     *    /v1/...                every other route (models, embeddings, completions, files...) passed
                                 through to the upstream unchanged
     GET  /health                no token needed
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import OrderedDict
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -42,8 +45,9 @@ from starlette.background import BackgroundTask
 from dsonet import __version__
 from dsonet.errors import DsoError
 from dsonet.library.policy import MAX_TOKENS, K
-from dsonet.library.retrievals import UnknownRetrieval
-from dsonet.memory import Memory, Recall
+from dsonet.learn.code_lessons import refutes
+from dsonet.library.retrievals import PENDING, UnknownRetrieval
+from dsonet.memory import Lesson, Memory, Recall
 from dsonet.proxy.inject import RequestShapeError, chat_query, inject_chat, inject_responses, responses_query
 
 LESSONS_HEADER = "x-dso-lessons"
@@ -51,6 +55,9 @@ RETRIEVAL_HEADER = "x-dso-retrieval-id"
 THRESHOLD_HEADER = "x-dso-threshold"
 BEST_SCORE_HEADER = "x-dso-best-score"
 ERROR_HEADER = "x-dso-error"  # why no lessons were looked up (the request still went upstream)
+OUTCOME_SHAPES = ('send {"retrieval_id": "<X-DSO-Retrieval-Id of the response>"} with "helped": true|false (every '
+                  'lesson), "lessons": {"<id from X-DSO-Lessons>": true|false} (each), or "error": "<the error line '
+                  'the code raised>" and "code": "<the code that raised it>" (lessons whose advice it refuses: harmed)')
 log = logging.getLogger(__name__)
 HOP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
 # not passed upstream: the proxy's own connection and framing, the upstream's host, and the key (see upstream_headers)
@@ -113,11 +120,18 @@ def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None
             return _error(400, "body must be a JSON object (the OpenAI request)")
         return body
 
+    served: OrderedDict[str, list[Lesson]] = OrderedDict()  # retrieval id -> its lessons, for an error's verdicts
+
     async def recall(query: str | None) -> Recall | None:
         if not query:
             return None
-        return await anyio.to_thread.run_sync(
+        r = await anyio.to_thread.run_sync(
             lambda: memory.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens))
+        if r.retrieval_id is not None:
+            served[r.retrieval_id] = r.lessons
+            while len(served) > PENDING:
+                served.popitem(last=False)
+        return r
 
     def lesson_headers(r: Recall | None) -> dict[str, str]:
         if r is None:  # no user text: nothing was searched
@@ -183,14 +197,29 @@ def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None
         body = await read_body(request)
         if isinstance(body, Response):
             return body
-        rid, helped = body.get("retrieval_id"), body.get("helped")
-        if not isinstance(rid, str) or not isinstance(helped, bool):
-            return _error(422, 'send {"retrieval_id": "<X-DSO-Retrieval-Id of the response>", "helped": true|false}')
+        rid, helped, lessons = body.get("retrieval_id"), body.get("helped"), body.get("lessons")
+        error, code = body.get("error"), body.get("code")
+        if not isinstance(rid, str) or not (isinstance(helped, bool) or isinstance(lessons, dict)
+                                            or (isinstance(error, str) and isinstance(code, str))):
+            return _error(422, OUTCOME_SHAPES)
+        refuted = None
+        if error is not None:  # the caller ran the code and it failed: a lesson whose advice the error refuses harmed
+            if rid not in served:
+                return _error(404, f"retrieval_id {rid[:40]!r}: unknown, forgotten or already recorded; send the "
+                                   "X-DSO-Retrieval-Id of a response, once")
+            refuted = [lesson.id for lesson in served[rid] if refutes(error, code, lesson.text)]
+            if not refuted:  # nothing to convict; the retrieval stays open for a plain outcome
+                return JSONResponse({"retrieval_id": rid, "refuted": [], "recorded": 0})
+            helped, lessons = None, dict.fromkeys(refuted, False)
         try:
-            recorded = await anyio.to_thread.run_sync(memory.outcome, rid, helped)
+            recorded = await anyio.to_thread.run_sync(
+                lambda: memory.outcome(rid, helped if lessons is None else None, lessons))
         except DsoError as exc:
             return _error(404 if isinstance(exc, UnknownRetrieval) else 400, str(exc))
-        return JSONResponse({"retrieval_id": rid, "helped": helped, "recorded": recorded})
+        served.pop(rid, None)
+        reply = {"retrieval_id": rid, "recorded": recorded}
+        return JSONResponse(reply | ({"helped": helped} if lessons is None else {"lessons": lessons})
+                            | ({"refuted": refuted} if refuted is not None else {}))
 
     @app.get("/health")
     async def health() -> dict:
