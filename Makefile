@@ -40,7 +40,7 @@ $(STAMP): pyproject.toml setup.py requirements.lock src/dsonet/codec/_kernels.c
 	touch $@
 
 # nats-server from Debian for the network tests, bubblewrap for the learn sandbox (model-written code runs
-# only isolated); apt only when root and only when missing.
+# only isolated), headless chromium for the node page's browser tests; apt only when root and only when missing.
 system:
 	@if command -v nats-server >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = "0" ]; then apt-get update -qq && apt-get install -y -qq nats-server; \
@@ -48,6 +48,9 @@ system:
 	@if command -v bwrap >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = "0" ]; then apt-get install -y -qq bubblewrap || { apt-get update -qq && apt-get install -y -qq bubblewrap; }; \
 	else echo "bwrap is missing: run 'sudo apt-get install -y bubblewrap' (the learn sandbox refuses to run without it)"; fi
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = "0" ]; then apt-get install -y -qq chromium || { apt-get update -qq && apt-get install -y -qq chromium; }; \
+	else echo "chromium is missing: run 'sudo apt-get install -y chromium' (the node page's browser tests will be skipped)"; fi
 
 demo: install system
 	$(DSO) demo

@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 import served_node
 
-SHOTS = {"node-page.png": ({}, "1280,1900"),
+SHOTS = {"node-page.png": ({}, "1280,1560"),
          "node-page-ask.png": ({"ask": "How do I sort a list in Python?"}, "1280,900")}
 
 
