@@ -140,3 +140,12 @@ def test_rule_lessons_join_the_candidates_and_face_the_same_gate(tmp_path):
     assert rules[0]["error"] == "AttributeError: module 'mylib' has no attribute 'rnd'"
     gated = {r["text"] for r in _log(tmp_path) if r["type"] == "gate"}
     assert any("use mylib.round_half(values) instead" in t for t in gated) and stats.proposals == 4
+
+
+def test_rule_first_asks_the_reflector_only_where_the_error_line_spells_out_no_lesson(tmp_path):
+    llm = CodeLLM()
+    config = LearnConfig(group_size=4, epochs=1, batch_size=4, rule_lessons=True, rule_first=True,
+                         retrieval=Retrieval(min_similarity=0.5))
+    stats = Learner(llm, DictStore(), config, tmp_path).run(_tasks(2), False, validation=_tasks(2, start=10))
+    assert not [c for c in llm.calls if c[0].startswith("Several attempts")]  # every group's error named the fix
+    assert stats.proposals == 2 and len([r for r in _log(tmp_path) if r["type"] == "rule_lesson"]) == 2

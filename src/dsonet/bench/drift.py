@@ -168,10 +168,11 @@ async def run_seed(agent, other, reflector, plan: DriftPlan, seed: int, root: Pa
 
 def learn_config(plan: DriftPlan, retrieval: Retrieval, seed: int) -> LearnConfig:
     """How a node learns code: one epoch; every group reflected on, failed ones too (the error line
-    explains them); the reflector's sampled candidates beside the lesson the error line spells out;
-    the gate on the validation items nearest each, keeping only what fixes something."""
+    explains them); the lesson the error line spells out, and the reflector's sampled candidates only
+    where it spells out none; the gate on the validation items nearest each, keeping only what fixes
+    something."""
     return LearnConfig(group_size=plan.group_size, max_tokens=plan.answer_tokens, epochs=1, batch_size=8,
-                       max_lessons=1, candidates=plan.candidates, all_failed=True, rule_lessons=True,
+                       max_lessons=1, candidates=plan.candidates, all_failed=True, rule_lessons=True, rule_first=True,
                        gate_items=plan.gate_items, gate_gain=1e-9, retrieval=retrieval, seed=seed)
 
 

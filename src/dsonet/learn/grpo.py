@@ -71,6 +71,9 @@ class LearnConfig:
     # running the code explains each failure (an error line), a group that never passed still shows what to change
     rule_lessons: bool = False  # code groups: also propose the lesson an error line spells out beside the reference
     # (`learn.code_lessons`), a candidate the gate judges like the reflector's
+    rule_first: bool = False  # with rule_lessons: ask the reflector only where the error line spells out no lesson.
+    # In the drift pilot the lessons that fixed held-out tasks were the error line's; the 1.5B's were wrong or idle
+    # ("use integrate.quad", "u.reshape(-1)") and cost about a minute a group on two cores
     gate_gain: float = 0.0  # validation accuracy a lesson must add over max(without, neutral text): 0 admits ties;
     # above 0, only lessons that fix something (on tasks where lessons are facts, a tie is a lesson that did nothing)
     summary_words: int = 30  # rollouts longer than this are summarised by the LLM; shorter ones are their own
@@ -191,22 +194,26 @@ class Learner:
         self.stats.mixed_groups += sum(g.mixed for g in groups)
         failed = lambda g: self.config.all_failed and bool(g.feedback) and bool(g.reference) and max(g.rewards) < 1  # noqa: E731
         mixed = [g for g in groups if g.mixed or failed(g)]
-        summaries = self._summaries(mixed)
+        ruled = [self._rule_lessons(g) for g in mixed]
+        reflect = [g for g, rule in zip(mixed, ruled) if not (self.config.rule_first and rule)]
+        summaries = self._summaries(reflect)
         # A back end that can continue a started reply gets "When" as the reply's start and writes one
         # lesson line: a 0.5B model asked for free text rambles past its budget and restates the problem.
         prefill = [{"role": "assistant", "content": "When"}] if getattr(self.reflector, "supports_prefill", False) else []
         n = self.config.candidates
         replies = self._generate([user((prompts.ADVANTAGE_CODE if g.feedback else prompts.ADVANTAGE).format(
             problem=g.query, reference=g.reference or "unknown", max_lessons=self.config.max_lessons,
-            summaries="\n".join(summaries[gi]), example=prompts.CODE_EXAMPLE)) + prefill for gi, g in enumerate(mixed)],
+            summaries="\n".join(summaries[gi]), example=prompts.CODE_EXAMPLE)) + prefill for gi, g in enumerate(reflect)],
             n=n, temperature=self.config.temperature if n > 1 else 0.0,
-            max_tokens=self.config.note_tokens if not prefill else 64, llm=self.reflector)
+            max_tokens=self.config.note_tokens if not prefill else 64, llm=self.reflector) if reflect else []
+        reflected = {id(g): reply for g, reply in zip(reflect, replies)}
         out = []
         shared = {d: parse.shared_words([g.query for g in groups if g.domain == d]) for d in {g.domain for g in mixed}}
-        for g, reply in zip(mixed, replies):
-            truncated = reply.completion_tokens >= self.config.note_tokens * n
+        for g, rule in zip(mixed, ruled):
+            reply = reflected.get(id(g))
+            truncated = reply is not None and reply.completion_tokens >= self.config.note_tokens * n
             conf = confidence_from_gap(max(g.rewards), min(g.rewards))
-            for text in reply.texts + self._rule_lessons(g):
+            for text in (reply.texts if reply is not None else ()) + rule:
                 parsed = parse.experiences(text, self.config.max_lessons, (prompts.CODE_EXAMPLE,), problem=g.query,
                                            reference=g.reference, truncated=truncated, shared=shared[g.domain])
                 for reason in parsed.skipped:
