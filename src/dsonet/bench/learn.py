@@ -340,7 +340,7 @@ def plot(rows: list[dict], path: Path) -> None:
 @click.option("--family", "families", multiple=True, help=f"Task family (repeatable; default: {', '.join(KEPT)}).")
 @click.option("--seeds", default=None, help="Learning seeds, comma-separated (default: 0).")
 @click.option("--held-out", type=int, default=None,
-              help="Held-out items per family (default 200); with --family drift, per change fact (default 8).")
+              help="Held-out items per family (default 200); with --family drift, per change fact (default 5).")
 @click.option("--llm", "url", default=None, metavar="URL", help="An OpenAI-compatible endpoint instead of the embedded model.")
 @click.option("--model", default="qwen2.5-coder-0.5b", show_default=True,
               help="Embedded model key, or the served model name with --llm.")
