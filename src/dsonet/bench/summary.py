@@ -127,6 +127,10 @@ def headline(results: Path) -> str:
             names = ", ".join(r["attack"] for r in attacks)
             rows.append([f"honest rows lost, attacks on a node ({names})", "– (target 0)",
                          str(sum(r["honest_rows_lost"] for r in attacks)), "–", "robustness"])
+        sleeper = _pick(attacks, attack="sleeper")
+        if sleeper:
+            rows.append(["lying rows admitted after honest history without helpful outcomes (sleeper)", "– (target 0)",
+                         f"{sleeper['lying_rows_admitted']} of {sleeper['lying_rows_sent']}", "–", "robustness"])
         if volume:
             per_key = volume["attacker_rows_sent"] // volume["attacker_keys"]
             rows.append([f"search p99, {robust['node_attacks']['clients']} clients, during a volume attack "
@@ -246,13 +250,14 @@ def _node_attacks_section(section: dict) -> str:
     """The attacks on one real node: what got in, what was lost, and whether search kept answering."""
     columns = ["attack", "attacker_keys", "attacker_rows_sent", "attacker_rows", "honest_rows_sent", "honest_rows_lost",
                "honest_rows_filtered", "rss_growth_mb", "attack_seconds", "search_p50_ms", "search_p99_ms",
-               "quiet_p50_ms", "quiet_p99_ms", "load_average_1min", "deferred_mb"]
+               "quiet_p50_ms", "quiet_p99_ms", "load_average_1min", "deferred_mb", "honest_min_reputation",
+               "lying_rows_admitted"]
     limits = section["limits"]
     text = (f"### Attacks on the node\n\nOne real `Node` (its DeltaSoup at the production defaults, SQLite library and "
             f"merge; d = {section['dim']}) read each attack from an in-process log while {section['clients']} clients "
             "searched it back to back; `quiet_*` is the same clients before the attack. Twelve honest peers had "
-            "sent six "
-            "batches each first (trusted, as long-running peers are) and send one more during the attack. "
+            "sent six batches each first (then trusted through agents' outcomes, as long-running peers are) "
+            "and send one more during the attack. "
             "`honest_rows_lost` counts honest rows sent and not stored for any reason but the content filter's verdict "
             "(`honest_rows_filtered`, the median rule's false positives, with or without an attack). Hostile rows are "
             "plausible (mixes of two honest sentences, encoded as their senders claim), the worst case for what is "
@@ -263,7 +268,22 @@ def _node_attacks_section(section: dict) -> str:
             "back in bytes (`deferred_mb`, the deferred fill): "
             f"{limits.get('deferred_key_bytes', 0) / 2**20:.0f} MiB a key not yet trusted, "
             f"{limits.get('deferred_new_keys_bytes', 0) / 2**20:.0f} MiB for all keys never admitted, "
-            f"{limits.get('deferred_bytes', 0) / 2**20:.0f} MiB in all.\n\n")
+            f"{limits.get('deferred_bytes', 0) / 2**20:.0f} MiB in all.\n\n"
+            "The attacks on trust (issue 24; `dsonet.bench.trust_attacks`): honest peers are trusted by agents' "
+            "outcomes, volume lifts a key to 0.6 at most (`honest_min_reputation`: the lowest honest key at the end). "
+            "Sleeper: five honest batches, then 980 honest rows and 10 whose code is a searched question's code "
+            "(`lying_rows_admitted`). Eviction: a 1,000-row flood at confidence 1.0, from a fresh key and from one "
+            "with six honest batches, into a library scaled down to the honest rows plus 100 (`capacity`), beside "
+            "four honest newcomers' 40 rows. Reference shift: a copier's 102 rows are all the node holds, then an "
+            "honest author's 8 lone batches on another topic.\n\n")
+    before = section.get("before_issue_24")
+    if before:
+        text += (f"Before issue 24 ({before['code']}), the same attacks: " + "; ".join(
+            f"{r['attack']}: {r['honest_rows_lost']} honest rows lost, {r['honest_rows_filtered']} filtered, honest "
+            f"reputation {r['honest_min_reputation']}" + (f", {r['lying_rows_admitted']} lying rows admitted "
+                                                          f"({r.get('lying_top_hits', 0)} the top hit for their question)"
+                                                          if "lying_rows_admitted" in r else "")
+            for r in before["rows"]) + ".\n\n")
     return text + _table(columns, [[r.get(c) for c in columns] for r in section["rows"]])
 
 
