@@ -102,3 +102,39 @@ def span(ms: float) -> str:
         if s >= size:
             return f"{s / size:.0f} {unit}"
     return f"{s:.0f} s"
+
+
+def interval_bars(rows: Sequence[tuple[str, float, tuple[float, float] | None]], *, width: int | None = None,
+                  height: int = 260, label: str = "accuracy") -> str:
+    """One bar a row, (name, value in [0, 1], its 95% interval or None), the interval drawn as a
+    whisker, the value written above it as a percentage; names under the bars (``width`` None:
+    room for each name, at least 640 px)."""
+    width = width or max(640, 54 + 16 + max((7 * len(r[0]) for r in rows), default=0) * len(rows))
+    left, top, bottom, right = 44, 14, 40, 10
+    w, h = width - left - right, height - top - bottom
+    step = w / max(len(rows), 1)
+
+    def y(v: float) -> float:
+        return top + h * (1 - min(max(v, 0.0), 1.0))
+
+    parts = [f'<svg class="plot" role="img" aria-label="{escape(label)} per condition, with 95% intervals" '
+             f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">']
+    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
+        parts.append(f'<line x1="{left}" x2="{left + w}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="#e5e5e5"/>'
+                     f'<text x="{left - 4}" y="{y(tick) + 4:.1f}" text-anchor="end" font-size="10">{tick:.0%}</text>')
+    for i, (name, value, interval) in enumerate(rows):
+        x, bw = left + i * step + step * 0.15, step * 0.7
+        mid = x + bw / 2
+        tip = f"{escape(name)}: {value:.1%}" + (f" [{interval[0]:.1%}, {interval[1]:.1%}]" if interval else "")
+        parts.append(f'<rect class="bar" data-name="{escape(name)}" x="{x:.1f}" y="{y(value):.1f}" width="{bw:.1f}" '
+                     f'height="{top + h - y(value):.1f}" fill="{colour(i)}"><title>{tip}</title></rect>')
+        if interval is not None:
+            lo, hi = y(interval[0]), y(interval[1])
+            parts.append(f'<path class="interval" d="M{mid:.1f},{lo:.1f}V{hi:.1f}M{mid - 6:.1f},{lo:.1f}h12'
+                         f'M{mid - 6:.1f},{hi:.1f}h12" stroke="#222" stroke-width="1.2" fill="none"/>')
+        top_y = min(y(value), y(interval[1]) if interval else y(value))
+        parts.append(f'<text x="{mid:.1f}" y="{top_y - 4:.1f}" text-anchor="middle" font-size="11">{value:.0%}</text>'
+                     f'<text x="{mid:.1f}" y="{top + h + 14:.1f}" text-anchor="middle" font-size="11">'
+                     f'{escape(name)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
