@@ -26,6 +26,7 @@ BENCHMARKS = [
     ("train", []),
     ("coldstart", []),
     ("relevance", []),
+    ("page", []),
 ]
 
 
@@ -36,7 +37,7 @@ BENCHMARKS = [
 @click.option("--report-only", is_flag=True, help="Do not run anything; rebuild bench/REPORT.md from the JSON files.")
 def cli(quick: bool, only: tuple[str, ...], report_only: bool) -> None:
     """Run every benchmark (codec, retrieval, crossmodel, robustness, network, learn, train, coldstart,
-    relevance) and write bench/REPORT.md, which puts each figure beside the papers' and beside the
+    relevance, page) and write bench/REPORT.md, which puts each figure beside the papers' and beside the
     library a user would pick instead, and says where a paper's figure is out of reach.
 
     \b

@@ -291,6 +291,13 @@ def _rows_section(data: dict, columns: list[str]) -> str:
     return _table(columns, [[r.get(c) for c in columns] for r in data["rows"]])
 
 
+def _page_section(data: dict) -> str:
+    table = _table(["case", "median_ms", "max_ms", "rows_shown", "page_kb"],
+                   [[c.get(k) for k in ("case", "median_ms", "max_ms", "rows_shown", "page_kb")] for c in data["cases"]])
+    return (f"Library of {data['rows']:,} rows, journal at its bounds; median of {data['runs']} requests a case, "
+            f"1-minute load average {data.get('load_1min', '?')} on the shared 2-core machine.\n\n{table}")
+
+
 def _coldstart_section(data: dict) -> str:
     table = _rows_section(data, ["measure", "setup", "median_s", "min_s", "texts_per_s", "runs"])
     notes = [f"Library of {data['rows_in_library']:,} rows; query: \"{data['query']}\"."]
@@ -355,6 +362,9 @@ def write_report(results: Path) -> Path:
     relevance = _load(results, "relevance")
     sections += ["## Relevance threshold (`dso bench relevance`); paper: 0.6 for every space",
                  report_section(relevance) if relevance else "_not run_"]
+    page = _load(results, "page")
+    sections += ["## The node's page (`dso bench page`): a whole `GET /` on a 100k-row library; target 200 ms",
+                 _page_section(page) if page else "_not run_"]
     path = results.parent / "REPORT.md"
     path.write_text("\n\n".join(sections) + "\n")
     _update_readme(Path("README.md"), headline(results))
