@@ -292,8 +292,8 @@ def _rows_section(data: dict, columns: list[str]) -> str:
 
 
 def _page_section(data: dict) -> str:
-    table = _table(["case", "median_ms", "max_ms", "rows_shown", "page_kb"],
-                   [[c.get(k) for k in ("case", "median_ms", "max_ms", "rows_shown", "page_kb")] for c in data["cases"]])
+    columns = ["case", "median_ms", "max_ms", "rows_shown", "page_kb"]
+    table = _table(columns, [[c.get(k) for k in columns] for c in data["cases"]])
     return (f"Library of {data['rows']:,} rows, journal at its bounds; median of {data['runs']} requests a case, "
             f"1-minute load average {data.get('load_1min', '?')} on the shared 2-core machine.\n\n{table}")
 
