@@ -89,6 +89,20 @@ class Reputation:
     def snapshot(self) -> dict[str, float]:
         return dict(self._rep)
 
+    def state(self) -> dict[str, tuple[float, int, int]]:
+        """Every key moved from the initial state: (reputation, helped, harmed), to keep across restarts."""
+        return {k: (self.get(k), *self.outcomes(k)) for k in self._rep.keys() | self._outcomes.keys()}
+
+    def restore(self, state: dict[str, tuple[float, int, int]]) -> None:
+        """Keys as `state` gave them (a restarted receiver's); a value out of range is refused."""
+        for key, (rep, helped, harmed) in state.items():
+            if not 0.0 <= rep <= 1.0 or helped < 0 or harmed < 0:
+                raise ValueError(f"reputation of {key[:12]}…: ({rep!r}, {helped!r}, {harmed!r}) is out of range; "
+                                 "a reputation lies in [0, 1], outcome counts are ≥ 0")
+            self._rep[key] = float(rep)
+            if helped or harmed:
+                self._outcomes[key] = (int(helped), int(harmed))
+
     def forget(self, node_id: str) -> None:
         """Back to ``initial`` with no outcomes, as a key never seen (an operator's reset;
         `dsonet.network.standing`)."""

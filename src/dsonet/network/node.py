@@ -52,7 +52,7 @@ from dsonet.network.journal import Journal
 from dsonet.network.ledger import Ledger
 from dsonet.network.metrics import NodeMetrics
 from dsonet.network.publish import Publisher
-from dsonet.network.standing import Bans, check_key
+from dsonet.network.standing import Bans, Standings, check_key
 from dsonet.network.transport import Message, Transport
 
 log = logging.getLogger(__name__)
@@ -162,6 +162,7 @@ class Node:
         self.ledger = Ledger(self.library.db)
         self.journal = Journal(self.config.data_dir / "journal.sqlite")  # rounds and reputation, for the page
         self.bans = Bans(self.library.rows)
+        self.standings = Standings(self.library.rows.db, self.soup.reputation)  # reputation outlasts a restart
         self.ingest = Ingest(self.node_id, self.library, self.ledger, self.soup, self.bans, self._state, self._worker,
                              self.metrics, self.config.encode_texts, self._round_done, self.journal)
         c = self.config
@@ -170,6 +171,7 @@ class Node:
                                    c.max_batch_experiences, self._locked, self._aside)
 
     def _round_done(self, result: RoundResult) -> None:
+        self._save_standing()
         if self.on_round is not None:
             self.on_round(result)
 
@@ -326,6 +328,12 @@ class Node:
                     self.soup.record_outcome(signer, helped)
         self.journal.outcome([s for h in hits for s in h.sources if s != self.node_id], helped,
                              self.soup.reputation.get)
+        self._save_standing()
+
+    def _save_standing(self) -> None:
+        """Keep the keys' reputation in the file (on the ingest thread, which owns it)."""
+        with self._state:
+            self.standings.save()
 
     async def all(self) -> list[Experience]:
         return await self._locked(self.library.all)
@@ -376,6 +384,7 @@ class Node:
         check_key(key)
         lifted = await self._locked(self.bans.remove, key)
         await self._on_worker(self.soup.reputation.forget, key)  # reputation belongs to the ingest thread
+        await self._on_worker(self._save_standing)
         self.peers.pop(key, None)
         log.warning("key %s reset by the operator%s", key[:12], " (ban lifted)" if lifted else "")
         return {"node_id": key, "banned": False, "ban_lifted": lifted, "reputation": self.soup.reputation.get(key)}
