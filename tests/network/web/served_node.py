@@ -8,14 +8,14 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import uvicorn
+
 from dsonet.asgi import server_config
 from dsonet.encoders.registry import load_encoder
 from dsonet.learn.context import system_text
 from dsonet.network.api import create_app
 from dsonet.network.node import Node, NodeConfig
 from dsonet.network.transport import SENDER, InProcessHub, subject_for
-
-import uvicorn
 
 TOKEN = "page-token-7f3a"
 OWN = [("When sorting a list in Python, call sorted() and keep the original list.", "code.python"),

@@ -76,6 +76,9 @@ def test_lessons_with_html_and_script_from_a_peer_render_as_their_text(node, tmp
 
 def test_the_query_box_shows_the_hits_of_post_search_and_the_system_text_an_agent_gets(node, tmp_path):
     page = _page(node, tmp_path, ask=QUESTION)
+    form = page.by_id("ask-form")  # a GET form: submitting it loads the address this test loads
+    assert form.attrs["method"] == "get" and form.attrs["action"] == "/#ask"
+    assert [(i.attrs["name"], i.attrs["value"]) for i in form.find_all("input")][0] == ("ask", QUESTION)
     api = httpx.post(f"{node.url}/search", json={"query": QUESTION},
                      headers={"Authorization": f"Bearer {served.TOKEN}"}).json()
     shown = [r.attrs["data-lesson-id"] for r in page.by_id("ask-hits").find_all("tr") if "data-lesson-id" in r.attrs]
