@@ -21,7 +21,9 @@ fixed random orthonormal map, as in `dso bench codec`.
 
 Then the attacks that go around DeltaSoup, against one real node while 20 clients search it
 (`dsonet.bench.node_attacks`): a volume attack, a Sybil flood, a poisoned batch among honest
-ones, a takeover attempt; honest rows lost, attacker rows admitted, memory and search latency.
+ones, a takeover attempt, a deferred fill, and the attacks on trust (`dsonet.bench.trust_attacks`:
+a sleeper, eviction by volume, a reference shift); honest rows lost, attacker and lying rows
+admitted, the honest keys' reputation, memory and search latency.
 """
 
 from __future__ import annotations
@@ -270,7 +272,8 @@ def print_node_attacks(section: dict) -> None:
 def cli(quick: bool, repeats: int, node_only: bool, attacks: tuple[str, ...]) -> None:
     """Byzantine robustness: retrieval accuracy against the share of attacking nodes, one line
     per rule, one panel per attack; then attacks on one real node (volume, Sybil, a poisoned
-    batch, a takeover) while clients search it. Writes bench/results/robustness.json and
+    batch, a takeover, a deferred fill; a sleeper, eviction by volume, a reference shift) while
+    clients search it. Writes bench/results/robustness.json and
     robustness.png (robustness-quick.* with --quick).
 
     \b
