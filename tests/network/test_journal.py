@@ -45,7 +45,8 @@ def test_a_round_logs_what_each_sender_got_admitted_and_refused_by_which_rule(tm
     history = journal.history()
     assert {k: [(p.at_ms, p.reputation, p.cause) for p in v] for k, v in history.items()} == {
         ALICE.node_id: [(1_000, 0.55, "round")], MALLORY.node_id: [(1_000, 0.45, "round")]}
-    assert journal.totals()[MALLORY.node_id] == {"batches": 1, "admitted": 1, "refused": logged.refused}
+    assert journal.totals()[MALLORY.node_id] == {"batches": 1, "admitted": 1, "refused": logged.refused,
+                                                 "last_ms": 1_000}
     assert [r.seq for r in journal.rounds(sender=ALICE.node_id)] == [seq]
     assert journal.rounds(sender="someone else") == []
 
@@ -80,6 +81,20 @@ def test_both_logs_keep_only_their_newest_lines(tmp_path):
     journal.outcome(sybils, False, lambda _: 0.45, at_ms=20)
     held = journal.history()
     assert sum(len(v) for v in held.values()) == 7 and ALICE.node_id not in held  # the oldest went first
+
+
+def test_running_totals_add_up_every_round_and_keep_the_peers_most_recently_heard_from(tmp_path):
+    journal = Journal(tmp_path / "journal.sqlite", rounds=2, peers=2)
+    alice, mallory = _batch(ALICE, 2, "alice"), _batch(MALLORY, 2, "mallory")
+    for t in range(5):  # more rounds than the log keeps: the totals still count them all
+        journal.round(_round((alice, np.array([True, t % 2 == 0]), "filter: median")), at_ms=t, reputation=lambda _: .5)
+    assert journal.totals() == {ALICE.node_id: {"batches": 5, "admitted": 8, "refused": {"filter: median": 2},
+                                                "last_ms": 4}}
+    journal.round(_round((mallory, np.ones(2, bool), "")), at_ms=5, reputation=lambda _: 0.5)
+    journal.refused("0" * 64, "signature (whole batch)")
+    journal.round(RoundResult([], [], [], {}), at_ms=6, reputation=lambda _: 0.5)
+    assert list(journal.totals()) == ["0" * 64, MALLORY.node_id]  # alice, heard from least recently, went
+    assert list(journal.totals(limit=1)) == ["0" * 64]
 
 
 def test_a_damaged_log_is_moved_aside_and_a_new_one_started(tmp_path):

@@ -8,7 +8,9 @@ outcome). The node's page (`dsonet.network.web`) draws them.
 
 Both logs are bounded by count, oldest dropped first: `ROUNDS` rounds, `POINTS` reputation points
 per peer and `ALL_POINTS` in all (sender ids come from verified batches, but a Sybil can mint
-keys, so the total has its own bound). They live in their own SQLite file beside the library
+keys, so the total has its own bound). Each peer's running totals since the journal began (batches,
+rows admitted, rows refused by reason) are kept beside them for the `PEERS` most recently heard
+from: a page reads one row a peer, not every round. They live in their own SQLite file beside the library
 (``journal.sqlite``, 0600): a log is history, not the library, so it is written with
 ``synchronous=NORMAL`` (a power cut may lose the last rounds' lines, never the library's rows)
 and a damaged or missing log never stops the node from serving.
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 ROUNDS = 2000  # rounds kept (a busy node closes a round per read of the stream: hours to days of them)
 POINTS = 500  # reputation points kept per peer: enough for a plot, a few KB each
 ALL_POINTS = 100_000  # reputation points kept in all, whoever they belong to (~5 MB)
+PEERS = 10_000  # peers whose running totals are kept, the most recently heard from
 _REASON_CHARS = 120  # a refusal's reason is kept to its rule and a little context
 
 _SCHEMA = """
@@ -45,7 +48,10 @@ CREATE TABLE IF NOT EXISTS rounds (seq INTEGER PRIMARY KEY AUTOINCREMENT, at_ms 
     held INTEGER NOT NULL, refused TEXT NOT NULL, senders TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS reputation (seq INTEGER PRIMARY KEY AUTOINCREMENT, node_id TEXT NOT NULL,
     at_ms INTEGER NOT NULL, reputation REAL NOT NULL, cause TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS reputation_peer ON reputation (node_id, seq)"""
+CREATE INDEX IF NOT EXISTS reputation_peer ON reputation (node_id, seq);
+CREATE TABLE IF NOT EXISTS totals (node_id TEXT PRIMARY KEY, batches INTEGER NOT NULL, admitted INTEGER NOT NULL,
+    refused TEXT NOT NULL, last_ms INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS totals_recent ON totals (last_ms)"""
 
 
 @dataclass(frozen=True)
@@ -71,10 +77,13 @@ class Point(NamedTuple):  # a tuple: a page reads up to ALL_POINTS of them
 
 
 class Journal:
-    def __init__(self, path: str | Path, rounds: int = ROUNDS, points: int = POINTS, all_points: int = ALL_POINTS):
-        if min(rounds, points, all_points) < 1:
-            raise ValueError(f"rounds ({rounds}), points ({points}) and all_points ({all_points}) must be >= 1")
+    def __init__(self, path: str | Path, rounds: int = ROUNDS, points: int = POINTS, all_points: int = ALL_POINTS,
+                 peers: int = PEERS):
+        if min(rounds, points, all_points, peers) < 1:
+            raise ValueError(f"rounds ({rounds}), points ({points}), all_points ({all_points}) and peers ({peers}) "
+                             "must be >= 1")
         self.path, self.max_rounds, self.max_points, self.max_all = Path(path), rounds, points, all_points
+        self.max_peers = peers
         self._pending: dict[str, dict] = {}  # the round being gathered: sender -> counts (ingest thread only)
         self.db = _open(self.path)
 
@@ -113,7 +122,7 @@ class Journal:
                total["held"], json.dumps(dict(refused_all), sort_keys=True), json.dumps(senders, sort_keys=True))
         points = [(node_id, at_ms, reputation(node_id), "round") for node_id in sorted(senders)
                   if senders[node_id]["batches"]]
-        return self._write(row, points)
+        return self._write(row, points, senders, at_ms)
 
     def outcome(self, signers: Iterable[str], helped: bool, reputation: Callable[[str], float],
                 at_ms: int | None = None) -> None:
@@ -124,10 +133,12 @@ class Journal:
     def _sender(self, node_id: str) -> dict:
         return self._pending.setdefault(node_id[:64], _empty())
 
-    def _write(self, row: tuple | None, points: list[tuple]) -> int | None:
+    def _write(self, row: tuple | None, points: list[tuple], senders: dict | None = None, at_ms: int = 0) -> int | None:
         seq = None
         try:
-            with self.db:  # one transaction: the round, its points and the pruning
+            with self.db:  # one transaction: the round, its points, the totals and the pruning
+                if senders:
+                    self._add_totals(senders, at_ms)
                 if row is not None:
                     seq = self.db.execute("INSERT INTO rounds (at_ms, batches, rows, admitted, new, held, refused,"
                                           " senders) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row).lastrowid
@@ -144,6 +155,20 @@ class Journal:
         except sqlite3.Error as exc:  # the log is for reading; the node goes on without this line of it
             log.warning("journal %s: a line was not written: %s", self.path, exc)
         return seq
+
+    def _add_totals(self, senders: dict, at_ms: int) -> None:
+        for node_id, entry in senders.items():
+            held = self.db.execute("SELECT batches, admitted, refused FROM totals WHERE node_id = ?",
+                                   (node_id,)).fetchone() or (0, 0, "{}")
+            refused = Counter(json.loads(held[2]))
+            refused.update(entry["refused"])
+            self.db.execute("INSERT OR REPLACE INTO totals VALUES (?, ?, ?, ?, ?)",
+                            (node_id, held[0] + entry["batches"], held[1] + entry["admitted"],
+                             json.dumps(dict(refused), sort_keys=True), at_ms))
+        (n,) = self.db.execute("SELECT COUNT(*) FROM totals").fetchone()
+        if n > self.max_peers:  # the least recently heard from go first
+            self.db.execute("DELETE FROM totals WHERE node_id IN (SELECT node_id FROM totals ORDER BY last_ms"
+                            " LIMIT ?)", (n - self.max_peers,))
 
     def close(self) -> None:
         self.db.close()
@@ -174,17 +199,14 @@ class Journal:
                 (node_id, limit)).fetchall())] for node_id in node_ids}
         return {k: v for k, v in out.items() if v}
 
-    def totals(self) -> dict[str, dict]:
-        """Per sender, over the kept rounds: batches, rows admitted, and rows refused by reason."""
-        out: dict[str, dict] = {}
+    def totals(self, limit: int | None = None) -> dict[str, dict]:
+        """Per sender since the journal began, the most recently heard from first (``limit`` of them):
+        batches, rows admitted, rows refused by reason, and when it was last in a round (``last_ms``)."""
         with _reader(self.path) as db:
-            for (senders,) in db.execute("SELECT senders FROM rounds"):
-                for node_id, entry in json.loads(senders).items():
-                    total = out.setdefault(node_id, {"batches": 0, "admitted": 0, "refused": Counter()})
-                    total["batches"] += entry["batches"]
-                    total["admitted"] += entry["admitted"]
-                    total["refused"].update(entry["refused"])
-        return {k: {**v, "refused": dict(v["refused"])} for k, v in out.items()}
+            rows = db.execute("SELECT node_id, batches, admitted, refused, last_ms FROM totals"
+                              " ORDER BY last_ms DESC, node_id LIMIT ?", (-1 if limit is None else limit,)).fetchall()
+        return {node_id: {"batches": batches, "admitted": admitted, "refused": json.loads(refused), "last_ms": last_ms}
+                for node_id, batches, admitted, refused, last_ms in rows}
 
 
 def _empty() -> dict:

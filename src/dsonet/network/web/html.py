@@ -139,14 +139,20 @@ def library_section(state: dict[str, str], page: Page, reputation: dict[str, flo
     return "".join(out)
 
 
-def peers_section(peers: list[dict], history: dict[str, list], floor: float, now_ms: int | None = None) -> str:
+def peers_section(peers: list[dict], history: dict[str, list], floor: float, now_ms: int | None = None,
+                  most: int | None = None) -> str:
     """``peers``: node_id, reputation, banned, accepted, rejected, deferred, last_error, last_seen_ms,
-    and over the kept rounds: admitted (rows), refused {reason: rows}."""
+    plotted, and since the journal began: admitted (rows), refused {reason: rows}. ``history``: their
+    reputation points; ``most``: how many a page shows (said when reached)."""
     out = ['<section id="peers"><h2>Peers</h2>']
-    series = {short(k): [(p.at_ms, p.reputation) for p in v] for k, v in history.items()}
-    if series:
-        out.append(f'<p class="muted">Reputation, each peer\'s latest {PLOT_POINTS} moves (after rounds and reported '
-                   f'outcomes); the dashed line is the floor under which a peer\'s lessons are hidden.</p>')
+    if most is not None and len(peers) >= most:
+        out.append(f'<p class="muted">The {most} peers most recently heard from.</p>')
+    plotted = [p["node_id"] for p in peers if p.get("plotted") and history.get(p["node_id"])]
+    if plotted:
+        series = {short(k): [(p.at_ms, p.reputation) for p in history[k]] for k in plotted}
+        out.append(f'<p class="muted">Reputation of the {len(plotted)} peers most recently heard from, each one\'s '
+                   f'latest {PLOT_POINTS} moves (after rounds and reported outcomes); the dashed line is the floor '
+                   f'under which a peer\'s lessons are hidden.</p>')
         out.append(svg.line_plot(series, floor=floor))
         out.append('<p class="legend">' + "".join(f'<span><b>{_swatch(i)}</b>{e(name)}</span>'
                                                    for i, name in enumerate(series)) + "</p>")
@@ -155,10 +161,9 @@ def peers_section(peers: list[dict], history: dict[str, list], floor: float, now
     out.append('<table id="peer-table"><tr><th>peer</th><th>reputation</th><th>history</th><th>batches admitted</th>'
                '<th>rows admitted</th><th>deferred</th><th>rejected batches</th><th>refused rows, why</th>'
                '<th>last seen</th></tr>')
-    for i, p in enumerate(peers):
-        names = list(history)
-        spark = svg.sparkline([pt.reputation for pt in history.get(p["node_id"], [])[-SPARK_POINTS:]],
-                              colour_=svg.colour(names.index(p["node_id"]) if p["node_id"] in names else i))
+    for p in peers:
+        colour = svg.colour(plotted.index(p["node_id"])) if p["node_id"] in plotted else "#999"
+        spark = svg.sparkline([pt.reputation for pt in history.get(p["node_id"], [])[-SPARK_POINTS:]], colour_=colour)
         why = "; ".join(f"{e(reason)} ×{n}" for reason, n in sorted(p.get("refused", {}).items()))
         last = f'<br><span class="muted">last: {e(p["last_error"])}</span>' if p.get("last_error") else ""
         banned = ' <span class="bad">banned</span>' if p.get("banned") else ""

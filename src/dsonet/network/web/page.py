@@ -27,6 +27,7 @@ from dsonet.network.web.rows import Filters, FilterError, read_page
 SystemText = Callable[[list[str], list[str]], str]  # (this node's lessons, peers' lessons) -> the system message
 FIELDS = ("ask", "ask_domain", "text", "domain", "signer", "before", "after")
 ROUNDS_SHOWN = 30
+PEERS_SHOWN, PLOT_PEERS = 100, 10  # peers in the table, and in the plot, the most recently heard from
 HEADERS = {"Content-Security-Policy": html.CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
            "Cache-Control": "no-store", "X-Frame-Options": "DENY"}
 
@@ -57,7 +58,7 @@ def page_routes(node: Node, system_text: SystemText | None = None) -> APIRouter:
                         (now_ms - node.started_ms) / 1000),
             html.ask_section(state, answer, ask_error),
             html.library_section(state, rows, reputation, library_error, now_ms),
-            html.peers_section(peers, history, node.soup.reputation.floor, now_ms),
+            html.peers_section(peers, history, node.soup.reputation.floor, now_ms, PEERS_SHOWN),
             html.rounds_section(rounds, now_ms),
         ])
         status = 400 if ask_error or library_error else 200
@@ -84,21 +85,25 @@ async def _ask(node: Node, state: dict[str, str], system_text: SystemText | None
 
 
 async def _standing(node: Node) -> tuple[list[dict], dict, list]:
-    """Every peer the node knows now or logged before (a restart empties the counters, not the logs)."""
+    """The peers most recently heard from (`PEERS_SHOWN`), known now or logged before (a restart empties
+    the node's counters, not its journal), with their reputation points (the first `PLOT_PEERS` for
+    the plot, the rest for their sparklines), and the latest rounds."""
     keys = {k["node_id"]: k for k in await node.keys()}
     seen = {p["node_id"]: p["last_seen_ms"] for p in node.peer_list()}
     journal = node.journal
-    totals, history, rounds = await asyncio.to_thread(
-        lambda: (journal.totals(), journal.history(latest=html.PLOT_POINTS), journal.rounds(ROUNDS_SHOWN)))
+    totals, rounds = await asyncio.to_thread(lambda: (journal.totals(PEERS_SHOWN), journal.rounds(ROUNDS_SHOWN)))
+    recent = {k: max(seen.get(k, 0), totals.get(k, {}).get("last_ms", 0)) for k in set(keys) | set(totals)}
+    shown = sorted((k for k in recent if k != node.node_id), key=lambda k: (-recent[k], k))[:PEERS_SHOWN]
+    plotted, rest = shown[:PLOT_PEERS], shown[PLOT_PEERS:]
+    history = await asyncio.to_thread(lambda: {**journal.history(plotted, latest=html.PLOT_POINTS),
+                                               **journal.history(rest, latest=html.SPARK_POINTS)})
     peers = []
-    for node_id in sorted(set(keys) | set(totals) | set(history)):
-        if node_id == node.node_id:
-            continue
+    for node_id in shown:
         known = keys.get(node_id, {"node_id": node_id, "reputation": round(node.soup.reputation.get(node_id), 4),
                                    "banned": False})
         total = totals.get(node_id, {})
-        peers.append({**known, "last_seen_ms": seen.get(node_id, 0), "admitted": total.get("admitted", 0),
-                      "refused": total.get("refused", {})})
+        peers.append({**known, "last_seen_ms": recent[node_id], "admitted": total.get("admitted", 0),
+                      "refused": total.get("refused", {}), "plotted": node_id in plotted})
     return peers, history, rounds
 
 
