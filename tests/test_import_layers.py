@@ -5,6 +5,7 @@ included); and live, importing each layer in a fresh interpreter and looking at 
 """
 
 import ast
+import inspect
 import json
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import dsonet
+from dsonet.library import Library
 
 SRC = Path(dsonet.__file__).parent
 # lowest first; one number a layer, equal numbers are siblings that must not import each other
@@ -63,3 +65,27 @@ def test_only_the_codec_reaches_its_compiled_kernels():
     users = [str(path.relative_to(SRC)) for layer, path in _modules()
              if layer != "codec" and "_kernels" in path.read_text()]
     assert not users
+
+
+# A node's rooms, lowest first (see `dsonet.network.node`): ingest and publish keep their state in the
+# ledger and never import each other; the node builds them all.
+NODE_ROOMS = {"ledger": 0, "ingest": 1, "publish": 1, "node": 2}
+
+
+def test_a_nodes_rooms_import_only_rooms_below_them():
+    bad = []
+    for room, rank in NODE_ROOMS.items():
+        path = SRC / "network" / f"{room}.py"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dsonet.network."):
+                other = node.module.split(".")[2]
+                if other in NODE_ROOMS and other != room and NODE_ROOMS[other] >= rank:
+                    bad.append(f"network/{room}.py imports {node.module}")
+    assert not bad
+
+
+def test_the_library_takes_no_lock_from_its_caller():
+    """The node's turns on its lock are the node's (`dsonet.network.ingest`): the library offers steps."""
+    takes_lock = [name for name, fn in inspect.getmembers(Library, inspect.isfunction)
+                  if "lock" in inspect.signature(fn).parameters]
+    assert not takes_lock

@@ -113,8 +113,8 @@ def test_stage_2b_runs_where_the_deltas_lie_in_few_directions_and_not_in_a_flat_
         index = CodeIndex(2048, 2048, 3)
         codes = compress(x, 2048, rotation_seed=3)
         index.add(codes.signs, codes.scales, np.full(len(x), index.add_baseline(codes.baseline), np.int32))
-        assert (index.subspace.held >= SUBSPACE_SHARE) is on
-        assert index.subspace.codes.shape == ((SUBSPACE_DIM if on else 0), 2048)
+        assert (index.subspace.held >= SUBSPACE_SHARE) is on and index.subspace.on is on
+        assert index.subspace.codes.shape == (SUBSPACE_DIM, 2048)  # kept when off too: they tell drift
         q = x[7]
         rows, scores = index.search(q, 10, 64)
         assert rows[0] == 7 and np.all(np.diff(scores) <= 0)

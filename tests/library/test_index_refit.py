@@ -77,3 +77,24 @@ def test_an_eager_library_refits_as_it_writes(tmp_path, encoder, profile, monkey
         assert lib.search_index.index.sketch.n == 100
     with Library(tmp_path / "lib.sqlite", encoder=encoder, profile=profile, defer_merge=True) as lib:
         assert lib.search_index.index.sketch.n == 100  # a deferring library opens fitted
+
+
+def _other_topic(n: int, seed: int) -> np.ndarray:
+    """Unit vectors in 8 other directions of the same 96 coordinates: rows `_vectors` does not describe."""
+    lift = np.linalg.qr(np.random.default_rng(2).standard_normal((96, 8)))[0].T.astype(np.float32)
+    x = unit(n, seed, dim=8) @ lift
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_the_subspace_is_fitted_again_only_where_the_codes_drifted(small_thresholds):
+    """Grown ×4 on rows like those it was fitted on, the index keeps its subspace fit (a refit costs
+    seconds at d = 7680 and would find the same directions); grown on another topic, it refits."""
+    for later, drifted in ((_vectors(1800, 6), False), (_other_topic(1800, 6), True)):
+        index = CodeIndex(96, 32, 7)
+        _add(index, _vectors(600, 5))
+        first = index.subspace
+        assert first.fitted_at == 600 and first.on
+        _add(index, later)
+        assert index.subspace.fitted_at == 2400 and index.refit_due() is None
+        assert (index.subspace.codes is not first.codes) is drifted
+        assert first.still_fits(index, 2400) is not drifted

@@ -30,6 +30,9 @@ incrementally; the library rebuilds it from SQLite on open.
 
 Stages 1 and 2b are fitted to the library and fitted again as it grows (`refit_due`): at 2,048
 rows and every ×4 after for 2b, at 16,384 and every ×4 for the sketch, seconds each at d = 7680.
+Stage 2b is fitted again only where the codes drifted (`_Subspace.still_fits`, a few ms): where
+the rows added since its fit put about the share of their signal in its directions that the fit
+found, its fit is kept and counts as covering the rows seen (the ×4 schedule goes on from there).
 An index made with ``defer_refit`` leaves that work to its owner: `fit` reads only the rows
 present when the refit fell due (rows are only ever appended or masked), so it runs without
 the lock searches take, and `install` then shows the new fit, the sketch catching up on the rows
@@ -70,6 +73,12 @@ SUBSPACE_DIM = 128  # stage 2b: principal directions of the library's deltas the
 SUBSPACE_MIN_ROWS = 2048  # stage 2b needs this many rows to find those directions
 SUBSPACE_MIN_DIM = 8 * SUBSPACE_DIM  # ... many more sign bits than directions (1-bit decoding errs by ~K/d)
 SUBSPACE_SHARE = 0.95  # ... and runs only where they hold this share of the deltas' signal
+DRIFT_ROWS = 512  # rows added since stage 2b's fit that show whether the codes drifted (`_Subspace.still_fits`)
+# How far their share of signal in the fitted directions may fall under the fit's own share, and rise
+# over it. Directions estimated from the 1-bit codes of 2,048 rows hold less of rows they were not
+# fitted on: lifted MiniLM at d = 7680 (the robustness bench's round), fit 0.914, the next 6,144 rows
+# 0.827 (a refit on all 8,192: 0.913), 3,000 rows of another lift 0.016.
+DRIFT_DROP, DRIFT_RISE = 0.15, 0.02
 SUBSPACE_STEP = 1.25  # stage 2b's consistency step, in units of √(π / 8d) (measured at 10k: 1.0–1.5 alike, 1.75 less)
 REFINE_STEPS = 3
 REFINE_STEP = 1.5  # measured at 10k: 1.0 converges slower, 2.5 oscillates
@@ -195,8 +204,12 @@ class CodeIndex:
     def fit(self, due: Refit) -> Fitted:
         """Fit the stages ``due`` names on its rows only: needs no lock while writes only append
         rows and baselines or mask rows (arrays that grow are copied, never changed in place)."""
-        return Fitted(_Subspace.fit(self, due.rows) if due.subspace else None,
-                      _Sketch.fit(self, due.rows, due.baselines) if due.sketch else None)
+        subspace = None
+        if due.subspace:
+            held = self.subspace  # the installed fit: swapped by `install` only, so read once
+            subspace = held.kept_for(due.rows) if held is not None and held.still_fits(self, due.rows) else \
+                _Subspace.fit(self, due.rows)
+        return Fitted(subspace, _Sketch.fit(self, due.rows, due.baselines) if due.sketch else None)
 
     def install(self, fitted: Fitted) -> None:
         """Show a fit (holding the lock): the new sketch first sketches the rows and baselines added since."""
@@ -326,7 +339,7 @@ class CodeIndex:
         scores = self.score(q, rows, rotated_q)
         order = np.argsort(-scores, kind="stable")[:candidates]
         rows, scores = rows[order], scores[order]
-        if self.subspace is not None and len(self.subspace.codes) and len(rows):
+        if self.subspace is not None and self.subspace.on and len(rows):
             top = min(len(rows), max(REFINE_ROWS, 2 * k))
             scores = scores.copy()
             scores[:top] = self.subspace.score(self, rotated_q, rows[:top], scores[:top])
@@ -438,13 +451,45 @@ class _Subspace:
     """
 
     def __init__(self, directions: np.ndarray, fitted_at: int, held: float):
-        """``directions``: (K, d), none when the library's deltas are not that concentrated
-        (``held``: the share of their signal the top `SUBSPACE_DIM` directions hold)."""
+        """``directions``: (K, d); ``held``: the share of the deltas' signal they hold. The step runs
+        only where that is `SUBSPACE_SHARE` or more (`on`); the directions are kept either way, to
+        tell whether the codes drifted (`still_fits`)."""
         self.held = held
         step = np.maximum(np.abs(directions).max(1, initial=0.0), 1e-12) / 127  # (K,) int8 keeps each entry to 1% of its row's spread
         self.codes = np.rint(directions / step[:, None]).astype(np.int8)  # (K, d) in the codes' frame
         self.step = step.astype(np.float32)
         self.fitted_at = fitted_at
+
+    @property
+    def on(self) -> bool:
+        return self.held >= SUBSPACE_SHARE and len(self.codes) > 0  # a fit saved by older code kept none when off
+
+    def still_fits(self, index: CodeIndex, n: int) -> bool:
+        """Whether the rows added since the fit, up to ``n``, put about the share of their signal in
+        these directions that the fit found (no less than `DRIFT_DROP` under it, no more than
+        `DRIFT_RISE` over it): the codes have not drifted, so a refit would find the same stage.
+        Reads `DRIFT_ROWS` of those rows, the same ones for the same rows (a kept fit stays a
+        function of the rows it covers, as `fingerprint` assumes)."""
+        if not len(self.codes) or n <= self.fitted_at:
+            return False
+        sample = np.linspace(self.fitted_at, n - 1, min(DRIFT_ROWS, n - self.fitted_at)).astype(np.int64)
+        x = index.deltas(sample) * index.kappa[sample, None]  # (s, d) κΔ̂, as `fit` reads them
+        x -= x.mean(0)
+        v = self.codes.astype(np.float32) * self.step[:, None]  # (K, d)
+        v /= np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+        energy = index.group_size * (index.scales[sample] ** 2).sum(1)
+        kappa = index.kappa[sample]
+        noise = float(np.mean(kappa * (kappa - 1) * energy)) / index.dim  # per direction, as in `fit`
+        coords = x @ v.T  # (s, K)
+        captured = float(np.einsum("ij,ij->", coords, coords)) / len(x) - len(v) * noise
+        signal = float(np.einsum("ij,ij->", x, x)) / len(x) - noise * index.dim
+        return self.held - DRIFT_DROP <= captured / max(signal, 1e-12) <= self.held + DRIFT_RISE
+
+    def kept_for(self, n: int) -> "_Subspace":
+        """This fit, standing for the first ``n`` rows (`still_fits` said they did not drift)."""
+        kept = _Subspace.__new__(_Subspace)
+        kept.codes, kept.step, kept.held, kept.fitted_at = self.codes, self.step, self.held, n
+        return kept
 
     def state(self) -> dict[str, np.ndarray]:
         return {"codes": self.codes, "step": self.step, "fitted_at": np.int64(self.fitted_at), "held": np.float64(self.held)}
@@ -473,7 +518,7 @@ class _Subspace:
         held = (float(eigvals[top].sum()) - len(top) * noise * index.dim / len(x)) / max(signal, 1e-12)
         directions = eigvecs[:, top].T @ x
         directions /= np.maximum(np.linalg.norm(directions, axis=1, keepdims=True), 1e-12)
-        return cls(directions if held >= SUBSPACE_SHARE else directions[:0], n, held)
+        return cls(directions, n, held)
 
     def score(self, index: CodeIndex, rotated_q: np.ndarray, rows: np.ndarray, scores: np.ndarray) -> np.ndarray:
         """The candidates' estimates (``scores``, from the codes) after one consistency step inside V."""

@@ -164,10 +164,12 @@ class IngestResult:
 
 @dataclass(frozen=True)
 class Written:
-    """What one write changed, for the in-memory parts to follow: seqs to (re)index, seqs gone."""
+    """What one write changed, for the in-memory parts to follow: the rows to (re)index, as
+    `INDEX_COLUMNS` tuples in seq order (what was just written: the index need not read it back),
+    and the seqs gone."""
 
     result: IngestResult
-    changed: list[int]
+    rows: list[tuple]
     removed: list[int]
 
 
@@ -278,7 +280,8 @@ class RowStore:
         """Store rows in one transaction; ``signer`` None: each experience's provenance node id (local rows).
         ``within``: the caller's own statements on this connection, run inside that transaction."""
         now = int(time.time() * 1000)
-        added, dup, rejected, changed = [], 0, 0, []
+        added, dup, rejected = [], 0, 0
+        indexed: dict[int, tuple] = {}  # seq -> its INDEX_COLUMNS tuple, as written
         self.db.execute("BEGIN IMMEDIATE")
         try:
             if within is not None:
@@ -294,8 +297,8 @@ class RowStore:
                 digest = hashlib.sha256(sign_blob + scale_blob + np.asarray(baseline, "<f4").tobytes()).hexdigest()
                 vec = None if vectors is None or vectors[i] is None else np.asarray(vectors[i], "<f4").tobytes()
                 prov = exp.provenance
-                row = self.db.execute("SELECT seq, received, confidence, code_digest FROM experiences"
-                                      " WHERE id = ? AND signer = ?", (eid, who)).fetchone()
+                row = self.db.execute("SELECT seq, received, confidence, code_digest, vector IS NOT NULL"
+                                      " FROM experiences WHERE id = ? AND signer = ?", (eid, who)).fetchone()
                 if row is None:
                     seq = self.db.execute(
                         "INSERT INTO experiences (id, signer, text, domain, confidence, model, timestamp_ms, iteration,"
@@ -304,7 +307,8 @@ class RowStore:
                         (eid, who, exp.text, exp.domain, float(exp.confidence), prov.model, prov.timestamp_ms,
                          prov.iteration, eid, sign_blob, scale_blob, bid, digest, int(received), vec, now)).lastrowid
                     added.append(eid)
-                    changed.append(seq)
+                    indexed[seq] = (seq, eid, who, exp.domain, sign_blob, scale_blob, bid, int(vec is not None),
+                                    int(not received), float(exp.confidence))
                     continue
                 dup += 1
                 if (-int(received), float(exp.confidence), -_rank(digest)) > (-row[1], row[2], -_rank(row[3])):
@@ -313,12 +317,15 @@ class RowStore:
                         " baseline_id=?, code_digest=?, received=?, vector=COALESCE(?, vector) WHERE seq=?",
                         (float(exp.confidence), prov.model, prov.timestamp_ms, prov.iteration, sign_blob, scale_blob,
                          bid, digest, int(received), vec, row[0]))
-                    changed.append(row[0])
+                    indexed[row[0]] = (row[0], eid, who, exp.domain, sign_blob, scale_blob, bid,
+                                       int(vec is not None or bool(row[4])), int(not received), float(exp.confidence))
             evicted = self._evict_over_capacity()
             self.db.execute("COMMIT")
         except BaseException as exc:
             self._rollback(exc)
-        return Written(IngestResult(added, dup, rejected, [e for e, _ in evicted]), changed, [s for _, s in evicted])
+        gone = [s for _, s in evicted]
+        kept = sorted(indexed.keys() - set(gone))  # a row evicted in its own write is not indexed
+        return Written(IngestResult(added, dup, rejected, [e for e, _ in evicted]), [indexed[s] for s in kept], gone)
 
     def _rollback(self, exc: BaseException) -> None:
         """Undo the open transaction and re-raise; a failing disk or lock becomes a `StorageError`."""
@@ -418,18 +425,11 @@ class RowStore:
 
     # ------------------------------------------------------------------ reading
 
-    def index_rows(self, seqs: list[int] | None = None) -> Iterable[list[tuple]]:
-        """Chunks of `INDEX_COLUMNS` tuples, in seq order: every row, or the given seqs."""
-        if seqs is None:
-            cur = self.db.execute(f"SELECT {INDEX_COLUMNS} FROM experiences ORDER BY seq")
-            while chunk := cur.fetchmany(8192):
-                yield chunk
-            return
-        for start in range(0, len(seqs), 400):
-            part = seqs[start : start + 400]
-            marks = ",".join("?" * len(part))
-            yield self.db.execute(f"SELECT {INDEX_COLUMNS} FROM experiences WHERE seq IN ({marks}) ORDER BY seq",
-                                  part).fetchall()
+    def index_rows(self) -> Iterable[list[tuple]]:
+        """Chunks of `INDEX_COLUMNS` tuples of every row, in seq order (what an open indexes)."""
+        cur = self.db.execute(f"SELECT {INDEX_COLUMNS} FROM experiences ORDER BY seq")
+        while chunk := cur.fetchmany(8192):
+            yield chunk
 
     def get(self, exp_id: str) -> Experience | None:
         row = self.db.execute(f"SELECT * FROM experiences WHERE id = ? ORDER BY {PREFERRED} LIMIT 1", (exp_id,)).fetchone()

@@ -71,10 +71,11 @@ class RowIndex:
             self._row_of[seq] = i
             self._rows_of_id.setdefault(eid, set()).add(i)
 
-    def refresh(self, changed: list[int], removed: list[int]) -> set[str]:
-        """Follow a committed write: changed seqs (re)indexed, removed ones masked. Returns the
-        domains whose rows changed."""
-        gone = [self._row_of.pop(s) for s in [*changed, *removed] if s in self._row_of]
+    def refresh(self, written: list[tuple], removed: list[int]) -> set[str]:
+        """Follow a committed write: the rows it wrote (`INDEX_COLUMNS` tuples, as `RowStore.write`
+        hands them back, not read from the file again) (re)indexed, removed seqs masked. Returns
+        the domains whose rows changed."""
+        gone = [self._row_of.pop(s) for s in [*(r[0] for r in written), *removed] if s in self._row_of]
         self.index.remove(np.array(gone, np.int64))
         for r in gone:
             rows = self._rows_of_id[self.ids[r]]
@@ -82,10 +83,9 @@ class RowIndex:
             if not rows:
                 del self._rows_of_id[self.ids[r]]
         domains = {self.domains[r] for r in gone}
-        for chunk in self.store.index_rows(sorted(changed)):
-            if chunk:
-                self._append(chunk)
-                domains.update(r[3] for r in chunk)
+        if written:
+            self._append(written)
+            domains.update(r[3] for r in written)
         return domains
 
     def row(self, seq: int) -> int | None:

@@ -247,7 +247,7 @@ class Library:
     def _write(self, exps, signer, signs, scales, baseline, vectors, received: bool,
                within: Callable[[], None] | None = None) -> IngestResult:
         written = self.rows.write(exps, signer, signs, scales, baseline, vectors, received, within)
-        self._view_changed(self.search_index.refresh(written.changed, written.removed))
+        self._view_changed(self.search_index.refresh(written.rows, written.removed))
         return written.result
 
     def _view_changed(self, domains: set[str]) -> None:
