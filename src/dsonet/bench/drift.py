@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from dsonet.aggregate import DeltaSoupConfig
+from dsonet.bench.html_report import conditions_from_learn_row, write_html_report
 from dsonet.bench.report import RESULTS_DIR, format_table, write_results
 from dsonet.codec import make_batch
 from dsonet.encoders.cache import cache_dir
@@ -457,6 +458,13 @@ def combine(paths: list[Path], out: str = "learn-drift", quick: bool = False) ->
     path = write_results(out, {"rows": rows, "context": GITCHAMELEON, "combined_from": [Path(p).name for p in paths],
                                "plan": parts[0]["plan"], "reflector": parts[0]["reflector"]}, quick=quick)
     plot(rows, path.with_suffix(".png"))
+    first = parts[0]["facts"]
+    write_html_report(path.with_suffix(".html"), f"dso bench learn --family drift ({rows[0]['llm']})",
+                      conditions_from_learn_row(rows[0]),
+                      lessons=[{"text": t, "node": n["node"], "agent": n["agent"]} for n in first["learning"]
+                               for t in n["lessons"]],
+                      example=first.get("example"), notes=[f"seed {first['seed']}'s lessons and example; "
+                                                           f"{len(parts)} result files pooled: {', '.join(Path(p).name for p in paths)}"])
     return path
 
 

@@ -70,6 +70,7 @@ def demo(json_out: Path, fresh_answers: bool, **options) -> None:
       dso demo --facts 6 --eval-per-fact 4     # a smaller run
       dso demo --llm http://localhost:8000/v1 --model Qwen/Qwen2.5-Coder-7B-Instruct
     """
+    from dsonet.bench.html_report import conditions_from_demo, write_html_report
     from dsonet.demo import DemoConfig, format_report, run_demo
 
     if fresh_answers:
@@ -77,5 +78,8 @@ def demo(json_out: Path, fresh_answers: bool, **options) -> None:
     report = asyncio.run(run_demo(DemoConfig(**options), echo=click.echo))
     click.echo(format_report(report))
     json_out.parent.mkdir(parents=True, exist_ok=True)
-    json_out.write_text(json.dumps(report.to_dict(), indent=1, default=str) + "\n")
-    click.echo(f"wrote {json_out}")
+    results = report.to_dict()
+    json_out.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    page = write_html_report(json_out.with_suffix(".html"), "dso demo: a fleet of coding agents learns its libraries",
+                             conditions_from_demo(results), lessons=results["lessons"], example=results["example"])
+    click.echo(f"wrote {json_out} and {page}")
