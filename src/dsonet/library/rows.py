@@ -60,6 +60,7 @@ CREATE TABLE IF NOT EXISTS experiences (
     UNIQUE (id, signer)
 );
 CREATE INDEX IF NOT EXISTS experiences_id ON experiences (id);
+CREATE INDEX IF NOT EXISTS experiences_signer ON experiences (signer, received);
 CREATE TABLE IF NOT EXISTS tombstones (id TEXT NOT NULL, signer TEXT NOT NULL, deleted_ms INTEGER NOT NULL,
                                        PRIMARY KEY (id, signer));
 CREATE TABLE IF NOT EXISTS evicted (id TEXT NOT NULL, signer TEXT NOT NULL, PRIMARY KEY (id, signer));
@@ -356,6 +357,7 @@ class RowStore:
         (n,) = self.db.execute("SELECT COUNT(*) FROM experiences").fetchone()
         if n <= self.capacity:
             return []
+        # from the (signer, received) index alone: a full library is at capacity at every write
         held = dict(self.db.execute("SELECT signer, COUNT(*) FROM experiences WHERE received = 1 GROUP BY signer"))
         # no standing given (a library outside a node): every peer its own share
         standing = {s: TRUSTED if self.standing is None else self.standing(s) for s in held}
