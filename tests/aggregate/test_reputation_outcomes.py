@@ -129,3 +129,27 @@ def test_a_lone_batch_refused_beside_one_keys_rows_costs_its_key_nothing():
     signers = tuple(f"trusted-{i % 4}" for i in range(64))  # four outcome-trusted keys agree
     result, honest = _lone_round(agreed, Reference(copier, signers))
     assert result.keep[0].mean() < 0.5 and agreed.reputation.get(honest) == pytest.approx(0.45)
+
+
+def test_keys_in_the_round_agree_only_when_trusted_by_outcomes():
+    """Sybil keys add nothing: five fresh keys on one topic do not make a newcomer on another pay; two
+    keys trusted by outcomes do."""
+    from dsonet.codec import make_batch
+    from dsonet.experience import Experience
+    from dsonet.identity import NodeIdentity
+
+    paid = []
+    for trusted in (False, True):
+        soup = DeltaSoup(DeltaSoupConfig(seed=0), [PROFILE], rule="median")
+        for k in range(5):
+            key = NodeIdentity.from_seed(f"crowd-{k}".encode())
+            if trusted and k < 2:
+                for _ in range(5):
+                    soup.record_outcome(key.node_id, helped=True)
+            exps = [Experience(f"When crowd case {k}.{i} comes, do {i}.", "math.test") for i in range(20)]
+            soup.submit(make_batch(exps, _topic(0, 20, seed=10 + k), PROFILE, key, timestamp_ms=NOW).to_msgpack(),
+                        now_ms=NOW)
+        result, honest = _lone_round(soup, None)
+        assert result.keep[-1].mean() < 0.5  # the newcomer's rows are refused either way
+        paid.append(soup.reputation.get(honest) < 0.5)
+    assert paid == [False, True]
