@@ -223,3 +223,22 @@ def test_search_by_text_stops_at_max_tokens_and_retrieve_is_an_alias(tmp_path, e
         hits = lib.retrieve(texts[0], k=5, min_similarity=-1.0, max_tokens=2048)
         assert len(hits) == 4 and hits[0].experience.text == texts[0]
         assert len(lib.search(texts[0], k=5, min_similarity=-1.0, max_tokens=15)) == 1  # one 12-token line fits
+
+
+def test_the_reference_pool_decodes_each_row_once_while_it_stays_in_the_pool(tmp_path, encoder, profile):
+    with open_lib(tmp_path, encoder, profile) as lib:
+        lib.add_vectors(experiences(5, seed=1), unit(5, 1))
+        first = lib.reference_vectors(8)
+        read, vectors = [], lib.search_index.vectors
+
+        def counted(rows):
+            read.append(len(rows))
+            return vectors(rows)
+
+        lib.search_index.vectors = counted
+        again = lib.reference_vectors(8)
+        lib.add_vectors(experiences(1, seed=2), unit(1, 2))
+        grown = lib.reference_vectors(8)
+        assert read == [1]  # the next round's pool read nothing again; a new own row is read alone
+        np.testing.assert_array_equal(again.vectors, first.vectors)
+        np.testing.assert_array_equal(grown.vectors, vectors(lib.search_index.own_rows()))

@@ -91,6 +91,7 @@ class Library:
         self.defer_merge = defer_merge
         standing = None if trust is None or trusted is None else (lambda signer: standing_of(trust(signer), trusted))
         self.rows = RowStore(self.path, capacity, standing=standing)
+        self._reference: dict[int, np.ndarray] = {}  # index row -> vector, of the last reference pool
         self.profile: Profile | None = None  # known once bound to the file's profile
         try:  # reads the profile and every row's code: where the file's pages are broken, SQLite says so here
             self.profile = self._bind_profile(profile)
@@ -408,7 +409,18 @@ class Library:
                      if not idx.own[r] and trusted[idx.signers[r]]]
             picked = capped_per_signer(peers, idx.signers, limit - len(rows), limit)
             rows = np.concatenate([rows, np.array(picked, np.int64)])
-        return Reference(idx.vectors(rows), tuple(idx.signers[r] for r in rows.tolist())) if len(rows) else None
+        return Reference(self._reference_vectors(rows), tuple(idx.signers[r] for r in rows.tolist())) \
+            if len(rows) else None
+
+    def _reference_vectors(self, rows: np.ndarray) -> np.ndarray:
+        """The rows' vectors, each decoded (or read from the file) once while it stays in the reference,
+        not every round: an index row never changes (a changed row is appended again)."""
+        had = self._reference
+        new = [r for r in rows.tolist() if r not in had]
+        if new:
+            had = {**had, **dict(zip(new, self.search_index.vectors(np.array(new, np.int64))))}
+        self._reference = {r: had[r] for r in rows.tolist()}  # only the current pool is kept (≤ limit rows)
+        return np.stack(list(self._reference.values()))
 
     def vectors(self, ids: list[str]) -> np.ndarray:
         """Each id's vector: the float where held, else its reconstruction ê, (len(ids), d)."""
