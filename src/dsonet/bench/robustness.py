@@ -295,6 +295,7 @@ def cli(quick: bool, repeats: int, node_only: bool, attacks: tuple[str, ...]) ->
         path = RESULTS_DIR / ("robustness-quick.json" if quick else "robustness.json")
         kept = json.loads(path.read_text()) if path.exists() else {}
         kept.pop("machine", None)
+        section = {**kept.get("node_attacks", {}), **section}  # what a run does not write stays (before_issue_24)
         if attacks:  # the other attacks' rows stay as last measured
             ran = {r["attack"] for r in section["rows"]}
             old = [r for r in kept.get("node_attacks", {}).get("rows", []) if r["attack"] not in ran]
