@@ -151,7 +151,9 @@ def headline(results: Path) -> str:
         rows.append([f"library drift, held-out, without → own → fleet ({r['llm']}, n = {r['n_eval']} × {r['seeds']})",
                      "GitChameleon (other tasks and models): GPT-4o pass@10 39.9%, 43.7% with error feedback",
                      f"{100 * r['accuracy_without']:.1f}% → {100 * r['accuracy_with']:.1f}% → "
-                     f"{100 * r['accuracy_fleet']:.1f}% (fleet − without {r['ci95_fleet']})",
+                     f"{100 * r['accuracy_fleet']:.1f}% (fleet − without, paired 95%: {_points(r['ci95_fleet'])}; "
+                     f"fleet − own {_points(r['ci95_fleet_vs_own'])}; poison alone − without "
+                     f"{_points(r['ci95_poison_only'])}; after feedback − fleet {_points(r['ci95_after_feedback_vs_fleet'])})",
                      f"neutral text {100 * r['accuracy_neutral']:.1f}%; the hand-written lesson "
                      f"{100 * r['accuracy_reference']:.1f}%", "learn --family drift"])
     learn = _load(results, "learn")
@@ -166,6 +168,11 @@ def headline(results: Path) -> str:
     if not rows:
         return "No benchmark results yet: run `dso bench all`."
     return _table(["claim", "paper", "dsonet (measured here)", "alternative, same run", "benchmark"], rows)
+
+
+def _points(ci: list[float]) -> str:
+    """A paired interval of shares in percentage points: [+1.3, +12.5]."""
+    return f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}] points"
 
 
 def _drift_notes(drift: dict) -> str:
