@@ -288,6 +288,7 @@ class RowStore:
             if within is not None:
                 within()
             bid = self._baseline_id(baseline)
+            base_blob = np.asarray(baseline, "<f4").tobytes()  # in every row's code digest: converted once
             keys = [(e.id, e.provenance.node_id if signer is None else signer) for e in exps]
             blocked = self.blocked(keys)
             for i, (exp, (eid, who)) in enumerate(zip(exps, keys)):  # per-record SQL; vector work is the index's
@@ -295,7 +296,7 @@ class RowStore:
                     rejected += 1
                     continue
                 sign_blob, scale_blob = signs[i].astype("<u4").tobytes(), scales[i].astype("<f4").tobytes()
-                digest = hashlib.sha256(sign_blob + scale_blob + np.asarray(baseline, "<f4").tobytes()).hexdigest()
+                digest = _code_digest(sign_blob, scale_blob, base_blob)
                 vec = None if vectors is None or vectors[i] is None else np.asarray(vectors[i], "<f4").tobytes()
                 prov = exp.provenance
                 row = self.db.execute("SELECT seq, received, confidence, code_digest, vector IS NOT NULL"
@@ -487,6 +488,13 @@ def row_code(rows: list[tuple], group_size: int, dim: int) -> tuple[np.ndarray, 
     signs = np.frombuffer(b"".join(r[COLUMN["signs"]] for r in rows), "<u4").reshape(len(rows), g, n_words)
     scales = np.frombuffer(b"".join(r[COLUMN["scales"]] for r in rows), "<f4").reshape(len(rows), g)
     return signs, scales, [r[COLUMN["baseline_id"]] for r in rows]
+
+
+def _code_digest(signs: bytes, scales: bytes, baseline: bytes) -> str:
+    """SHA-256 of a row's code: signs, scales, then the baseline (30 KB at d = 7680, not copied again)."""
+    h = hashlib.sha256(signs + scales)
+    h.update(baseline)
+    return h.hexdigest()
 
 
 def _rank(digest: str) -> int:
