@@ -49,16 +49,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 from dataclasses import dataclass
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from dsonet.codec import kernels
 from dsonet.codec.bitdelta import words_per_group
 from dsonet.codec.rotation import get_rotation
 from dsonet.codec.threads import run_chunks
+from dsonet.library.eigen import one_blas_thread, top_eigh
 
 _GROW = 1.125  # capacity growth of the row arrays: amortised O(1) appends, at most 12.5% slack
 SKETCH_DIM = 64  # principal directions in the coarse sketch
@@ -83,7 +82,6 @@ DRIFT_DROP, DRIFT_RISE = 0.15, 0.02
 SUBSPACE_STEP = 1.25  # stage 2b's consistency step, in units of √(π / 8d) (measured at 10k: 1.0–1.5 alike, 1.75 less)
 REFINE_STEPS = 3
 REFINE_STEP = 1.5  # measured at 10k: 1.0 converges slower, 2.5 oscillates
-_EIGH_SEED = 0x5EED_E16  # the start of `top_eigh`'s iteration
 # Part of every fingerprint: raise it when a stage's fit or saved arrays change meaning, and saved fits are refitted.
 FIT_FORMAT = 1
 
@@ -98,48 +96,6 @@ def _byte_table(q8: np.ndarray) -> np.ndarray:
     for k in range(8):
         table = np.concatenate([table, table + q8[:, k : k + 1]], axis=1)
     return np.ascontiguousarray(table)
-
-
-_BLAS = ThreadpoolController()  # numpy's BLAS, found once (12 µs a limit, against 0.5 ms for threadpool_limits)
-_ONE_THREAD = threading.Lock()  # the limit is process-wide: nested windows from two threads would restore it wrongly
-
-
-def top_eigh(gram: np.ndarray, k: int, oversample: int = 64, steps: int = 6) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` largest eigenvalues of a symmetric (s × s) matrix, descending, and their eigenvectors
-    (s, k), by subspace iteration from a seeded start (the same input gives the same answer). A full
-    `np.linalg.eigh` of the 2,048-row Gram a fit reads took 3.4 s on one busy core, this 0.6 s; on
-    lifted MiniLM (a flat spectrum, the slow case) the top 128 directions' span agrees with it to
-    cosine 0.9994 or more and their eigenvalues' sum to 1e-5. Small matrices are solved in full."""
-    s = len(gram)
-    if s <= 2 * (k + oversample):
-        vals, vecs = _small_eigh(gram)
-        top = np.argsort(vals)[::-1][:k]
-        return vals[top], vecs[:, top]
-    q = gram @ np.random.default_rng(_EIGH_SEED).standard_normal((s, k + oversample)).astype(gram.dtype)
-    for _ in range(steps):  # each step sharpens the span towards the top eigenvectors
-        q = gram @ _orthonormal(q).astype(gram.dtype)
-    q = _orthonormal(q)
-    vals, vecs = _small_eigh(q.T @ (gram @ q))  # (k + p)², the small projected problem
-    top = np.argsort(vals)[::-1][:k]
-    return vals[top].astype(gram.dtype), (q @ vecs[:, top]).astype(gram.dtype)
-
-
-def _orthonormal(q: np.ndarray) -> np.ndarray:
-    """An orthonormal basis (float64) of q's columns (s × m, m small) through its (m × m) Gram, twice
-    (once is accurate only to that Gram's condition). LAPACK's Householder QR, many small threaded
-    calls, crawled on a busy 2-core machine: 8 of them at 2048 × 192 took 11.6 s, these 1.0 s."""
-    q = q.astype(np.float64)
-    for _ in range(2):
-        vals, vecs = _small_eigh(q.T @ q)
-        q = q @ (vecs / np.sqrt(np.maximum(vals, vals[-1] * 1e-15)))
-    return q
-
-
-def _small_eigh(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`np.linalg.eigh` of a small matrix on one BLAS thread (a window of milliseconds): LAPACK's
-    threads on a 192 × 192 problem waited 0.65 s a call for each other on a busy 2-core machine."""
-    with _ONE_THREAD, _BLAS.limit(limits=1):
-        return np.linalg.eigh(m)
 
 
 def matvec(m: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -568,7 +524,7 @@ class _Subspace:
         v, step = self.codes.astype(np.float32), self.step  # V = step ⊙ v, (K, d)
         deltas = index.deltas(rows) * index.kappa[rows, None]  # (m, d) κΔ̂
         # one thread: on a busy machine two BLAS threads took 220 ms for a product one does in 1 ms
-        with _ONE_THREAD, _BLAS.limit(limits=1):
+        with one_blas_thread():
             c0 = (deltas @ v.T) * step  # (m, K) the linear estimate's coordinates
             miss = np.sign(deltas) - np.sign((c0 * step) @ v)  # (m, d) ±2 where V's reconstruction has the wrong sign
             norm0 = np.linalg.norm(c0, axis=1, keepdims=True)
