@@ -70,7 +70,9 @@ def test_the_cli_example_finds_its_lesson_and_says_why_when_it_finds_none(tmp_pa
 def test_the_python_example_runs_as_written_and_finds_its_lesson(capsys):
     code = block("python", 'Library("library.sqlite")')
     exec(compile(code, "README.md", "exec"), {})
-    assert "When a ratio is asked, simplify the fraction by the greatest common divisor." in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "When a ratio is asked, simplify the fraction by the greatest common divisor." in out
+    assert "\n- When a ratio is asked, simplify the fraction" in out  # injected as the learner does: a bullet
 
 
 def test_the_langchain_example_finds_the_lesson_the_python_example_added():

@@ -215,12 +215,12 @@ def test_readers_read_while_a_writer_holds_a_transaction(tmp_path, encoder, prof
         reader.close()
 
 
-def test_search_by_text_stops_at_max_tokens_and_retrieve_is_an_alias(tmp_path, encoder, profile):
+def test_search_by_text_stops_at_max_tokens(tmp_path, encoder, profile):
     with open_lib(tmp_path, encoder, profile) as lib:
         texts = [f"When pattern {i} shows up, try approach {i} first" for i in range(4)]
         for t in texts:
             lib.add(t)
-        hits = lib.retrieve(texts[0], k=5, min_similarity=-1.0, max_tokens=2048)
+        hits = lib.search(texts[0], k=5, min_similarity=-1.0, max_tokens=2048)
         assert len(hits) == 4 and hits[0].experience.text == texts[0]
         assert len(lib.search(texts[0], k=5, min_similarity=-1.0, max_tokens=15)) == 1  # one 12-token line fits
 

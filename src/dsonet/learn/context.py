@@ -21,10 +21,9 @@ import numpy as np
 
 from dsonet.learn.llm import Message
 from dsonet.library.policy import K, MIN_SIMILARITY
-from dsonet.library.policy import MAX_TOKENS as CONTEXT_TOKENS
 from dsonet.library.policy import RetrievalPolicy as Retrieval  # one policy object, defined by the library
 
-__all__ = ["CONTEXT_TOKENS", "K", "MIN_SIMILARITY", "Retrieval", "Injection", "best_scores", "inject",
+__all__ = ["K", "MIN_SIMILARITY", "Retrieval", "Injection", "best_scores", "inject",
            "measured_threshold", "messages", "system_text"]
 
 SYSTEM = "You are a careful problem solver."

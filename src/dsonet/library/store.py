@@ -433,8 +433,6 @@ class Library:
         q = self.encoder.encode([query], kind="query")[0]
         return self.search_vector(q, k, min_similarity, domain, max_tokens)
 
-    retrieve = search
-
     def search_vector(self, q: np.ndarray, k: int = K, min_similarity: float | None = None,
                       domain: str | None = None, max_tokens: int = MAX_TOKENS) -> Hits:
         """`search` for a query vector in the profile's space (the caller encoded it once already)."""
