@@ -12,6 +12,7 @@ from lib_helpers import experiences, unit
 from dsonet.codec import Profile
 from dsonet.library import Library
 from dsonet.library import index as index_module
+from dsonet.library import index_stages
 from dsonet.library.index import CodeIndex
 
 PROFILE = Profile(96, 32, "test:fits", rotation_seed=7)
@@ -24,8 +25,8 @@ def small_thresholds(monkeypatch):
     monkeypatch.setattr(index_module, "SKETCH_MIN_ROWS", 1024)
     monkeypatch.setattr(index_module, "SUBSPACE_MIN_ROWS", 512)
     monkeypatch.setattr(index_module, "SUBSPACE_MIN_DIM", 64)
-    monkeypatch.setattr(index_module, "SUBSPACE_DIM", 8)
-    monkeypatch.setattr(index_module, "SKETCH_DIM", 8)
+    monkeypatch.setattr(index_stages, "SUBSPACE_DIM", 8)
+    monkeypatch.setattr(index_stages, "SKETCH_DIM", 8)
 
 
 def _vectors(n: int, seed: int) -> np.ndarray:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dsonet.codec import compress
-from dsonet.library import Library, index as index_module
+from dsonet.library import Library, index as index_module, index_stages
 from dsonet.library.index import CodeIndex
 from lib_helpers import experiences, unit
 
@@ -17,8 +17,8 @@ def small_thresholds(monkeypatch):
     monkeypatch.setattr(index_module, "SKETCH_MIN_ROWS", 1024)
     monkeypatch.setattr(index_module, "SUBSPACE_MIN_ROWS", 512)
     monkeypatch.setattr(index_module, "SUBSPACE_MIN_DIM", 64)
-    monkeypatch.setattr(index_module, "SUBSPACE_DIM", 8)
-    monkeypatch.setattr(index_module, "SKETCH_DIM", 8)
+    monkeypatch.setattr(index_stages, "SUBSPACE_DIM", 8)
+    monkeypatch.setattr(index_stages, "SKETCH_DIM", 8)
 
 
 def _vectors(n: int, seed: int) -> np.ndarray:

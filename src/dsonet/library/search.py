@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from dsonet.codec.batch import Profile
-from dsonet.library.index import CodeIndex, matvec
+from dsonet.library.eigen import matvec
+from dsonet.library.index import CodeIndex
 from dsonet.library.rows import RowStore
 from dsonet.library.saved_fit import fit_on_open
 
