@@ -11,10 +11,12 @@ feedback phase (`report`).
 
     run.py        DemoConfig and run_demo: the steps, top to bottom
     adversary.py  the Byzantine nodes' attacks, and the poison as sent
-    report.py     the typed report, and format_report
+    report.py     the typed report, built from what the run counted
+    text.py       format_report: the report as printed
 """
 
-from dsonet.demo.report import DemoReport, format_report
+from dsonet.demo.report import DemoReport
+from dsonet.demo.text import format_report
 from dsonet.demo.run import DemoConfig, run_demo
 from dsonet.sim.nodes import Fleet, InProcessFleet, NodeState
 
