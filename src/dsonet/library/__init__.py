@@ -1,9 +1,10 @@
 """The node's local experience library: storage, retrieval over compressed codes, merge."""
 
 from dsonet.library.dedup import duplicate_clusters
+from dsonet.library.errors import LibraryError, StorageError
 from dsonet.library.merge import MergeRule
 from dsonet.library.policy import RetrievalPolicy, default_min_similarity, estimate_tokens
-from dsonet.library.rows import IngestResult, LibraryError, StorageError
+from dsonet.library.rows import IngestResult
 from dsonet.library.store import Hit, Hits, Library
 
 __all__ = ["Hit", "Hits", "IngestResult", "Library", "LibraryError", "MergeRule", "RetrievalPolicy", "StorageError",

@@ -20,140 +20,37 @@ Every write is one transaction: a crash loses nothing acknowledged and leaves no
 a caller can add its own statements to it (``within``: a node records the batch's hash there,
 `dsonet.network.ledger`, whose tables share this file).
 
-The file is readable by its owner only (0600, and SQLite gives its -wal and -shm the same mode).
-A new file is created whole, under a temporary name renamed into place, so an existing file
-of 0 bytes is never one this code left: it is refused as damaged like a file whose header or
-pages are broken (`DamagedFile`), never opened as a new, empty library.
+The file itself (its schema, creation, a damaged file told apart): `dsonet.library.file`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
 from dsonet.codec.profile import baseline_digest
-from dsonet.errors import DsoError
 from dsonet.experience import Experience, Provenance
+from dsonet.library.errors import LibraryError, StorageError
 from dsonet.library.eviction import TRUSTED, fair_cuts
+from dsonet.library.file import ANY_SIGNER, COLUMNS, connect
+# `library/store.py` still imports these two from here; they live in errors.py and file.py
+from dsonet.library.errors import DamagedFile  # noqa: F401
+from dsonet.library.file import damaged  # noqa: F401
 
-ANY_SIGNER = "*"  # a tombstone or eviction that covers every signer's row of an id
-SCHEMA_VERSION = 2  # 1: one row per id (migrated on open)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS baselines (id INTEGER PRIMARY KEY, digest TEXT UNIQUE NOT NULL, vector BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS experiences (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL, signer TEXT NOT NULL, text TEXT NOT NULL, domain TEXT NOT NULL, confidence REAL NOT NULL,
-    model TEXT NOT NULL, timestamp_ms INTEGER NOT NULL, iteration INTEGER NOT NULL, lineage TEXT NOT NULL,
-    signs BLOB NOT NULL, scales BLOB NOT NULL, baseline_id INTEGER NOT NULL REFERENCES baselines(id),
-    code_digest TEXT NOT NULL, received INTEGER NOT NULL,
-    vector BLOB, published INTEGER NOT NULL DEFAULT 0,
-    uses INTEGER NOT NULL DEFAULT 0, helped INTEGER NOT NULL DEFAULT 0, added_ms INTEGER NOT NULL,
-    UNIQUE (id, signer)
-);
-CREATE INDEX IF NOT EXISTS experiences_id ON experiences (id);
-CREATE INDEX IF NOT EXISTS experiences_signer ON experiences (signer, received);
-CREATE TABLE IF NOT EXISTS tombstones (id TEXT NOT NULL, signer TEXT NOT NULL, deleted_ms INTEGER NOT NULL,
-                                       PRIMARY KEY (id, signer));
-CREATE TABLE IF NOT EXISTS evicted (id TEXT NOT NULL, signer TEXT NOT NULL, PRIMARY KEY (id, signer));
-"""
 _QUALITY = "confidence * (helped + 1.0) / (uses + 2.0) ASC, id DESC, signer DESC"  # eviction's order in a signer
-_MAGIC = b"SQLite format 3\x00"
-_DAMAGED_CODES = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}  # sqlite3 errors that mean the file, not the moment
+_MAX_BOUND = 400  # values bound in one `IN (...)` list: under SQLite's bound-parameter limit
 
-_COLUMNS = ["seq", "id", "signer", "text", "domain", "confidence", "model", "timestamp_ms", "iteration", "lineage",
-            "signs", "scales", "baseline_id", "code_digest", "received", "vector", "published", "uses", "helped",
-            "added_ms"]
-COLUMN = {c: i for i, c in enumerate(_COLUMNS)}
+COLUMN = {c: i for i, c in enumerate(COLUMNS)}
 INDEX_COLUMNS = "seq, id, signer, domain, signs, scales, baseline_id, vector IS NOT NULL, received = 0, confidence"
 # A row's own row first (it holds the float), then the most confident: the row that speaks for an id.
 PREFERRED = "received ASC, confidence DESC, signer ASC"
 
-
-class LibraryError(DsoError, ValueError):
-    """A library operation that cannot be done as asked."""
-
-
-class StorageError(DsoError):
-    """The file could not be written (disk full, database locked, read-only): nothing was stored."""
-
-
-class DamagedFile(LibraryError):
-    """The library file cannot be read as a library: truncated, overwritten, not SQLite, a directory."""
-
-    def __init__(self, path: Path, why: str):
-        self.path, self.why = path, why
-        super().__init__(f"{path} is damaged ({why}): restore it from a backup, or move it aside "
-                         f"(mv {path} {path}.damaged) to start with an empty library")
-
-
-def check_file(path: Path) -> None:
-    """Raise `DamagedFile` where ``path`` exists and is not a whole SQLite file: a directory, 0 bytes,
-    a header that is not SQLite's, or fewer bytes than its header says it holds (truncated).
-    Reads the first 100 bytes only: the pages themselves are checked as SQLite reads them."""
-    if not os.path.lexists(path):
-        return
-    if path.is_dir():
-        raise DamagedFile(path, "a directory, not a file")
-    size = path.stat().st_size
-    if size == 0:
-        raise DamagedFile(path, "0 bytes; a library file is never left empty, so its data was lost")
-    with open(path, "rb") as f:
-        header = f.read(100)
-    if len(header) < 100 or not header.startswith(_MAGIC):
-        raise DamagedFile(path, f"its first bytes are not an SQLite header ({size} bytes)")
-    page_size = int.from_bytes(header[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    pages, counter, valid_for = (int.from_bytes(header[i:i + 4], "big") for i in (28, 24, 92))
-    if page_size < 512 or page_size & (page_size - 1):
-        raise DamagedFile(path, f"its header names page size {page_size}")
-    wal = Path(f"{path}-wal")
-    pending = wal.exists() and wal.stat().st_size > 0  # a checkpoint cut short: the log holds the pages still to copy
-    if counter == valid_for and not pending and pages * page_size > size:  # the header's count is current
-        raise DamagedFile(path, f"truncated: {size} bytes where its header counts {pages * page_size}")
-
-
-def _create(path: Path) -> None:
-    """A new, empty library file (mode 0600) with its schema, renamed into place whole."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
-    try:
-        db = sqlite3.connect(str(tmp), isolation_level=None)
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-        finally:
-            db.close()  # the last connection checkpoints and removes the temporary -wal and -shm
-        os.replace(tmp, path)
-    finally:
-        for leftover in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
-            leftover.unlink(missing_ok=True)
-
-
-def _owner_only(path: Path) -> None:
-    """Files this node made before they were created 0600: readable by their owner only from now on."""
-    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-        try:
-            if p.stat().st_mode & 0o077:
-                p.chmod(0o600)
-        except OSError:
-            pass  # not there, or not ours to change: SQLite says so if it cannot use it
-
-
-def damaged(exc: sqlite3.Error) -> bool:
-    """Whether an sqlite3 error means the file is damaged (rather than busy, full or read-only)."""
-    return getattr(exc, "sqlite_errorname", "") in _DAMAGED_CODES
 
 @dataclass(frozen=True)
 class IngestResult:
@@ -178,52 +75,7 @@ class RowStore:
     def __init__(self, path: Path, capacity: int | None = None, standing: Callable[[str], int] | None = None):
         """``standing``: a peer's standing at capacity, HIDDEN, STRANGER or TRUSTED (`dsonet.library.eviction`)."""
         self.path, self.capacity, self.standing = path, capacity, standing
-        check_file(path)
-        if not os.path.lexists(path):
-            _create(path)
-        _owner_only(path)
-        self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30)
-        try:
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=FULL")  # an acknowledged commit survives power loss too
-            if self._columns("experiences") and "signer" not in self._columns("experiences"):
-                self._migrate_v1()
-            self._create_tables()
-            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-        except sqlite3.DatabaseError as exc:
-            self.db.close()
-            if damaged(exc):
-                raise DamagedFile(path, str(exc)) from None
-            raise StorageError(f"{path}: {exc}; check the file and its folder (free space, permissions, "
-                               "another process holding it), then start again") from None
-
-    def _create_tables(self) -> None:
-        for statement in _SCHEMA.split(";"):  # one by one: executescript would commit an open transaction
-            if statement.strip():
-                self.db.execute(statement)
-
-    def _columns(self, table: str) -> list[str]:
-        return [r[1] for r in self.db.execute(f"PRAGMA table_info({table})")]
-
-    def _migrate_v1(self) -> None:
-        """Schema 1 kept one row per id: each becomes its signer's row (the provenance's node id);
-        its tombstones and evictions covered the id for everyone, and still do."""
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            for table in ("experiences", "tombstones", "evicted"):
-                self.db.execute(f"ALTER TABLE {table} RENAME TO {table}_v1")
-            self._create_tables()
-            cols = ", ".join(c for c in _COLUMNS if c not in ("seq", "signer"))
-            self.db.execute(f"INSERT INTO experiences (seq, signer, {cols}) SELECT seq, node_id, {cols} FROM experiences_v1"
-                            " ORDER BY seq")
-            self.db.execute(f"INSERT INTO tombstones SELECT id, '{ANY_SIGNER}', deleted_ms FROM tombstones_v1")
-            self.db.execute(f"INSERT INTO evicted SELECT id, '{ANY_SIGNER}' FROM evicted_v1")
-            for table in ("experiences", "tombstones", "evicted"):
-                self.db.execute(f"DROP TABLE {table}_v1")
-            self.db.execute("COMMIT")
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
+        self.db = connect(path)
 
     def close(self) -> None:
         self.db.close()
@@ -341,13 +193,8 @@ class RowStore:
     def blocked(self, keys: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
         """The (id, signer) keys a tombstone or an eviction keeps out."""
         keys = list(keys)
-        ids = sorted({i for i, _ in keys})
-        found: set[tuple[str, str]] = set()
-        for start in range(0, len(ids), 400):  # SQLite's bound-parameter limit
-            part = ids[start : start + 400]
-            marks = ",".join("?" * len(part))
-            found.update(self.db.execute(f"SELECT id, signer FROM tombstones WHERE id IN ({marks}) UNION "
-                                         f"SELECT id, signer FROM evicted WHERE id IN ({marks})", part + part))
+        found = set(self._select_in("SELECT id, signer FROM tombstones WHERE id IN ({marks}) UNION "
+                                    "SELECT id, signer FROM evicted WHERE id IN ({marks})", sorted({i for i, _ in keys})))
         return {(i, s) for i, s in keys if (i, s) in found or (i, ANY_SIGNER) in found}
 
     def _evict_over_capacity(self) -> list[tuple[str, int]]:
@@ -439,13 +286,8 @@ class RowStore:
         return None if row is None else row_experience(row)
 
     def by_seq(self, seqs: list[int]) -> dict[int, Experience]:
-        out = {}
-        for start in range(0, len(seqs), 400):
-            part = seqs[start : start + 400]
-            marks = ",".join("?" * len(part))
-            out.update((r[0], row_experience(r)) for r in self.db.execute(
-                f"SELECT * FROM experiences WHERE seq IN ({marks})", part))
-        return out
+        rows = self._select_in("SELECT * FROM experiences WHERE seq IN ({marks})", seqs)
+        return {r[0]: row_experience(r) for r in rows}
 
     def all(self) -> list[Experience]:
         """One experience per id (its preferred row), sorted by id."""
@@ -454,13 +296,16 @@ class RowStore:
 
     def floats(self, seqs: list[int]) -> dict[int, np.ndarray]:
         """The float vectors this node holds for some rows, read from the file (30 KB each at d = 7680)."""
-        out = {}
-        for start in range(0, len(seqs), 400):
-            part = seqs[start : start + 400]
-            marks = ",".join("?" * len(part))
-            out.update((s, np.frombuffer(v, "<f4")) for s, v in self.db.execute(
-                f"SELECT seq, vector FROM experiences WHERE seq IN ({marks}) AND vector IS NOT NULL", part))
-        return out
+        return {s: np.frombuffer(v, "<f4") for s, v in self._select_in(
+            "SELECT seq, vector FROM experiences WHERE seq IN ({marks}) AND vector IS NOT NULL", seqs)}
+
+    def _select_in(self, sql: str, values: list) -> Iterator[tuple]:
+        """The rows of ``sql`` for every value: each ``{marks}`` in it becomes an `IN` list of up to
+        `_MAX_BOUND` of them, one query a chunk (every ``{marks}`` binds the same chunk)."""
+        lists = sql.count("{marks}")
+        for start in range(0, len(values), _MAX_BOUND):
+            part = list(values[start : start + _MAX_BOUND])
+            yield from self.db.execute(sql.format(marks=",".join("?" * len(part))), part * lists)
 
     def counts(self) -> dict:
         (n,) = self.db.execute("SELECT COUNT(*) FROM experiences").fetchone()
