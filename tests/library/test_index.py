@@ -52,7 +52,7 @@ def test_support_decoding_cuts_the_error_of_the_best_candidates():
     for q, t in zip(queries, truth):
         rows = np.argsort(-index.score(q))[:16]
         err_plain.append(np.abs(index.score(q, rows) - t[rows]).mean())
-        err_refined.append(np.abs(index.support.score(index, q, index._rotate(q), rows) - t[rows]).mean())
+        err_refined.append(np.abs(index.support.score(index, q, index.rotate(q), rows) - t[rows]).mean())
         best = set(np.argsort(-t)[:10].tolist())
         hits_plain += len(best & set(index.search(q, 10, 64, refine=False)[0][:10].tolist()))
         hits_refined += len(best & set(index.search(q, 10, 64)[0][:10].tolist()))

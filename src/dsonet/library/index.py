@@ -259,12 +259,13 @@ class CodeIndex:
         """Estimates of q·e (cosines, for a unit q) for the given rows (all rows when None), from the codes.
         ``rotated_q``: Rq, when the caller has it already."""
         rows = np.arange(self.n) if rows is None else np.asarray(rows, dtype=np.int64)
-        rotated_q = self._rotate(q) if rotated_q is None else rotated_q
+        rotated_q = self.rotate(q) if rotated_q is None else rotated_q
         base_dot = matvec(self.baselines, q)  # (B,) one per stored baseline
         estimate = base_dot[self.base_rows[rows]] + self.kappa[rows] * self._delta_dot(rotated_q, rows)
         return np.clip(estimate, -1.0, 1.0)  # a cosine of unit vectors, though its estimate may overshoot
 
-    def _rotate(self, v: np.ndarray) -> np.ndarray:
+    def rotate(self, v: np.ndarray) -> np.ndarray:
+        """Rv: a vector of the profile's space in the codes' frame."""
         return self.rotation.apply(v[None, :])[0] if self.rotation is not None else v
 
     def _delta_dot(self, v: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -288,7 +289,7 @@ class CodeIndex:
             sel = self.base_rows[rows] == b
             base = self.baselines[b]
             energy = self.group_size * (self.scales[rows[sel]] ** 2).sum(1)
-            denominator = energy + 2.0 * self._delta_dot(self._rotate(base), rows[sel])
+            denominator = energy + 2.0 * self._delta_dot(self.rotate(base), rows[sel])
             numerator = 1.0 - float(base @ base)
             ok = (denominator > 1e-12) & (numerator > 0)
             out[np.flatnonzero(sel)[ok]] = numerator / denominator[ok]
@@ -306,7 +307,7 @@ class CodeIndex:
         n_allowed = int(mask.sum())
         if n_allowed == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        rotated_q = self._rotate(q)  # once: the coarse stage and the estimate both use it
+        rotated_q = self.rotate(q)  # once: the coarse stage and the estimate both use it
         pool = max(candidates, n_allowed // COARSE_SHARE)
         if self.sketch is None or n_allowed <= pool:
             rows = np.flatnonzero(mask)

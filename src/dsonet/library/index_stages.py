@@ -3,20 +3,18 @@
 `Sketch` (stage 1, the coarse int8 sketch) and `Subspace` (stage 2b, the candidates re-decoded in
 the principal directions of the library's deltas) are fitted to the library's own codes and
 fitted again as it grows; `Support` (stage 3) is given by the encoder. Each reads the index's rows
-through `CodeIndex.deltas` / `reconstruct` and keeps only its own arrays.
+through `IndexRows` (what it reads of the index) and keeps only its own arrays.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from dsonet.codec import kernels
+from dsonet.codec.rotation import Rotation
 from dsonet.library.eigen import matvec, one_blas_thread, top_eigh
-
-if TYPE_CHECKING:  # the index holds the stages; they only read it
-    from dsonet.library.index import CodeIndex
 
 GROW = 1.125  # capacity growth of the row arrays: amortised O(1) appends, at most 12.5% slack
 SKETCH_DIM = 64  # principal directions in the coarse sketch
@@ -32,6 +30,28 @@ DRIFT_DROP, DRIFT_RISE = 0.15, 0.02
 SUBSPACE_STEP = 1.25  # stage 2b's consistency step, in units of √(π / 8d) (measured at 10k: 1.0–1.5 alike, 1.75 less)
 REFINE_STEPS = 3
 REFINE_STEP = 1.5  # measured at 10k: 1.0 converges slower, 2.5 oscillates
+
+
+class IndexRows(Protocol):
+    """What a stage reads of the index that holds it (`dsonet.library.index.CodeIndex`, which
+    imports this module: the stages sit below it)."""
+
+    dim: int
+    group_size: int
+    rotation: Rotation | None
+    n: int
+    scales: np.ndarray  # (capacity, G)
+    base_rows: np.ndarray  # (capacity,)
+    kappa: np.ndarray  # (capacity,)
+
+    @property
+    def baselines(self) -> np.ndarray: ...
+
+    def deltas(self, rows: np.ndarray) -> np.ndarray: ...
+
+    def reconstruct(self, rows: np.ndarray) -> np.ndarray: ...
+
+    def rotate(self, v: np.ndarray) -> np.ndarray: ...
 
 
 class Support:
@@ -53,7 +73,7 @@ class Support:
     support (k' = 32–128) gains at most 0.007.
     """
 
-    def __init__(self, index: CodeIndex, support: np.ndarray):
+    def __init__(self, index: IndexRows, support: np.ndarray):
         support = np.asarray(support, np.float32)
         if support.ndim != 2 or support.shape[1] != index.dim or not 0 < len(support) < index.dim:
             raise ValueError(f"support: expected (k, {index.dim}) with 0 < k < {index.dim}, got {support.shape}")
@@ -65,11 +85,11 @@ class Support:
         for base in index.baselines:
             self.add_baseline(index, base)
 
-    def add_baseline(self, index: CodeIndex, base: np.ndarray) -> None:
-        coords = matvec(self.basis, index._rotate(np.asarray(base, np.float32)))
+    def add_baseline(self, index: IndexRows, base: np.ndarray) -> None:
+        coords = matvec(self.basis, index.rotate(np.asarray(base, np.float32)))
         self.base_coords = np.vstack([self.base_coords, coords[None, :]])
 
-    def score(self, index: CodeIndex, q: np.ndarray, rotated_q: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def score(self, index: IndexRows, q: np.ndarray, rotated_q: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """q·(ē + Aᵀc) for each row after `REFINE_STEPS` sign-consistency steps."""
         deltas = index.deltas(rows)  # α·s in the codes' frame
         signs = np.sign(deltas)
@@ -138,7 +158,7 @@ class Subspace:
     def on(self) -> bool:
         return self.held >= SUBSPACE_SHARE and len(self.codes) > 0  # a fit saved by older code kept none when off
 
-    def still_fits(self, index: CodeIndex, n: int) -> bool:
+    def still_fits(self, index: IndexRows, n: int) -> bool:
         """Whether a stage that is off would stay off if fitted again on the first ``n`` rows: the rows
         added since the fit put about the share of their signal in these directions that the fit
         found (no less than `DRIFT_DROP` under it, no more than `DRIFT_RISE` over it), so the codes
@@ -179,7 +199,7 @@ class Subspace:
         return subspace
 
     @classmethod
-    def fit(cls, index: CodeIndex, n: int) -> "Subspace":
+    def fit(cls, index: IndexRows, n: int) -> "Subspace":
         """The top directions of a sample of the first ``n`` rows' κΔ̂, kept only where they hold nearly all of the signal."""
         sample = np.linspace(0, n - 1, min(SKETCH_FIT_ROWS, n)).astype(np.int64)
         x = index.deltas(sample) * index.kappa[sample, None]  # (s, d) κΔ̂ in the codes' frame
@@ -197,7 +217,7 @@ class Subspace:
         directions /= np.maximum(np.linalg.norm(directions, axis=1, keepdims=True), 1e-12)
         return cls(directions, n, held)
 
-    def score(self, index: CodeIndex, rotated_q: np.ndarray, rows: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    def score(self, index: IndexRows, rotated_q: np.ndarray, rows: np.ndarray, scores: np.ndarray) -> np.ndarray:
         """The candidates' estimates (``scores``, from the codes) after one consistency step inside V."""
         v, step = self.codes.astype(np.float32), self.step  # V = step ⊙ v, (K, d)
         deltas = index.deltas(rows) * index.kappa[rows, None]  # (m, d) κΔ̂
@@ -223,7 +243,7 @@ class Sketch:
     P q = (P Rᵀ)(R q), so only P Rᵀ is kept and a row costs one dequantize and one (d × K) product.
     """
 
-    def __init__(self, index: CodeIndex, rotated: np.ndarray, mean: np.ndarray, step: np.ndarray, fitted_at: int,
+    def __init__(self, index: IndexRows, rotated: np.ndarray, mean: np.ndarray, step: np.ndarray, fitted_at: int,
                  baselines: int):
         """Projects the first ``baselines`` baselines; `add` sketches rows, `catch_up` the rest."""
         self.rotated, self.step, self.mean = rotated, step, mean  # (K, d) P Rᵀ; (K,) int8 step per direction; (d,)
@@ -235,22 +255,22 @@ class Sketch:
         self.n = 0
         self.codes = np.zeros((0, len(rotated)), np.int8)
 
-    def _project(self, index: CodeIndex, v: np.ndarray) -> np.ndarray:
+    def _project(self, index: IndexRows, v: np.ndarray) -> np.ndarray:
         """P v for a vector of the profile's space."""
-        return matvec(self.rotated, index._rotate(np.asarray(v, np.float32)))
+        return matvec(self.rotated, index.rotate(np.asarray(v, np.float32)))
 
     def state(self) -> dict[str, np.ndarray]:
         """The fitted directions, not the rows' sketches: those are one product a row, redone on restore."""
         return {"rotated": self.rotated, "mean": self.mean, "step": self.step, "fitted_at": np.int64(self.fitted_at)}
 
     @classmethod
-    def from_state(cls, index: CodeIndex, state: dict[str, np.ndarray]) -> "Sketch":
+    def from_state(cls, index: IndexRows, state: dict[str, np.ndarray]) -> "Sketch":
         """A fitted sketch with no rows sketched yet: `CodeIndex.install` catches it up."""
         return cls(index, np.ascontiguousarray(state["rotated"], np.float32), state["mean"].astype(np.float32),
                    state["step"].astype(np.float32), int(state["fitted_at"]), 0)
 
     @classmethod
-    def fit(cls, index: CodeIndex, n: int, baselines: int) -> "Sketch":
+    def fit(cls, index: IndexRows, n: int, baselines: int) -> "Sketch":
         """Fitted on, and sketching, the first ``n`` rows (coded against the first ``baselines`` baselines)."""
         sample = np.linspace(0, n - 1, min(SKETCH_FIT_ROWS, n)).astype(np.int64)
         x = index.reconstruct(sample)
@@ -268,17 +288,17 @@ class Sketch:
         sketch.add(index, np.arange(n))
         return sketch
 
-    def catch_up(self, index: CodeIndex) -> None:
+    def catch_up(self, index: IndexRows) -> None:
         """Project the baselines and sketch the rows the index gained since this sketch was fitted."""
         for base in index.baselines[len(self.base_proj) :]:
             self.add_baseline(index, base)
         self.add(index, np.arange(self.n, index.n))
 
-    def add_baseline(self, index: CodeIndex, base: np.ndarray) -> None:
+    def add_baseline(self, index: IndexRows, base: np.ndarray) -> None:
         proj = self._project(index, base) - self.mean_proj
         self.base_proj = np.vstack([self.base_proj, proj[None, :]])
 
-    def add(self, index: CodeIndex, rows: np.ndarray) -> None:
+    def add(self, index: IndexRows, rows: np.ndarray) -> None:
         if self.n + len(rows) > len(self.codes):
             grown = np.zeros((max(self.n + len(rows), int(len(self.codes) * GROW)), self.codes.shape[1]), np.int8)
             grown[: self.n] = self.codes[: self.n]
