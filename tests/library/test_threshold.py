@@ -110,15 +110,15 @@ def ratio_library(tmp_path_factory):
 
 def test_memory_and_langchain_find_by_default_what_the_protocols_threshold_dropped(ratio_library, calibrated):
     memory = LocalMemory(ratio_library)
-    recall = memory.search(BETWEEN)
-    assert [lesson.text for lesson in recall.lessons] == [LESSON] and recall.threshold == calibrated
-    assert calibrated <= recall.best_score < MIN_SIMILARITY
-    assert memory.search(BETWEEN, min_similarity=MIN_SIMILARITY).lessons == []  # what 0.6 gave
+    hits = memory.search(BETWEEN)
+    assert [h.experience.text for h in hits] == [LESSON] and hits.threshold == calibrated
+    assert calibrated <= hits.best_score < MIN_SIMILARITY
+    assert memory.search(BETWEEN, min_similarity=MIN_SIMILARITY) == []  # what 0.6 gave
     docs = DsonetRetriever(memory=memory).invoke(BETWEEN)
     assert [d.page_content for d in docs] == [LESSON]
 
 
 def test_an_empty_search_carries_the_threshold_and_the_best_score_and_no_retrieval_id(ratio_library, calibrated):
-    recall = LocalMemory(ratio_library).search("How do I undo a git commit?")
-    assert recall.lessons == [] and recall.retrieval_id is None
-    assert recall.threshold == calibrated and recall.best_score < calibrated
+    hits = LocalMemory(ratio_library).search("How do I undo a git commit?")
+    assert hits == [] and hits.retrieval_id is None
+    assert hits.threshold == calibrated and hits.best_score < calibrated

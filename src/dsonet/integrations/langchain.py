@@ -6,7 +6,7 @@
     retriever = DsonetRetriever(memory=open_memory(db="~/.dsonet/library.sqlite"))  # or node="http://..."
     docs = retriever.invoke("The ratio of boys to girls is 3:5 ...")
 
-Each lesson is a Document; its metadata carries the lesson's id, domain and score, and the
+Each lesson (a `dsonet.library.Hit`) is a Document; its metadata carries its domain and score, and the
 search's retrieval id, to report later with ``memory.outcome(retrieval_id, helped)``.
 """
 
@@ -23,16 +23,16 @@ from dsonet.library.policy import K
 
 
 class DsonetRetriever(BaseRetriever):
-    """The lessons a `dsonet.memory.Memory` (a library file or a node) holds for a query."""
+    """The lessons a `dsonet.library.contract.Store` (a library file, a node, a `dsonet.memory`) holds for a query."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
-    memory: Any  # a dsonet.memory.Memory
+    memory: Any  # a Store (pydantic cannot check a Protocol: any object)
     k: int = K
     min_similarity: float | None = None  # None: the threshold calibrated for the memory's space
     domain: str | None = None
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        recall = self.memory.search(query, k=self.k, min_similarity=self.min_similarity, domain=self.domain)
-        return [Document(page_content=lesson.text, id=lesson.id,
-                         metadata={"domain": lesson.domain, "score": lesson.score, "retrieval_id": recall.retrieval_id})
-                for lesson in recall.lessons]
+        hits = self.memory.search(query, k=self.k, min_similarity=self.min_similarity, domain=self.domain)
+        return [Document(page_content=h.experience.text, id=h.experience.id,
+                         metadata={"domain": h.experience.domain, "score": float(h.score), "retrieval_id": hits.retrieval_id})
+                for h in hits]

@@ -46,9 +46,10 @@ from dsonet.learn import code_lessons, parse, prompts
 from dsonet.learn.context import Retrieval, inject, messages
 from dsonet.learn.control import neutral_notes
 from dsonet.learn.llm import ChatLLM, user
-from dsonet.learn.operations import (ExperienceStore, Operation, Proposal, apply, confidence_from_gap, decide_batch,
-                                     listing, merge_duplicate_adds)
+from dsonet.learn.operations import (Operation, Proposal, apply, confidence_from_gap, decide_batch, listing,
+                                     merge_duplicate_adds)
 from dsonet.learn.tasks import Group, TaskSet
+from dsonet.library.contract import LessonStore
 
 
 class LearnError(DsoError, ValueError):
@@ -123,7 +124,7 @@ class Learner:
     is not the one that answers (a small agent with a stronger teacher); by default ``llm`` does all.
     ``encoder``: ranks validation items by their nearness to a lesson, for ``config.gate_items``."""
 
-    def __init__(self, llm: ChatLLM, store: ExperienceStore, config: LearnConfig = LearnConfig(),
+    def __init__(self, llm: ChatLLM, store: LessonStore, config: LearnConfig = LearnConfig(),
                  run_dir: str | Path | None = None, node_id: str = "", reflector: ChatLLM | None = None,
                  encoder=None):
         if config.gate_items and encoder is None:

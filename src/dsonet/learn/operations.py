@@ -17,33 +17,16 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, replace
-from typing import Literal, Protocol, Sequence
+from typing import Literal, Sequence
 
 from dsonet.experience import MAX_WORDS, Experience, Provenance, normalise_text
 from dsonet.learn import parse
+from dsonet.library import Library
+from dsonet.library.contract import LessonStore
 
 Op = Literal["ADD", "UPDATE", "DELETE", "NONE"]
 OPS = ("ADD", "UPDATE", "DELETE", "NONE")
 DUPLICATE_COSINE = 0.95
-
-
-class ExperienceStore(Protocol):
-    """What the learner needs from `dsonet.library.Library`."""
-
-    def add(self, text: str, domain: str = "general", confidence: float = 0.5, provenance=None) -> Experience: ...
-
-    def update(self, exp_id: str, text: str) -> Experience: ...
-
-    def delete(self, exp_id: str) -> bool: ...
-
-    def get(self, exp_id: str) -> Experience | None: ...
-
-    def search(self, query: str, k: int = 5, min_similarity: float | None = None, max_tokens: int = 2048,
-               domain: str | None = None) -> list: ...
-
-    def all(self) -> list[Experience]: ...
-
-    def record_outcome(self, exp_id: str, helped: bool) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -139,7 +122,7 @@ def merge_duplicate_adds(operations: Sequence[Operation]) -> list[Operation]:
     return [best[o] if isinstance(o, tuple) else o for o in order]
 
 
-def apply(store: ExperienceStore, operations: Sequence[Operation], provenance=None) -> list[Applied]:
+def apply(store: LessonStore, operations: Sequence[Operation], provenance=None) -> list[Applied]:
     """Apply validated operations in order; each either changes the library or says why not."""
     results = []
     for op in merge_duplicate_adds(operations):
@@ -147,7 +130,9 @@ def apply(store: ExperienceStore, operations: Sequence[Operation], provenance=No
         if op.op == "NONE":
             results.append(Applied(op, False, "NONE"))
         elif op.op == "ADD":
-            vector = _encode_once(store, p.text)
+            # a library in this process encodes the lesson once, for the duplicate check and the ADD;
+            # a remote store (a node) encodes it itself
+            vector = store.encoder.encode([p.text], kind="document")[0] if isinstance(store, Library) else None
             near = store.search(p.text, k=1, min_similarity=DUPLICATE_COSINE, domain=p.domain) if vector is None \
                 else store.search_vector(vector, 1, DUPLICATE_COSINE, p.domain)
             if near:
@@ -168,10 +153,3 @@ def apply(store: ExperienceStore, operations: Sequence[Operation], provenance=No
             results.append(Applied(op, True, store.update(op.target, op.text).id))
     return results
 
-
-def _encode_once(store, text: str):
-    """The lesson's vector, encoded once for both the duplicate check and the ADD, where the store
-    is a library in this process (it has the encoder); None for a remote store (a node encodes)."""
-    if not (hasattr(store, "add_vectors") and hasattr(store, "search_vector") and hasattr(store, "encoder")):
-        return None
-    return store.encoder.encode([text], kind="document")[0]

@@ -24,6 +24,18 @@ class UnknownRetrieval(DsoError, KeyError):
         return str(self.args[0]) if self.args else "unknown retrieval id"
 
 
+class OutcomeError(DsoError, ValueError):
+    """An outcome that names neither ``helped`` nor ``lessons``, or lessons its retrieval did not give."""
+
+
+def check_outcome(helped: bool | None, lessons: dict[str, bool] | None) -> None:
+    """An outcome's verdicts: ``helped`` (every lesson) or ``lessons`` (id -> helped), exactly one."""
+    if (helped is None) == (lessons is None):
+        raise OutcomeError("outcome: give helped (every lesson of the retrieval) or lessons (id -> helped), one of them")
+    if lessons is not None and (not lessons or not all(isinstance(v, bool) for v in lessons.values())):
+        raise OutcomeError("lessons: give at least one {experience id: true|false}")
+
+
 class Retrievals:
     def __init__(self, capacity: int = PENDING):
         self.capacity = capacity
@@ -58,3 +70,18 @@ class Retrievals:
                                    f"the id a search returned (the last {self.capacity} searches with lessons are "
                                    "kept), once")
         return hits
+
+    def judged(self, retrieval_id: str, helped: bool | None = None,
+               lessons: dict[str, bool] | None = None) -> list[tuple[object, bool]]:
+        """(hit, helped) for each lesson of a retrieval an outcome judges, once: every lesson gets
+        ``helped``, or each lesson named in ``lessons`` (id -> helped) its own verdict. Raises
+        `OutcomeError` for arguments that say neither (or a lesson the retrieval did not give; the
+        retrieval is kept for a corrected report), `UnknownRetrieval` for an id not issued here."""
+        check_outcome(helped, lessons)
+        try:
+            hits = self.take(retrieval_id, lessons or ())
+        except ValueError as exc:
+            raise OutcomeError(str(exc)) from None
+        if lessons is None:
+            return [(h, bool(helped)) for h in hits]
+        return [(h, lessons[h.experience.id]) for h in hits if h.experience.id in lessons]

@@ -21,7 +21,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ClassVar
 
 import numpy as np
 
@@ -35,6 +35,7 @@ from dsonet.library.merge import Member, MergedView, MergeRule
 from dsonet.library import quarantine
 from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy, estimate_tokens
 from dsonet.library.reference import Reference, capped_per_signer
+from dsonet.library.retrievals import Retrievals
 from dsonet.library.rows import (ANY_SIGNER, COLUMN, DamagedFile, IngestResult, LibraryError, RowStore, damaged,
                                  row_code, row_experience)
 from dsonet.library.saved_fit import keep_clusters, keep_fits, restore_clusters
@@ -54,20 +55,32 @@ class Hit:
     score: float  # cosine between the query and the cluster's vector
     members: tuple[str, ...] = ()  # ids of every experience merged into this one (provenance kept)
     sources: tuple[str, ...] = ()  # signers of the merged rows: whose reputation an outcome moves
+    # what an agent is shown of a hit (MCP's search tool declares its output from these; the node's
+    # API sends every field)
+    SUMMARY: ClassVar[dict[str, type]] = {"id": str, "text": str, "domain": str, "score": float}
+
+    def summary(self) -> dict:
+        """`SUMMARY`: the experience's id, text and domain, and the score to 4 places."""
+        e = self.experience
+        return {"id": e.id, "text": e.text, "domain": e.domain, "score": round(float(self.score), 4)}
 
 
 class Hits(list):
     """A search's hits, best first, with what an empty (or short) answer needs to say why: the
     threshold the search applied and the best score it saw, passed or not (None: nothing to
-    score). A list, so every caller that iterates hits reads it unchanged."""
+    score); and the retrieval id its outcome is reported under (None: nothing to judge, or a
+    search by vector, which issues none). A list, so every caller that iterates hits reads it unchanged."""
 
-    def __init__(self, hits=(), threshold: float | None = None, best_score: float | None = None):
+    def __init__(self, hits=(), threshold: float | None = None, best_score: float | None = None,
+                 retrieval_id: str | None = None):
         super().__init__(hits)
         self.threshold = threshold
         self.best_score = best_score
+        self.retrieval_id = retrieval_id
 
     def __repr__(self) -> str:
-        return f"Hits({list.__repr__(self)}, threshold={self.threshold}, best_score={self.best_score})"
+        return (f"Hits({list.__repr__(self)}, threshold={self.threshold}, best_score={self.best_score}, "
+                f"retrieval_id={self.retrieval_id})")
 
 
 class Library:
@@ -92,6 +105,7 @@ class Library:
         standing = None if trust is None or trusted is None else (lambda signer: standing_of(trust(signer), trusted))
         self.rows = RowStore(self.path, capacity, standing=standing)
         self._reference: dict[int, np.ndarray] = {}  # index row -> vector, of the last reference pool
+        self.retrievals = Retrievals()  # the ids `search` issued, for `outcome`
         self.profile: Profile | None = None  # known once bound to the file's profile
         try:  # reads the profile and every row's code: where the file's pages are broken, SQLite says so here
             self.profile = self._bind_profile(profile)
@@ -322,6 +336,16 @@ class Library:
         """One use of an experience and whether it helped (feeds eviction by usefulness)."""
         self.rows.record_outcome(exp_id, helped)
 
+    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
+        """Whether the lessons of a `search` helped, all together (``helped``) or each (``lessons``: id ->
+        helped; a lesson not named gets none), counted on every experience merged into each; returns
+        how many lessons were judged (see `Retrievals.judged` for the errors)."""
+        judged = self.retrievals.judged(retrieval_id, helped, lessons)
+        for hit, verdict in judged:
+            for exp_id in hit.members or (hit.experience.id,):
+                self.record_outcome(exp_id, verdict)
+        return len(judged)
+
     def outcomes(self, exp_id: str) -> tuple[int, int]:
         """(uses, helped) of an experience."""
         return self.rows.outcomes(exp_id)
@@ -429,9 +453,11 @@ class Library:
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
                domain: str | None = None) -> Hits:
         """Top experiences for a text query (`RetrievalPolicy`: k = 5, cosine at or above the
-        space's calibrated threshold unless ``min_similarity`` says otherwise, ≤ 2048 tokens)."""
-        q = self.encoder.encode([query], kind="query")[0]
-        return self.search_vector(q, k, min_similarity, domain, max_tokens)
+        space's calibrated threshold unless ``min_similarity`` says otherwise, ≤ 2048 tokens), with
+        a retrieval id to report their `outcome` under."""
+        hits = self.search_vector(self.encoder.encode([query], kind="query")[0], k, min_similarity, domain, max_tokens)
+        hits.retrieval_id = self.retrievals.issue(hits)
+        return hits
 
     def search_vector(self, q: np.ndarray, k: int = K, min_similarity: float | None = None,
                       domain: str | None = None, max_tokens: int = MAX_TOKENS) -> Hits:

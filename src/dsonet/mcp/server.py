@@ -27,13 +27,14 @@ from typing import Annotated
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from dsonet import __version__
 from dsonet.errors import DsoError
-from dsonet.experience import Experience
+from dsonet.library.contract import Store
 from dsonet.library.policy import K
-from dsonet.memory import Memory, NodeMemory, Recall
+from dsonet.library.store import Hit, Hits
+from dsonet.memory import NodeMemory
 
 log = logging.getLogger(__name__)
 LOCAL_AUTHOR = ""  # the provenance of a lesson added to a library file directly, not received from a node
@@ -47,11 +48,8 @@ INSTRUCTIONS = (
 )
 
 
-class LessonOut(BaseModel):
-    id: str
-    text: str
-    domain: str
-    score: float
+# a hit as `Hit.summary` shows it, declared from the same field list
+LessonOut = create_model("LessonOut", **{name: (kind, ...) for name, kind in Hit.SUMMARY.items()})
 
 
 class SearchOut(BaseModel):
@@ -96,17 +94,17 @@ class OutcomeOut(BaseModel):
     recorded: int = Field(description="Experiences whose use counters moved")
 
 
-def render_lessons(recall: Recall) -> str:
+def render_lessons(hits: Hits) -> str:
     """The lessons as the learner puts them in a system message: bullets quoted as notes from other
     agents, best first ('' when none passed the threshold)."""
-    if not recall.lessons:
+    if not hits:
         return ""
     from dsonet.learn.context import system_text
 
-    return system_text(peers=[lesson.text for lesson in recall.lessons], base="").strip()
+    return system_text(peers=[h.experience.text for h in hits], base="").strip()
 
 
-def warm_up(memory: Memory) -> None:
+def warm_up(memory: Store) -> None:
     """One search before serving: loads the encoder (seconds for the default one), so the first tool
     call does not wait for it, and shows whether a node answers."""
     try:
@@ -115,22 +113,12 @@ def warm_up(memory: Memory) -> None:
         log.warning("the memory did not answer at start (tools will report it until it does): %s", exc)
 
 
-# `Memory` has no listing or authorship: a library file's or a node's own, until it does
-def _held(memory: Memory) -> list[Experience]:
-    return memory.client.all() if isinstance(memory, NodeMemory) else memory.library.all()
-
-
-def _author(memory: Memory) -> str:
+def _author(memory: Store) -> str:
     """Whose lessons `delete` may remove: the node's (its id), or those added to the file here."""
     return str(memory.stats()["node_id"]) if isinstance(memory, NodeMemory) else LOCAL_AUTHOR
 
 
-def _delete(memory: Memory, exp_id: str) -> bool:
-    """On a node: its signed tombstone goes to its peers too."""
-    return memory.client.delete(exp_id) if isinstance(memory, NodeMemory) else memory.library.delete(exp_id)
-
-
-def build_server(memory: Memory, *, k: int = K, min_similarity: float | None = None,
+def build_server(memory: Store, *, k: int = K, min_similarity: float | None = None,
                  allow_delete: bool = False) -> MCPServer:
     """An MCP server whose tools read and write ``memory``; ``k`` and ``min_similarity`` are the
     search tool's defaults (None: the threshold calibrated for the memory's space), ``allow_delete``
@@ -155,11 +143,10 @@ def build_server(memory: Memory, *, k: int = K, min_similarity: float | None = N
         domain: Annotated[str | None, Field(max_length=64, description="Only this dotted domain")] = None,
     ) -> SearchOut:
         """Lessons other agents learned that apply to this task, best first, with a retrieval id."""
-        recall = guard(memory.search, task, k=k, min_similarity=min_similarity, domain=domain)
-        return SearchOut(retrieval_id=recall.retrieval_id, lessons=render_lessons(recall),
-                         hits=[LessonOut(**lesson.to_dict()) for lesson in recall.lessons],
-                         threshold=round(recall.threshold, 4),
-                         best_score=None if recall.best_score is None else round(recall.best_score, 4))
+        hits = guard(memory.search, task, k=k, min_similarity=min_similarity, domain=domain)
+        return SearchOut(retrieval_id=hits.retrieval_id, lessons=render_lessons(hits),
+                         hits=[LessonOut(**h.summary()) for h in hits], threshold=round(hits.threshold, 4),
+                         best_score=None if hits.best_score is None else round(hits.best_score, 4))
 
     @server.tool()
     def add(
@@ -179,7 +166,7 @@ def build_server(memory: Memory, *, k: int = K, min_similarity: float | None = N
         domain: Annotated[str | None, Field(max_length=64, description="Only this dotted domain")] = None,
     ) -> ListOut:
         """The library's lessons, newest first, a page at a time, with their ids, domains and authors."""
-        held = [e for e in guard(_held, memory) if domain is None or e.domain == domain]
+        held = [e for e in guard(memory.all) if domain is None or e.domain == domain]
         held.sort(key=lambda e: (-e.provenance.timestamp_ms, e.id))
         author = guard(_author, memory)
         page = [ListedLesson(id=e.id, text=e.text, domain=e.domain, author=e.provenance.node_id,
@@ -193,14 +180,14 @@ def build_server(memory: Memory, *, k: int = K, min_similarity: float | None = N
             id: Annotated[str, Field(min_length=1, max_length=128, description="The lesson's id (from list or search)")],
         ) -> DeleteOut:
             """Delete one lesson this node wrote, here and (on a node) at its peers; others' lessons are refused."""
-            exp = next((e for e in guard(_held, memory) if e.id == id), None)
+            exp = next((e for e in guard(memory.all) if e.id == id), None)
             if exp is None:
                 raise ToolError(f"id {id[:80]!r}: no such lesson in this library; take an id from `list`")
             author = guard(_author, memory)
             if exp.provenance.node_id != author:
                 raise ToolError(f"id {id[:16]}: written by node {exp.provenance.node_id[:16] or '(this file)'}, not by "
                                 "this one; a server deletes only its own lessons (peers' lessons are theirs to delete)")
-            return DeleteOut(id=id, deleted=guard(_delete, memory, id))
+            return DeleteOut(id=id, deleted=guard(memory.delete, id))
 
     @server.tool()
     def record_outcome(

@@ -1,7 +1,7 @@
 """A node's HTTP API as an experience store: what an agent in another process uses.
 
-`NodeClient` has the shape the learner and the evaluator need from a library (add, update,
-delete, get, search), so `dso learn` logic runs unchanged against a remote node.
+`NodeClient` is a `dsonet.library.contract.LessonStore` (add, search, outcome, delete, stats; get,
+update, all), so `dso learn`, MCP and the proxy run unchanged against a remote node.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dsonet.errors import DsoError
 from dsonet.experience import Experience
 from dsonet.library.store import Hit, Hits
 from dsonet.library.policy import MAX_TOKENS, K
+from dsonet.library.retrievals import check_outcome
 
 
 class NodeClientError(DsoError):
@@ -61,7 +62,10 @@ class NodeClient:
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
                domain: str | None = None) -> Hits:
-        return self.recall(query, k, min_similarity, max_tokens, domain)[1]
+        """The node's hits, with the retrieval id it issued for them (`outcome`)."""
+        rid, hits = self.recall(query, k, min_similarity, max_tokens, domain)
+        hits.retrieval_id = rid
+        return hits
 
     def recall(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
                domain: str | None = None) -> tuple[str | None, Hits]:
@@ -79,6 +83,7 @@ class NodeClient:
     def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
         """Report whether the lessons of a search helped, all together or each (``lessons``: id -> helped);
         returns how many lessons were judged."""
+        check_outcome(helped, lessons)
         body = {"retrieval_id": retrieval_id} | ({"helped": bool(helped)} if lessons is None else {"lessons": lessons})
         reply = self._call("POST", "/outcomes", json=body)
         if not reply:

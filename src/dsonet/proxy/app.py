@@ -44,10 +44,11 @@ from starlette.background import BackgroundTask
 
 from dsonet import __version__
 from dsonet.errors import DsoError
+from dsonet.library.contract import Store
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.learn.code_lessons import refutes
 from dsonet.library.retrievals import PENDING, UnknownRetrieval
-from dsonet.memory import Lesson, Memory, Recall
+from dsonet.library.store import Hit, Hits
 from dsonet.proxy.inject import RequestShapeError, chat_query, inject_chat, inject_responses, responses_query
 
 LESSONS_HEADER = "x-dso-lessons"
@@ -83,7 +84,7 @@ def _error_body(status: int, message: str) -> bytes:
     return json.dumps(openai_error(status, message)).encode()
 
 
-def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None, token: str | None = None,
+def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None, token: str | None = None,
                max_body: int = 4 * 1024 * 1024, timeout_s: float = 300.0, k: int = K,
                min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
                transport: httpx.AsyncBaseTransport | None = None):
@@ -120,23 +121,23 @@ def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None
             return _error(400, "body must be a JSON object (the OpenAI request)")
         return body
 
-    served: OrderedDict[str, list[Lesson]] = OrderedDict()  # retrieval id -> its lessons, for an error's verdicts
+    served: OrderedDict[str, list[Hit]] = OrderedDict()  # retrieval id -> its lessons, for an error's verdicts
 
-    async def recall(query: str | None) -> Recall | None:
+    async def recall(query: str | None) -> Hits | None:
         if not query:
             return None
         r = await anyio.to_thread.run_sync(
             lambda: memory.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens))
         if r.retrieval_id is not None:
-            served[r.retrieval_id] = r.lessons
+            served[r.retrieval_id] = list(r)
             while len(served) > PENDING:
                 served.popitem(last=False)
         return r
 
-    def lesson_headers(r: Recall | None) -> dict[str, str]:
+    def lesson_headers(r: Hits | None) -> dict[str, str]:
         if r is None:  # no user text: nothing was searched
             return {LESSONS_HEADER: ""}
-        headers = {LESSONS_HEADER: ",".join(lesson.id for lesson in r.lessons), THRESHOLD_HEADER: f"{r.threshold:.4f}"}
+        headers = {LESSONS_HEADER: ",".join(h.experience.id for h in r), THRESHOLD_HEADER: f"{r.threshold:.4f}"}
         if r.best_score is not None:  # seen even when under the threshold: how near the library came
             headers[BEST_SCORE_HEADER] = f"{r.best_score:.4f}"
         if r.retrieval_id is not None:
@@ -180,8 +181,8 @@ def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None
             log.warning("no lessons for this request: %s", exc)
             reason = " ".join(str(exc).split())[:300].encode("ascii", "replace").decode()
             return await forward(request, path, json.dumps(body).encode(), {LESSONS_HEADER: "", ERROR_HEADER: reason})
-        if r is not None and r.hits:
-            body = amend(body, r.hits)
+        if r:
+            body = amend(body, r)
         return await forward(request, path, json.dumps(body).encode(), lesson_headers(r))
 
     @app.post("/v1/chat/completions")
@@ -207,7 +208,7 @@ def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None
             if rid not in served:
                 return _error(404, f"retrieval_id {rid[:40]!r}: unknown, forgotten or already recorded; send the "
                                    "X-DSO-Retrieval-Id of a response, once")
-            refuted = [lesson.id for lesson in served[rid] if refutes(error, code, lesson.text)]
+            refuted = [h.experience.id for h in served[rid] if refutes(error, code, h.experience.text)]
             if not refuted:  # nothing to convict; the retrieval stays open for a plain outcome
                 return JSONResponse({"retrieval_id": rid, "refuted": [], "recorded": 0})
             helped, lessons = None, dict.fromkeys(refuted, False)
@@ -236,7 +237,7 @@ def create_app(memory: Memory, upstream: str, *, upstream_key: str | None = None
     return BearerToken(guarded, token, error_body=_error_body)
 
 
-def warm_up(memory: Memory) -> None:
+def warm_up(memory: Store) -> None:
     """One search before the first request: loads the encoder (seconds for the default one) and shows
     whether a node answers. A memory that fails here is reported; requests then go without lessons."""
     try:

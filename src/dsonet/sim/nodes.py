@@ -25,7 +25,7 @@ from dsonet.codec.batch import Profile
 from dsonet.errors import DsoError
 from dsonet.experience import Experience
 from dsonet.identity import NodeIdentity
-from dsonet.learn.operations import ExperienceStore
+from dsonet.library.contract import LessonStore
 from dsonet.network.node import Node, NodeConfig
 from dsonet.network.transport import InProcessHub, Message, Transport, parse_subject
 
@@ -51,7 +51,7 @@ class Fleet(Protocol):
     kind: str  # "in-process" or "nats", for the report
     node_ids: list[str]  # the honest nodes, in order
     public_keys: list[bytes]  # theirs, as any peer knows them (a forger claims one)
-    stores: list[ExperienceStore]  # where honest node i's agent learns and from which it answers
+    stores: list[LessonStore]  # where honest node i's agent learns and from which it answers
     encoder: object  # the profile's encoder: a public model, which attackers may run too
     profile: Profile
     attacker: Transport  # a connection to the same log, for the Byzantine nodes

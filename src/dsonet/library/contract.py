@@ -1,0 +1,59 @@
+"""The store contract: what every user of a lesson store calls, typed once.
+
+Three stores implement it: `Library` (a file in this process), `dsonet.network.client.NodeClient`
+(a running node over its HTTP API) and the `dsonet.memory` classes (either of them behind one
+lock, for servers). Its users: the learner (`dsonet.learn.operations`, which also edits lessons:
+`LessonStore`), the MCP server, the OpenAI-compatible proxy and the LangChain retriever.
+
+A search returns `Hits` (best first, each a `Hit`), with the threshold it applied, the best score
+it saw, and a retrieval id: an outcome names that id rather than experience ids, so a caller can
+only judge lessons it was given, once (`dsonet.library.retrievals`). One suite of tests holds every
+store to it (tests/library/test_store_contract.py).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from dsonet.experience import Experience, Provenance
+from dsonet.library.policy import MAX_TOKENS, K
+from dsonet.library.store import Hits
+
+__all__ = ["LessonStore", "Store"]
+
+
+class Store(Protocol):
+    def add(self, text: str, domain: str = "general", confidence: float = 0.5) -> Experience:
+        """Store one lesson ("When X, do Y"); returns it with its id."""
+
+    def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
+               domain: str | None = None) -> Hits:
+        """The lessons for ``query`` under the retrieval policy (``min_similarity`` None: the threshold
+        calibrated for the store's space), with a retrieval id (None when nothing passed)."""
+
+    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
+        """Whether the lessons of a search helped, all together (``helped``) or each (``lessons``: id ->
+        helped), once per retrieval id; returns how many lessons were judged."""
+
+    def delete(self, exp_id: str) -> bool:
+        """Delete a lesson; returns whether it was held."""
+
+    def all(self) -> list[Experience]:
+        """Every lesson held (a node's: at most 10,000)."""
+
+    def stats(self) -> dict:
+        """Counts and profile of the store."""
+
+    def close(self) -> None: ...
+
+
+class LessonStore(Store, Protocol):
+    """What the learner also needs: lessons read and edited by id (UPDATE keeps the lineage)."""
+
+    def add(self, text: str, domain: str = "general", confidence: float = 0.5,
+            provenance: Provenance | None = None) -> Experience:
+        """`Store.add`, the lesson's provenance given (a remote node records itself instead)."""
+
+    def get(self, exp_id: str) -> Experience | None: ...
+
+    def update(self, exp_id: str, text: str) -> Experience: ...

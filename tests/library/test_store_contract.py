@@ -1,0 +1,140 @@
+"""One contract, every store: a library file, the memory over it, and a running node's HTTP API
+(its client, and the memory over that) answer the same calls the same way
+(`dsonet.library.contract.Store`)."""
+
+import asyncio
+import inspect
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import pytest
+
+from dsonet.bench.proxy import free_port
+from dsonet.errors import DsoError
+from dsonet.library import Hit, Hits, Library
+from dsonet.library.contract import Store
+from dsonet.memory import LocalMemory, NodeMemory
+from dsonet.network.api import create_app
+from dsonet.network.client import NodeClient
+from dsonet.network.node import Node, NodeConfig
+from dsonet.network.transport import InProcessHub
+from lib_helpers import HashEncoder
+
+LESSON = "When a ratio is given, write both parts as multiples of one unknown"
+OTHER = "When a list must stay sorted, insert with bisect instead of sorting again"
+EXACT = 0.99  # the test encoder gives a text itself at cosine 1 and any other text about 0
+STORE_CALLS = ("add", "search", "outcome", "delete", "all", "stats", "close")
+
+
+@dataclass
+class Case:
+    store: Store
+    outcomes: Callable[[str], tuple[int, int]]  # an experience's (uses, helped), read from the file behind the store
+    held: Callable[[dict], int]  # the experiences a stats() answer counts
+
+
+def _file_held(stats: dict) -> int:
+    return stats["experiences"]
+
+
+@pytest.fixture
+def node(tmp_path):
+    """A node (test encoder, in-process log) serving its API on a uvicorn thread."""
+    import uvicorn
+
+    port, held = free_port(), {}
+
+    async def serve():
+        held["node"] = await Node.open(NodeConfig(tmp_path / "node", rule="mean"),
+                                       InProcessHub().transport(), encoder=HashEncoder())
+        held["server"] = uvicorn.Server(uvicorn.Config(create_app(held["node"], token="t"), host="127.0.0.1",
+                                                       port=port, log_level="warning"))
+        await held["server"].serve()
+
+    thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not (held.get("server") and held["server"].started):
+        assert time.monotonic() < deadline and thread.is_alive(), "the node did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}", held["node"]
+    held["server"].should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture(params=["library", "local-memory", "node-client", "node-memory"])
+def case(request, tmp_path):
+    if request.param.startswith("node"):
+        url, node = request.getfixturevalue("node")
+        client = NodeClient(url, token="t")
+        store = client if request.param == "node-client" else NodeMemory(client)
+        yield Case(store, node.library.outcomes, lambda stats: stats["library"]["experiences"])
+        client.close()
+        return
+    lib = Library(tmp_path / "lib.sqlite", encoder=HashEncoder())
+    yield Case(lib if request.param == "library" else LocalMemory(lib), lib.outcomes, _file_held)
+    lib.close()
+
+
+@pytest.mark.parametrize("name", STORE_CALLS)
+def test_every_store_takes_the_contracts_arguments(name):
+    expected = list(inspect.signature(getattr(Store, name)).parameters)[1:]
+    for kind in (Library, LocalMemory, NodeClient, NodeMemory):
+        assert list(inspect.signature(getattr(kind, name)).parameters)[1:len(expected) + 1] == expected, kind
+
+
+def test_a_lesson_added_is_found_first_with_a_retrieval_id_and_shown_by_its_summary(case):
+    exp = case.store.add(LESSON, domain="math.ratios", confidence=0.7)
+    case.store.add(OTHER, domain="code")
+    hits = case.store.search(LESSON, min_similarity=EXACT)
+    assert isinstance(hits, Hits) and [h.experience.id for h in hits] == [exp.id]
+    assert hits.threshold == EXACT and hits.best_score == pytest.approx(1.0, abs=1e-3)
+    assert isinstance(hits.retrieval_id, str) and hits.retrieval_id
+    (hit,) = hits
+    assert isinstance(hit, Hit) and hit.members == (exp.id,)
+    shown = hit.summary()
+    assert {name: type(value) for name, value in shown.items()} == Hit.SUMMARY
+    assert (shown["id"], shown["text"], shown["domain"]) == (exp.id, LESSON, "math.ratios")
+    assert [h.experience.id for h in case.store.search(LESSON, min_similarity=EXACT, domain="code")] == []
+
+
+def test_a_search_that_finds_nothing_issues_no_retrieval_id_and_says_how_near_it_came(case):
+    case.store.add(OTHER, domain="code")
+    hits = case.store.search(LESSON, min_similarity=EXACT)
+    assert hits == [] and hits.retrieval_id is None
+    assert hits.threshold == EXACT and hits.best_score is not None and hits.best_score < EXACT
+
+
+def test_an_outcome_counts_once_on_the_lessons_of_its_retrieval(case):
+    exp = case.store.add(LESSON)
+    rid = case.store.search(LESSON, min_similarity=EXACT).retrieval_id
+    assert case.store.outcome(rid, helped=True) == 1
+    assert case.outcomes(exp.id) == (1, 1)
+    with pytest.raises(DsoError):  # once per retrieval
+        case.store.outcome(rid, helped=True)
+    with pytest.raises(DsoError):
+        case.store.outcome("never-issued", helped=False)
+    assert case.outcomes(exp.id) == (1, 1)
+
+
+def test_per_lesson_verdicts_judge_only_the_named_lessons_and_a_stray_one_is_refused(case):
+    exp = case.store.add(LESSON)
+    rid = case.store.search(LESSON, min_similarity=EXACT).retrieval_id
+    with pytest.raises(DsoError):  # a lesson this retrieval did not give: refused, the retrieval kept
+        case.store.outcome(rid, lessons={"0" * 64: False})
+    with pytest.raises(DsoError):  # neither helped nor lessons
+        case.store.outcome(rid)
+    assert case.outcomes(exp.id) == (0, 0)
+    assert case.store.outcome(rid, lessons={exp.id: False}) == 1
+    assert case.outcomes(exp.id) == (1, 0)
+
+
+def test_a_deleted_lesson_is_gone_from_search_listing_and_stats(case):
+    kept, gone = case.store.add(OTHER), case.store.add(LESSON)
+    assert case.held(case.store.stats()) == 2 and {e.id for e in case.store.all()} == {kept.id, gone.id}
+    assert case.store.delete(gone.id) is True
+    assert case.store.delete(gone.id) is False
+    assert case.store.search(LESSON, min_similarity=EXACT) == []
+    assert [e.id for e in case.store.all()] == [kept.id] and case.held(case.store.stats()) == 1
