@@ -11,7 +11,7 @@ import pytest
 
 from dsonet.asgi import BearerToken, BodyLimit, server_config
 from dsonet.asgi.protocol import FD_RESERVE, MAX_CONNECTIONS, Limits, connection_cap
-from dsonet.network.cluster import free_ports
+from dsonet.network.cluster_spec import free_ports
 
 PARTIAL_HEADERS = b"GET /health HTTP/1.1\r\nHost: node\r\nX-Slow: "  # headers that never end
 PARTIAL_BODY = b"POST /echo HTTP/1.1\r\nHost: node\r\nContent-Length: 1000\r\n\r\nx"  # a body that never ends

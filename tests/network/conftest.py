@@ -21,8 +21,9 @@ def pytest_collection_modifyitems(config, items):
 def nats_cluster(tmp_path):
     """Three clustered nats-servers with JetStream; always torn down."""
     from dsonet.network import cluster
+    from dsonet.network.cluster_spec import make_spec
 
-    spec = cluster.make_spec(tmp_path / "cluster", n=3, client_port=None, cluster_port=None, http_port=None)
+    spec = make_spec(tmp_path / "cluster", n=3, client_port=None, cluster_port=None, http_port=None)
     try:
         cluster.up(spec)
         yield spec

@@ -11,6 +11,8 @@ from dsonet.codec import make_batch
 from dsonet.experience import Experience
 from dsonet.identity import NodeIdentity
 from dsonet.network import cluster
+from dsonet.network.cluster_config import write_configs
+from dsonet.network.cluster_spec import ClusterSpec, make_spec
 from dsonet.network.auth import ADMIN, durable_for, node_permissions
 from dsonet.network.jetstream import NatsConfig, NatsTransport
 from dsonet.network.node import Node, NodeConfig
@@ -36,7 +38,7 @@ async def _until(check, timeout_s: float = 20.0) -> bool:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
-    spec = cluster.make_spec(tmp_path_factory.mktemp("secured"), n=3, client_port=None, cluster_port=None,
+    spec = make_spec(tmp_path_factory.mktemp("secured"), n=3, client_port=None, cluster_port=None,
                              http_port=None, auth=True)
     try:
         yield cluster.up(spec)
@@ -46,12 +48,12 @@ def secured(tmp_path_factory):
 
 
 def test_secrets_and_configs_are_readable_by_their_owner_only(tmp_path, monkeypatch):
-    spec = cluster.make_spec(tmp_path, n=3, client_port=5000, cluster_port=6000, http_port=7000, auth=True)
+    spec = make_spec(tmp_path, n=3, client_port=5000, cluster_port=6000, http_port=7000, auth=True)
     cluster.prepare(spec)
     monkeypatch.chdir(tmp_path.parent)  # `add-node --state-dir rel` rewrites configs with the same absolute paths
-    assert cluster.ClusterSpec.load(tmp_path.name) == spec
+    assert ClusterSpec.load(tmp_path.name) == spec
     spec.creds.user(durable_for("ab" * 32), create=True)
-    cluster.write_configs(spec)
+    write_configs(spec)
     conf = spec.conf_path(spec.servers[0]).read_text()
     assert "jetstream: enabled" in conf and 'user: "admin"' in conf and f'user: "node-{"ab" * 8}"' in conf
     assert "authorization { user: \"route\"" in conf and "nats-route://route:" in conf
@@ -225,7 +227,7 @@ def test_a_member_flooding_the_stream_leaves_the_others_publishing_and_read(tmp_
     """Each node publishes to its own subject only; the stream keeps a member's last messages and
     3/4 of the servers' store, oldest first. Before (issue 24): one node user publishing 4 MiB
     messages filled the store until JetStream answered "insufficient resources" to every node."""
-    spec = cluster.make_spec(tmp_path / "flood", n=1, client_port=None, cluster_port=None, http_port=None,
+    spec = make_spec(tmp_path / "flood", n=1, client_port=None, cluster_port=None, http_port=None,
                              auth=True, store_bytes=48 * 2**20, member_max_msgs=8)
     cluster.up(spec)
     a, b = (cluster.add_node(spec, NodeIdentity.from_seed(s).node_id) for s in (b"flood-a", b"flood-b"))

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from dsonet.cli.main import cli
 from dsonet.identity import NodeIdentity
 from dsonet.network import cluster
+from dsonet.network.cluster_spec import ClusterSpec, make_spec
 from dsonet.network.auth import ADMIN
 from dsonet.network.jetstream import NatsConfig, NatsTransport
 from dsonet.network.procs import NodeProcess
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.nats
 
 @pytest.fixture
 def tls_cluster(tmp_path):
-    spec = cluster.make_spec(tmp_path / "tls", n=3, client_port=None, cluster_port=None, http_port=None,
+    spec = make_spec(tmp_path / "tls", n=3, client_port=None, cluster_port=None, http_port=None,
                              auth=True, tls=True)
     try:
         yield cluster.up(spec)  # the stream has 3 replicas: the routes came up over TLS
@@ -81,7 +82,7 @@ def test_a_client_certificate_is_shown_when_given(tmp_path):
 
 @pytest.mark.slow
 def test_a_node_process_logs_in_with_its_password_file_over_tls(tmp_path):
-    from dsonet.network.cluster import free_ports
+    from dsonet.network.cluster_spec import free_ports
 
     state = tmp_path / "nats"
     client, route, http = free_ports(3)
@@ -107,7 +108,7 @@ def test_a_node_process_logs_in_with_its_password_file_over_tls(tmp_path):
         assert posted.status_code == 201, posted.text
 
         async def stored() -> int:
-            admin = await NatsTransport.connect(cluster.ClusterSpec.load(state).nats_config(ADMIN, replicas=1))
+            admin = await NatsTransport.connect(ClusterSpec.load(state).nats_config(ADMIN, replicas=1))
             try:
                 for _ in range(100):
                     messages = (await admin.js.stream_info("DSO")).state.messages
@@ -126,7 +127,7 @@ def test_a_node_process_logs_in_with_its_password_file_over_tls(tmp_path):
 
 
 def test_with_tls_verify_a_client_needs_the_certificate_add_node_issued(tmp_path):
-    spec = cluster.make_spec(tmp_path / "mtls", n=1, client_port=None, cluster_port=None, http_port=None,
+    spec = make_spec(tmp_path / "mtls", n=1, client_port=None, cluster_port=None, http_port=None,
                              auth=True, tls_verify=True)
     try:
         cluster.up(spec)

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from dsonet.network import cluster
+from dsonet.network.cluster_spec import make_spec
 from dsonet.network.procs import NodeProcess
 
 pytestmark = [pytest.mark.nats, pytest.mark.slow]
@@ -64,7 +65,7 @@ def library_size(node: NodeProcess) -> int:
 @pytest.fixture(scope="module")
 def net(tmp_path_factory):
     root = tmp_path_factory.mktemp("net")
-    spec = cluster.make_spec(root / "cluster", n=3, client_port=None, cluster_port=None, http_port=None)
+    spec = make_spec(root / "cluster", n=3, client_port=None, cluster_port=None, http_port=None)
     nodes: list[NodeProcess] = []
     try:
         cluster.up(spec)

@@ -127,12 +127,13 @@ def run(quick: bool) -> dict:
     from dsonet.encoders import default_encoder, minilm
     from dsonet.encoders.cache import cached_encode
     from dsonet.network import cluster
+    from dsonet.network.cluster_spec import make_spec
     from dsonet.network.procs import NodeProcess
 
     n_submit, n_search, n_prop = (40, 60, 8) if quick else (100, 100, 30)
     with tempfile.TemporaryDirectory(prefix="dso-bench-net-") as tmp:
         root = Path(tmp)
-        spec = cluster.make_spec(root / "cluster", n=3, client_port=None, cluster_port=None, http_port=None)
+        spec = make_spec(root / "cluster", n=3, client_port=None, cluster_port=None, http_port=None)
         nodes: list[NodeProcess] = []
         try:
             cluster.up(spec)
@@ -193,7 +194,8 @@ def cli(quick: bool, out: Path) -> None:
     Example:
       dso bench network --quick
     """
-    from dsonet.network.cluster import ClusterError, nats_server_binary
+    from dsonet.network.cluster import nats_server_binary
+    from dsonet.network.cluster_spec import ClusterError
 
     try:
         nats_server_binary()

@@ -210,9 +210,10 @@ def up(state_dir: Path, n: int, host: str, client_port: int, cluster_port: int, 
       dso cluster up --host 0.0.0.0 && cat .nats/n1.conf
     """
     from dsonet.network import cluster as c
+    from dsonet.network.cluster_spec import make_spec
 
-    spec = c.up(c.make_spec(state_dir, n, client_port, cluster_port, http_port, host=host, auth=not open_, tls=tls,
-                            tls_verify=tls_verify))
+    spec = c.up(make_spec(state_dir, n, client_port, cluster_port, http_port, host=host, auth=not open_, tls=tls,
+                          tls_verify=tls_verify))
     configs = [str(spec.conf_path(s)) for s in spec.servers]
     admin = str(spec.creds.user(c.ADMIN).password_file) if spec.auth else None
     if as_json:
@@ -265,8 +266,9 @@ def add_node(state_dir: Path, node_id: str | None, key: Path | None, as_json: bo
       dso cluster add-node --node-id 3f2a9c0e11d4b7a8... --json
     """
     from dsonet.network import cluster as c
+    from dsonet.network.cluster_spec import ClusterSpec
 
-    spec = c.ClusterSpec.load(state_dir)
+    spec = ClusterSpec.load(state_dir)
     creds = c.add_node(spec, _node_id(node_id, key))
     options = spec.node_options(creds)
     if as_json:
@@ -292,8 +294,9 @@ def remove_node(state_dir: Path, node_id: str | None, key: Path | None, as_json:
     """
     from dsonet.network import cluster as c
     from dsonet.network.auth import durable_for
+    from dsonet.network.cluster_spec import ClusterSpec
 
-    spec = c.ClusterSpec.load(state_dir)
+    spec = ClusterSpec.load(state_dir)
     node = _node_id(node_id, key)
     removed = c.remove_node(spec, node)
     if as_json:
@@ -333,8 +336,9 @@ def status(state_dir: Path, as_json: bool) -> None:
       dso cluster status --json
     """
     from dsonet.network import cluster as c
+    from dsonet.network.cluster_spec import ClusterSpec
 
-    rows = c.status(c.ClusterSpec.load(state_dir))
+    rows = c.status(ClusterSpec.load(state_dir))
     if as_json:
         click.echo(json.dumps(rows))
         return

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from dsonet.network.cluster import free_ports
+from dsonet.network.cluster_spec import free_ports
 from dsonet.network.node import NodeError
 
 

@@ -20,6 +20,7 @@ from dsonet.encoders import default_encoder
 from dsonet.identity import NodeIdentity
 from dsonet.library import Library
 from dsonet.network import cluster
+from dsonet.network.cluster_spec import ClusterSpec, make_spec
 from dsonet.network.client import NodeClient
 from dsonet.network.jetstream import NatsConfig, NatsTransport
 from dsonet.network.procs import NodeProcess
@@ -32,7 +33,7 @@ READY_S = 600.0  # a node process loads the encoder before it answers /health: m
 class NatsFleet:
     kind = "nats"
 
-    def __init__(self, spec: cluster.ClusterSpec, procs: list[NodeProcess], observer: NatsTransport):
+    def __init__(self, spec: ClusterSpec, procs: list[NodeProcess], observer: NatsTransport):
         self.spec, self.procs, self.attacker = spec, procs, observer
         self.stores = [NodeClient(p.url) for p in procs]
         self.node_ids = [c.stats()["node_id"] for c in self.stores]
@@ -49,7 +50,7 @@ class NatsFleet:
     @classmethod
     async def start(cls, honest: int, workdir: Path, model: str = "") -> "NatsFleet":
         """``model`` is not passed on: a node process records its own provenance."""
-        spec = cluster.up(cluster.make_spec(workdir / "nats", client_port=None, cluster_port=None, http_port=None))
+        spec = cluster.up(make_spec(workdir / "nats", client_port=None, cluster_port=None, http_port=None))
         procs = [NodeProcess(workdir / f"node{i}", spec.urls,
                              args=["--batch-interval", str(HOLD_INTERVAL_S), "--batch-size", str(HOLD_BATCH)])
                  for i in range(honest)]
