@@ -10,7 +10,8 @@ A batch the gate admits is *pending* until its receiver says it was stored (`set
 (`release`): only a stored batch counts as seen, so a round that fails to store (a full disk, a
 locked database) leaves its batches free to be delivered again, not refused as replays. The
 seen hashes live in memory; a receiver that stores batches durably records their hashes with
-them and hands them back through `Gate.remember` when it starts again (see `dsonet.network.node`).
+them and hands them back through `Gate.remember` when it starts again (a node's round does:
+`dsonet.network.ingest`, the hashes kept in `dsonet.network.ledger`).
 """
 
 from __future__ import annotations
