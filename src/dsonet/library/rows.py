@@ -39,9 +39,6 @@ from dsonet.experience import Experience, Provenance
 from dsonet.library.errors import LibraryError, StorageError
 from dsonet.library.eviction import TRUSTED, fair_cuts
 from dsonet.library.file import ANY_SIGNER, COLUMNS, connect
-# `library/store.py` still imports these two from here; they live in errors.py and file.py
-from dsonet.library.errors import DamagedFile  # noqa: F401
-from dsonet.library.file import damaged  # noqa: F401
 
 _QUALITY = "confidence * (helped + 1.0) / (uses + 2.0) ASC, id DESC, signer DESC"  # eviction's order in a signer
 _MAX_BOUND = 400  # values bound in one `IN (...)` list: under SQLite's bound-parameter limit

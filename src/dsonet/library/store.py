@@ -36,8 +36,9 @@ from dsonet.library import quarantine
 from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy, estimate_tokens
 from dsonet.library.reference import Reference, capped_per_signer
 from dsonet.library.retrievals import Retrievals
-from dsonet.library.rows import (ANY_SIGNER, COLUMN, DamagedFile, IngestResult, LibraryError, RowStore, damaged,
-                                 row_code, row_experience)
+from dsonet.library.errors import DamagedFile, LibraryError
+from dsonet.library.file import damaged
+from dsonet.library.rows import ANY_SIGNER, COLUMN, IngestResult, RowStore, row_code, row_experience
 from dsonet.library.saved_fit import keep_clusters, keep_fits, restore_clusters
 from dsonet.library.index import Fitted, Refit
 from dsonet.library.search import RowIndex
