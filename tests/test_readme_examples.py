@@ -2,12 +2,9 @@
 the lesson it promises. They are read from README.md itself, so the README cannot drift from
 what the code does; `dso bench relevance` never calibrates on them (`README_TEXTS`)."""
 
-import asyncio
 import json
 import re
 import shlex
-import threading
-import time
 from pathlib import Path
 
 import anyio
@@ -16,14 +13,12 @@ import openai
 import pytest
 from click.testing import CliRunner
 
-from dsonet.bench.proxy import Served, free_port, scripted_upstream
+from dsonet.bench.proxy import Served, scripted_upstream
 from dsonet.bench.relevance import README_TEXTS, load_pairs
 from dsonet.cli.main import cli
 from dsonet.library.policy import ENV_MIN_SIMILARITY, default_min_similarity
 from dsonet.memory import open_memory
-from dsonet.network.api import create_app
-from dsonet.network.node import Node, NodeConfig
-from dsonet.network.transport import InProcessHub
+from node_server import serving
 
 README = (Path(__file__).parents[1] / "README.md").read_text()
 BLOCKS = re.findall(r"```(\w+)\n(.*?)```", README, re.S)
@@ -86,25 +81,8 @@ def test_the_langchain_example_finds_the_lesson_the_python_example_added():
 @pytest.fixture
 def node(tmp_path):
     """A node with the default encoder serving its API on a real port (as `dso node start` does)."""
-    import uvicorn
-
-    port, held = free_port(), {}
-
-    async def serve():
-        held["node"] = await Node.open(NodeConfig(tmp_path / "node"), InProcessHub().transport())
-        held["server"] = uvicorn.Server(uvicorn.Config(create_app(held["node"]), host="127.0.0.1", port=port,
-                                                       log_level="warning"))
-        await held["server"].serve()
-
-    thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not (held.get("server") and held["server"].started):
-        assert time.monotonic() < deadline and thread.is_alive(), "the node did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    held["server"].should_exit = True
-    thread.join(10)
+    with serving(tmp_path / "node", start_s=120) as (url, _):
+        yield url
 
 
 def test_the_curl_example_finds_its_lesson_on_a_node(node):

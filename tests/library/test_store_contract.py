@@ -2,24 +2,18 @@
 (its client, and the memory over that) answer the same calls the same way
 (`dsonet.library.contract.Store`)."""
 
-import asyncio
 import inspect
-import threading
-import time
 from dataclasses import dataclass
 from typing import Callable
 
 import pytest
 
-from dsonet.bench.proxy import free_port
 from dsonet.errors import DsoError
 from dsonet.library import Hit, Hits, Library
 from dsonet.library.contract import Store
 from dsonet.memory import LocalMemory, NodeMemory
-from dsonet.network.api import create_app
 from dsonet.network.client import NodeClient
-from dsonet.network.node import Node, NodeConfig
-from dsonet.network.transport import InProcessHub
+from node_server import serving
 from lib_helpers import HashEncoder
 
 LESSON = "When a ratio is given, write both parts as multiples of one unknown"
@@ -42,26 +36,8 @@ def _file_held(stats: dict) -> int:
 @pytest.fixture
 def node(tmp_path):
     """A node (test encoder, in-process log) serving its API on a uvicorn thread."""
-    import uvicorn
-
-    port, held = free_port(), {}
-
-    async def serve():
-        held["node"] = await Node.open(NodeConfig(tmp_path / "node", rule="mean"),
-                                       InProcessHub().transport(), encoder=HashEncoder())
-        held["server"] = uvicorn.Server(uvicorn.Config(create_app(held["node"], token="t"), host="127.0.0.1",
-                                                       port=port, log_level="warning"))
-        await held["server"].serve()
-
-    thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not (held.get("server") and held["server"].started):
-        assert time.monotonic() < deadline and thread.is_alive(), "the node did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", held["node"]
-    held["server"].should_exit = True
-    thread.join(10)
+    with serving(tmp_path / "node", token="t", encoder=HashEncoder(), rule="mean") as served:
+        yield served
 
 
 @pytest.fixture(params=["library", "local-memory", "node-client", "node-memory"])

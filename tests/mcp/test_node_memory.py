@@ -1,10 +1,7 @@
 """`dso mcp --node URL` and `dso proxy --node URL`: the tools and the proxy over a running node's
 HTTP API, where the node issues the retrieval ids and records the outcomes itself."""
 
-import asyncio
 import sys
-import threading
-import time
 from pathlib import Path
 
 import anyio
@@ -12,12 +9,10 @@ import httpx
 import openai
 import pytest
 
-from dsonet.bench.proxy import Served, free_port, scripted_upstream
+from dsonet.bench.proxy import Served, scripted_upstream
 from dsonet.memory import open_memory
-from dsonet.network.api import create_app
-from dsonet.network.node import Node, NodeConfig
-from dsonet.network.transport import InProcessHub
 from dsonet.proxy.app import create_app as create_proxy
+from node_server import serving
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "library"))
 from lib_helpers import HashEncoder  # noqa: E402
@@ -28,26 +23,8 @@ LESSON = "When a ratio is given, write both parts as multiples of one unknown"
 @pytest.fixture
 def node(tmp_path):
     """A node (test encoder, in-process log) serving its API with a token on a uvicorn thread."""
-    import uvicorn
-
-    port, held = free_port(), {}
-
-    async def serve():
-        held["node"] = await Node.open(NodeConfig(tmp_path / "node", rule="mean"), InProcessHub().transport(),
-                                       encoder=HashEncoder())
-        held["server"] = uvicorn.Server(uvicorn.Config(create_app(held["node"], token="node-token"), host="127.0.0.1",
-                                                       port=port, log_level="warning"))
-        await held["server"].serve()
-
-    thread = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not (held.get("server") and held["server"].started):
-        assert time.monotonic() < deadline and thread.is_alive(), "the node did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", held["node"]
-    held["server"].should_exit = True
-    thread.join(10)
+    with serving(tmp_path / "node", token="node-token", encoder=HashEncoder(), rule="mean") as served:
+        yield served
 
 
 def _counters(node):
