@@ -45,7 +45,7 @@ from dsonet.library.store import DamagedFile
 from dsonet.library.merge import THETA_DUP
 from dsonet.library.quarantine import row_damage
 from dsonet.library.policy import MAX_TOKENS, K
-from dsonet.library.retrievals import Retrievals
+from dsonet.library.retrievals import OutcomeError, Retrievals
 from dsonet.network.access import FairLock, SerialEncoder
 from dsonet.network.ingest import Ingest, Peer
 from dsonet.network.journal import Journal
@@ -297,19 +297,16 @@ class Node:
         on its own (``lessons``: experience id -> helped; lessons not named get no outcome: an agent
         that tried its task without each lesson knows which one made the difference). Returns how many
         were judged. Raises `UnknownRetrieval` for an id it did not issue or whose outcome is in already."""
-        if (helped is None) == (lessons is None):
-            raise NodeError("outcome: give helped (every lesson of the retrieval) or lessons (id -> helped), one of them")
         try:
-            hits = self.retrievals.take(retrieval_id, lessons or ())
-        except ValueError as exc:
+            judged = self.retrievals.judged(retrieval_id, helped, lessons)
+        except OutcomeError as exc:
             raise NodeError(str(exc)) from None
-        verdicts = {h.experience.id: helped for h in hits} if lessons is None else lessons
         for verdict in (True, False):
-            judged = [h for h in hits if verdicts.get(h.experience.id) is verdict]
-            if judged:
-                await self.record_outcome(judged, verdict)
+            hits = [h for h, v in judged if v is verdict]
+            if hits:
+                await self.record_outcome(hits, verdict)
                 self.metrics.outcomes.labels(helped=str(verdict).lower()).inc()
-        return sum(1 for h in hits if h.experience.id in verdicts)
+        return len(judged)
 
     async def record_outcome(self, hits: list[Hit], helped: bool) -> None:
         """Whether the experiences of a search helped the task they were retrieved for: counted on
