@@ -21,7 +21,7 @@ from dsonet.experience import Experience
 from dsonet.library.contract import Store
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import UnknownRetrieval
-from dsonet.library.store import Hits
+from dsonet.library import Hits
 
 __all__ = ["LocalMemory", "NodeMemory", "RecallError", "UnknownRetrieval", "open_memory"]
 

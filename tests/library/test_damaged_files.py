@@ -7,7 +7,7 @@ import stat
 import pytest
 
 from dsonet.library import Library
-from dsonet.library.store import DamagedFile
+from dsonet.library.errors import DamagedFile
 from lib_helpers import experiences, unit
 
 ROWS = 300

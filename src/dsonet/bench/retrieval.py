@@ -151,7 +151,7 @@ def bench_size(n: int, corpus: Corpus, queries384: np.ndarray, lift: np.ndarray)
 
     from dsonet.codec import compress
     from dsonet.codec.batch import DEFAULT_ROTATION_SEED
-    from dsonet.library.index import CodeIndex
+    from dsonet.library.code_index import CodeIndex
 
     truth = _exact_top10(queries384, corpus, n)
     queries = queries384 @ lift  # (Q, DIM)
@@ -243,7 +243,7 @@ def zen_size(n: int, corpus: Corpus, queries384: np.ndarray) -> list[dict]:
     from dsonet.codec import compress
     from dsonet.codec.batch import DEFAULT_ROTATION_SEED
     from dsonet.encoders import default_encoder
-    from dsonet.library.index import CodeIndex
+    from dsonet.library.code_index import CodeIndex
 
     encoder = default_encoder()
     head, baseline = encoder.head, encoder.baseline

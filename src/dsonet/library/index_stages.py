@@ -1,4 +1,4 @@
-"""The fitted and refining stages of `dsonet.library.index.CodeIndex`'s search (see its module doc).
+"""The fitted and refining stages of `dsonet.library.code_index.CodeIndex`'s search (see its module doc).
 
 `Sketch` (stage 1, the coarse int8 sketch) and `Subspace` (stage 2b, the candidates re-decoded in
 the principal directions of the library's deltas) are fitted to the library's own codes and
@@ -33,7 +33,7 @@ REFINE_STEP = 1.5  # measured at 10k: 1.0 converges slower, 2.5 oscillates
 
 
 class IndexRows(Protocol):
-    """What a stage reads of the index that holds it (`dsonet.library.index.CodeIndex`, which
+    """What a stage reads of the index that holds it (`dsonet.library.code_index.CodeIndex`, which
     imports this module: the stages sit below it)."""
 
     dim: int

@@ -36,7 +36,7 @@ import sqlite3
 
 import numpy as np
 
-from dsonet.library.index import CodeIndex
+from dsonet.library.code_index import CodeIndex
 from dsonet.library.merge import MergedView
 
 _TABLE = ("CREATE TABLE IF NOT EXISTS index_fits (stage TEXT PRIMARY KEY, rows INTEGER NOT NULL,"

@@ -21,7 +21,8 @@ import numpy as np
 from dsonet.codec import decode, make_batch
 from dsonet.codec.batch import MAX_EXPERIENCES
 from dsonet.experience import Experience
-from dsonet.library.store import Library, LibraryError
+from dsonet.library.errors import LibraryError
+from dsonet.library.library import Library
 
 Format = Literal["jsonl", "msgpack"]
 FORMATS = ("jsonl", "msgpack")

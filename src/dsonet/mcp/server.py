@@ -33,7 +33,7 @@ from dsonet import __version__
 from dsonet.errors import DsoError
 from dsonet.library.contract import Store
 from dsonet.library.policy import K
-from dsonet.library.store import Hit, Hits
+from dsonet.library import Hit, Hits
 from dsonet.memory import NodeMemory
 
 log = logging.getLogger(__name__)

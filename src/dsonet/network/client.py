@@ -10,7 +10,7 @@ import httpx
 
 from dsonet.errors import DsoError
 from dsonet.experience import Experience
-from dsonet.library.store import Hit, Hits
+from dsonet.library import Hit, Hits
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import check_outcome
 

@@ -41,7 +41,7 @@ from dsonet.errors import DsoError
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
 from dsonet.library import Hit, Hits, Library, MergeRule
-from dsonet.library.store import DamagedFile
+from dsonet.library.errors import DamagedFile
 from dsonet.library.merge import THETA_DUP
 from dsonet.library.quarantine import row_damage
 from dsonet.library.policy import MAX_TOKENS, K

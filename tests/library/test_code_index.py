@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from dsonet.codec import compress, decompress
-from dsonet.library.index import CodeIndex
+from dsonet.library.code_index import CodeIndex
 from lib_helpers import unit
 
 

@@ -2,7 +2,7 @@
 the last stage, exact rescoring from the floats the file holds.
 
 Stages 1–3 (coarse sketch, asymmetric estimate over the codes, optional support refinement)
-are `dsonet.library.index.CodeIndex`; this module adds stage 4: the best `RESCORE`
+are `dsonet.library.code_index.CodeIndex`; this module adds stage 4: the best `RESCORE`
 candidates whose float vector this node holds (its own experiences, or peers' with
 ``encode_texts``) are rescored exactly, reading those floats from the file (30 KB each at
 d = 7680, so they are not kept in memory).
@@ -14,7 +14,7 @@ import numpy as np
 
 from dsonet.codec.batch import Profile
 from dsonet.library.eigen import matvec
-from dsonet.library.index import CodeIndex
+from dsonet.library.code_index import CodeIndex
 from dsonet.library.rows import RowStore
 from dsonet.library.saved_fit import fit_on_open
 

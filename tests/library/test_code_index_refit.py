@@ -6,17 +6,17 @@ import numpy as np
 import pytest
 
 from dsonet.codec import compress
-from dsonet.library import Library, index as index_module, index_stages
-from dsonet.library.index import CodeIndex
+from dsonet.library import Library, code_index, index_stages
+from dsonet.library.code_index import CodeIndex
 from lib_helpers import experiences, unit
 
 
 @pytest.fixture
 def small_thresholds(monkeypatch):
     """Both stages due at a few hundred rows of 96 dims (the real thresholds need 16k rows, 1024 dims)."""
-    monkeypatch.setattr(index_module, "SKETCH_MIN_ROWS", 1024)
-    monkeypatch.setattr(index_module, "SUBSPACE_MIN_ROWS", 512)
-    monkeypatch.setattr(index_module, "SUBSPACE_MIN_DIM", 64)
+    monkeypatch.setattr(code_index, "SKETCH_MIN_ROWS", 1024)
+    monkeypatch.setattr(code_index, "SUBSPACE_MIN_ROWS", 512)
+    monkeypatch.setattr(code_index, "SUBSPACE_MIN_DIM", 64)
     monkeypatch.setattr(index_stages, "SUBSPACE_DIM", 8)
     monkeypatch.setattr(index_stages, "SKETCH_DIM", 8)
 
@@ -71,7 +71,7 @@ def test_rows_written_while_the_fit_runs_are_sketched_when_it_is_installed(small
 
 
 def test_an_eager_library_refits_as_it_writes(tmp_path, encoder, profile, monkeypatch):
-    monkeypatch.setattr(index_module, "SKETCH_MIN_ROWS", 64)
+    monkeypatch.setattr(code_index, "SKETCH_MIN_ROWS", 64)
     with Library(tmp_path / "lib.sqlite", encoder=encoder, profile=profile) as lib:
         lib.add_vectors(experiences(100, seed=1), unit(100, 1))
         assert lib.search_index.index.sketch.n == 100

@@ -11,9 +11,9 @@ from lib_helpers import experiences, unit
 
 from dsonet.codec import Profile
 from dsonet.library import Library
-from dsonet.library import index as index_module
+from dsonet.library import code_index
 from dsonet.library import index_stages
-from dsonet.library.index import CodeIndex
+from dsonet.library.code_index import CodeIndex
 
 PROFILE = Profile(96, 32, "test:fits", rotation_seed=7)
 OLD_FILE = Path(__file__).parent / "data" / "library-v1.sqlite"
@@ -22,9 +22,9 @@ OLD_FILE = Path(__file__).parent / "data" / "library-v1.sqlite"
 @pytest.fixture(autouse=True)
 def small_thresholds(monkeypatch):
     """Both stages due at a few hundred rows of 96 dims (the real thresholds need 16k rows, 1024 dims)."""
-    monkeypatch.setattr(index_module, "SKETCH_MIN_ROWS", 1024)
-    monkeypatch.setattr(index_module, "SUBSPACE_MIN_ROWS", 512)
-    monkeypatch.setattr(index_module, "SUBSPACE_MIN_DIM", 64)
+    monkeypatch.setattr(code_index, "SKETCH_MIN_ROWS", 1024)
+    monkeypatch.setattr(code_index, "SUBSPACE_MIN_ROWS", 512)
+    monkeypatch.setattr(code_index, "SUBSPACE_MIN_DIM", 64)
     monkeypatch.setattr(index_stages, "SUBSPACE_DIM", 8)
     monkeypatch.setattr(index_stages, "SKETCH_DIM", 8)
 

@@ -1,9 +1,10 @@
 """The node's local experience library: a thin façade over its three parts.
 
-    rows    `RowStore`   the SQLite file: one row per (experience id, signer), the CRDT rules,
-                         tombstones, eviction, outcome counters
-    search  `RowIndex`   the in-memory code index kept in step with the file, and exact rescoring
-    merge   `MergedView` near-duplicates shown as one experience (DeltaSoup's phase 4)
+    rows       `RowStore`   the SQLite file: one row per (experience id, signer), the CRDT rules,
+                            tombstones, eviction, outcome counters
+    row_index  `RowIndex`   the in-memory code index (`code_index.CodeIndex`) kept in step with
+                            the file, and exact rescoring
+    merge      `MergedView` near-duplicates shown as one experience (DeltaSoup's phase 4)
 
     lib = Library("lib.sqlite")                     # the default encoder, loaded on first use
     lib.add("When a ratio is asked, simplify the fraction first.", domain="math")
@@ -40,10 +41,10 @@ from dsonet.library.errors import DamagedFile, LibraryError
 from dsonet.library.file import damaged
 from dsonet.library.rows import ANY_SIGNER, COLUMN, IngestResult, RowStore, row_code, row_experience
 from dsonet.library.saved_fit import keep_clusters, keep_fits, restore_clusters
-from dsonet.library.index import Fitted, Refit
-from dsonet.library.search import RowIndex
+from dsonet.library.code_index import Fitted, Refit
+from dsonet.library.row_index import RowIndex
 
-__all__ = ["DamagedFile", "Hit", "Hits", "IngestResult", "Library", "LibraryError"]
+__all__ = ["Hit", "Hits", "Library"]
 _VECTOR = COLUMN["vector"]
 # A merged cluster's vector can score a little above its best member (the mean of near-duplicates);
 # the walk over candidates stops this far under the threshold.
@@ -97,7 +98,7 @@ class Library:
         always last; see `dsonet.library.eviction`).
         ``defer_merge``: writes leave the merged view to `rebuild_merged` instead of the next
         read, and the index's refits to `refit_index` (a node that searches while it ingests; see
-        `MergedView` and `dsonet.library.index`)."""
+        `MergedView` and `dsonet.library.code_index`)."""
         self.path = Path(path).expanduser()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._encoder = encoder
@@ -519,6 +520,15 @@ class Library:
         if seqs:
             self._view_changed(self.search_index.refresh([], seqs))
         self.quarantined = quarantine.count(self.rows.db)
+        return seqs
+
+    def set_aside(self, keys: list[tuple[str, str]], why: str) -> list[int]:
+        """Quarantine the rows of these (id, signer) keys, whole, with ``why``, and stop serving them;
+        returns their seqs (`quarantine.set_aside`)."""
+        seqs = quarantine.set_aside(self.rows.db, keys, why)
+        if seqs:
+            self._view_changed(self.search_index.refresh([], seqs))
+            self.quarantined = quarantine.count(self.rows.db)
         return seqs
 
     def quarantine_list(self, limit: int = 1000) -> list[quarantine.Quarantined]:
