@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from dsonet.demo import DemoConfig, Fleet, format_report, run_demo
-from dsonet.demo import adversary
 from dsonet.demo.report import conditions
 from dsonet.experience import Experience, Provenance
 from dsonet.learn.evaluate import Run
 from dsonet.library import Hit
+from dsonet.sim import adversary
 from dsonet.sim.attacks import Forgery
-from dsonet.sim.nodes import running
+from dsonet.sim.scenario import running
 
 LESSON = "When fractions have different denominators, rewrite them over the least common multiple."
 NATS = pytest.param("nats", marks=[pytest.mark.slow, pytest.mark.nats])

@@ -1,4 +1,4 @@
-"""`dso bench learn --family drift`: splits, and one whole seed of the scenario shrunk to two facts, on
+"""`dso bench learn --family drift`: its rows, and one whole seed of the scenario shrunk to two facts, on
 real nodes, the real sandbox and the real embedded LLM (the 0.5B in every role, tiny budgets: this checks
 the plumbing, every condition answered, the poison published and judged, outcomes reported)."""
 
@@ -10,24 +10,9 @@ import pytest
 
 from dsonet.bench import drift as bench_drift
 from dsonet.learn.sandbox import REPO_DRIFT_PYTHON
+from dsonet.sim.scenario import make_splits
 
 needs_env = pytest.mark.skipif(not REPO_DRIFT_PYTHON.exists(), reason=".venv-drift is missing: `make install` builds it")
-
-
-def test_splits_never_repeat_an_instance_and_give_each_node_its_own_facts():
-    plan = bench_drift.DriftPlan(facts=9, train_per_fact=2)
-    splits = bench_drift.make_splits(plan, seed=1)
-    ids = [t.id for part in splits.train for t in part] + [t.id for t in splits.validation + splits.held_out]
-    assert len(ids) == len(set(ids))
-    facts = [{t.entry["fact"] for t in part} for part in splits.train]
-    assert all(a.isdisjoint(b) for i, a in enumerate(facts) for b in facts[i + 1:])
-    held = {t.entry["fact"] for t in splits.held_out}
-    assert held == {f.id for f in bench_drift.facts_for(plan)}  # every fact and control is held out
-    assert {t.domain for t in splits.held_out} == {bench_drift.DOMAIN}  # no library label reaches retrieval
-    # the deal rotates with the seed; the held-out items do not depend on it
-    other = bench_drift.make_splits(plan, seed=2)
-    assert [t.id for t in other.held_out] == [t.id for t in splits.held_out]
-    assert [{t.entry["fact"] for t in p} for p in other.train] != facts
 
 
 def test_a_row_pools_seeds_and_reports_every_condition():
@@ -65,5 +50,5 @@ def test_one_seed_of_the_scenario_runs_every_condition_on_real_nodes(tmp_path):
     facts = out["facts"]
     assert len(facts["poison"]) == 2 and facts["feedback"]["tasks_per_node"] == 2
     assert 0.0 <= facts["poison_rows_hidden"] <= 1.0 and len(facts["poison_rows_hidden_per_node"]) == 2
-    trained = [len(part) for part in bench_drift.make_splits(plan, 0).train]
+    trained = [len(part) for part in make_splits(plan, 0).train]
     assert [node["rollouts"] for node in facts["learning"]] == [plan.group_size * t for t in trained]

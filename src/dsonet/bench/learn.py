@@ -43,25 +43,27 @@ from pathlib import Path
 import click
 import numpy as np
 
+from dsonet.aggregate import DeltaSoup, DeltaSoupConfig
 from dsonet.bench import drift
-from dsonet.bench.report import format_table, write_results
+from dsonet.bench.learn_pilot import KEPT, write_pilot
+from dsonet.bench.report import RESULTS_DIR, format_table, write_results
+from dsonet.codec.batch import make_batch, sign_batch
+from dsonet.encoders import default_encoder
+from dsonet.encoders.cache import cache_dir
+from dsonet.experience import Experience, Provenance
+from dsonet.identity import NodeIdentity
+from dsonet.learn.cache import CachedLLM
+from dsonet.learn.context import Retrieval, best_scores, measured_threshold, messages, split_own
 from dsonet.learn.control import neutral_notes
-from dsonet.learn.tasks import FAMILIES
+from dsonet.learn.evaluate import answer, mcnemar, paired_bootstrap, wilson
+from dsonet.learn.grpo import LearnConfig, Learner
+from dsonet.learn.llm import open_llm
+from dsonet.learn.tasks import FAMILIES, family_splits
+from dsonet.library import Library
 
 PAPER = {"task": "AIME24", "llm": "DeepSeek-V3.1", "accuracy_without": 0.800, "accuracy_with": 0.827,
          "cost_usd": 18}
 
-# Pilot on 30 training items each (Qwen2.5-Coder-0.5B, greedy, answer only; `dso bench learn --pilot`).
-# Kept: accuracy between 15% and 60% (partly right; the rest wrong in repeated ways, e.g. "1/1" for
-# any fraction): letter_counting 0.57, lcm 0.23, fraction_simplification 0.17. Dropped: gcd 0.07,
-# basic_arithmetic 0.07, count_bits 0.10, number_sorting 0.00 (copies the format example; 20 s an item).
-# aiw (0.00) was added later as the family where a correct lesson changes the answers (0.00 -> 0.60 with
-# its hand-written lesson, where the kept families move by at most 7 points): run it with --family aiw.
-# bench/results/learn-pilot.json has every family tried. Four more, with hand-written correct lessons
-# (syllogism 33%, number_format 40%, word_sorting 7%, simple_geometry 0%): no lesson moved them.
-# The probe (`--pilot 30 --probe 32 --family aiw`, learn-probe-0.5b/1.5b.json): from the same 32 practice
-# groups neither embedded reflector proposed a lesson above 6.7% on aiw, where the correct one gives 60%.
-KEPT = ("letter_counting", "fraction_simplification", "lcm")
 
 @dataclass(frozen=True)
 class Plan:
@@ -87,14 +89,10 @@ QUICK = Plan(honest=2, poisoners=1, train_per_node=4, validation=8, held_out=16,
 
 
 def _workdir(model: str, quick: bool) -> Path:
-    from dsonet.encoders.cache import cache_dir
-
     return cache_dir() / "bench-learn" / (model.replace("/", "_") + ("-quick" if quick else ""))
 
 
 def paired(a: np.ndarray, b: np.ndarray) -> dict:
-    from dsonet.learn.evaluate import mcnemar, paired_bootstrap
-
     lo, hi = paired_bootstrap(a, b)
     return {"diff": round(float(a.mean() - b.mean()), 4), "ci95": [round(lo, 4), round(hi, 4)],
             "p_mcnemar": round(mcnemar(a, b), 4)}
@@ -102,10 +100,7 @@ def paired(a: np.ndarray, b: np.ndarray) -> dict:
 
 class Fleet:
     """Node 0's view of a family: its own library, the fleet library and the poisoned one."""
-
     def __init__(self, llm, family: str, plan: Plan, seed: int, root: Path, encoder, log=print, reflector=None):
-        from dsonet.learn.tasks import family_splits
-
         self.reflector = reflector
         self.llm, self.family, self.plan, self.seed, self.encoder, self.log = llm, family, plan, seed, encoder, log
         n_train = plan.honest * plan.train_per_node
@@ -119,9 +114,6 @@ class Fleet:
         return self.train.subset(self.train.tasks[i * n:(i + 1) * n], f"{self.train.name}:node{i}")
 
     def learn(self, retrieval) -> tuple[list, list]:
-        from dsonet.learn.grpo import LearnConfig, Learner
-        from dsonet.library import Library
-
         p = self.plan
         config = LearnConfig(group_size=p.group_size, max_tokens=p.answer_tokens, epochs=p.epochs,
                              batch_size=p.batch_size, max_lessons=p.max_lessons, retrieval=retrieval, seed=self.seed)
@@ -140,8 +132,6 @@ class Fleet:
 
     def gate_received(self, texts: list[str], baseline: np.ndarray) -> dict[str, bool]:
         """Node 0's gate on received lessons: validation accuracy with the lesson (as a peer's note) not below without."""
-        from dsonet.learn.evaluate import answer
-
         out = {}
         for text in texts:
             run = answer(self.llm, self.val, notes=lambda t, x=text: ([], [x]), max_tokens=self.plan.answer_tokens)
@@ -151,12 +141,6 @@ class Fleet:
     def share(self, own_lib, peer_libs: list, poison: bool, baseline: np.ndarray) -> tuple[object, dict]:
         """A copy of node 0's library that received the peers' batches through DeltaSoup (and the
         poisoners' when ``poison``), with received lessons gated on the validation slice."""
-        from dsonet.aggregate import DeltaSoup, DeltaSoupConfig
-        from dsonet.codec.batch import make_batch, sign_batch
-        from dsonet.experience import Experience, Provenance
-        from dsonet.identity import NodeIdentity
-        from dsonet.library import Library
-
         path = self.dir / ("poisoned.db" if poison else "fleet.db")
         for old in self.dir.glob(path.name + "*"):
             old.unlink() if old.is_file() else shutil.rmtree(old)
@@ -207,9 +191,6 @@ class Fleet:
 
 def run_family(llm, family: str, plan: Plan, seed: int, root: Path, encoder, log=print, reflector=None) -> dict:
     """Every condition's per-item correctness (and the run's facts) for one family and seed."""
-    from dsonet.learn.context import Retrieval, best_scores, measured_threshold
-    from dsonet.learn.evaluate import answer
-
     t0 = time.perf_counter()
     fleet = Fleet(llm, family, plan, seed, root, encoder, log, reflector)
     log(f"  {family} seed {seed}: {len(fleet.train.tasks)} train / {len(fleet.val.tasks)} validation / "
@@ -245,8 +226,6 @@ def run_family(llm, family: str, plan: Plan, seed: int, root: Path, encoder, log
     runs["reference"] = answer(llm, test, notes=lambda t: ([FAMILIES[family].reference], []), max_tokens=tok)
     log(f"  reference lesson (hand-written): {runs['reference'].accuracy:.3f}")
     example = next(((t, r) for t, r in zip(test.tasks, runs["own"].texts) if own_counts[t.id]), None)
-    from dsonet.learn.context import messages, split_own
-
     facts = {
         "lessons": [e.text for e in own.all()], "fleet_lessons": len(fleet_lib.all()),
         "poisoned_lessons": len(poisoned_lib.all()), "min_similarity": retrieval.min_similarity,
@@ -283,8 +262,6 @@ CONDITIONS = ("without", "own", "neutral", "fleet", "poisoned", "poison_only", "
 
 def summarise(llm_name: str, family: str, per_seed: list[dict]) -> dict:
     """One row of learn.json: the family's conditions pooled over seeds (items × seeds as pairs)."""
-    from dsonet.learn.evaluate import wilson
-
     cat = {c: np.concatenate([s["runs"][c].correct for s in per_seed]) for c in CONDITIONS}
     acc = {c: round(float(cat[c].mean()), 4) for c in CONDITIONS}
     cov = {c: round(float(np.mean(np.concatenate([s["runs"][c].injected for s in per_seed]))), 4) for c in CONDITIONS}
@@ -393,10 +370,6 @@ def cli(quick, families, seeds, held_out, url, model, reflector, reflector_url, 
       dso bench learn --pilot 30 --probe 32 --family aiw --reflector-llm http://localhost:8000/v1 --reflector Qwen/Qwen3-8B
       dso bench learn --llm http://localhost:8000/v1 --model Qwen/Qwen3-8B
     """
-    from dsonet.bench.report import RESULTS_DIR
-    from dsonet.encoders import default_encoder
-    from dsonet.learn.cache import CachedLLM
-    from dsonet.learn.llm import open_llm
     if "drift" in families or (combine and combine.startswith("learn-drift")):
         return _drift(quick, families, seeds, held_out, url, model, reflector, reflector_url, pilot_n, combine, out_name,
                       n_facts, feedback_tasks)
@@ -424,20 +397,8 @@ def cli(quick, families, seeds, held_out, url, model, reflector, reflector_url, 
     row_llm = base.name + (f" (lessons by {teacher.name})" if teacher else "")
     log = lambda msg: click.echo(f"[{time.strftime('%H:%M:%S')}] {msg}")  # noqa: E731
     if pilot_n:
-        from dsonet.bench.learn_pilot import pilot, probe
-
-        names = list(families) or [f for f, v in FAMILIES.items() if v.poison]
-        data = pilot(llm, names, pilot_n, plan.answer_tokens, log)
-        for name in names if probe_practice else ():
-            data[name]["probe"] = probe(llm, name, pilot_n, plan.answer_tokens, probe_practice, teacher, log=log)
-        path = RESULTS_DIR / f"{out_name or 'learn-pilot'}.json"
-        before = json.loads(path.read_text()) if path.exists() else {}
-        earlier = before.get("families", {}) if before.get("llm") == base.name else {}
-        path.write_text(json.dumps({
-            "llm": base.name, "items": f"the first {pilot_n} training items of each family (family_splits)",
-            "prompt": "system 'You are a careful problem solver.' (+ the lesson or the neutral text as a note), "
-                      f"question + answer-only format, greedy, {plan.answer_tokens} tokens",
-            "families": earlier | data}, indent=1))
+        write_pilot(llm, teacher, base.name, list(families), pilot_n, probe_practice, plan.answer_tokens,
+                    RESULTS_DIR / f"{out_name or 'learn-pilot'}.json", log)
         return
     families = list(families) or (["letter_counting"] if quick else list(KEPT))
     for f in families:
@@ -470,28 +431,7 @@ def cli(quick, families, seeds, held_out, url, model, reflector, reflector_url, 
 
 def _drift(quick, families, seeds, held_out, url, model, reflector, reflector_url, pilot_n, combine, out_name,
            n_facts, feedback_tasks) -> None:
-    """`dso bench learn --family drift`: its own fleet and conditions (`dsonet.bench.drift`)."""
-    from dsonet.bench.report import RESULTS_DIR
-
-    if combine:
-        path = drift.combine([RESULTS_DIR / f"{name}.json" for name in combine.split(",")], out_name or "learn-drift")
-        click.echo(f"wrote {path} and {path.with_suffix('.png')}")
-        return
-    if list(families) != ["drift"] or url or reflector_url or pilot_n:
+    """`dso bench learn --family drift`: a configuration of the drift scenario (`dsonet.bench.drift`)."""
+    if not combine and (list(families) != ["drift"] or url or reflector_url or pilot_n):
         raise click.UsageError("--family drift runs alone, on the embedded models (no --llm, --reflector-llm or --pilot)")
-    plan = drift.QUICK if quick else drift.FULL
-    if seeds:
-        plan = replace(plan, seeds=tuple(int(s) for s in seeds.split(",")))
-    if held_out:
-        plan = replace(plan, held_out_per_fact=held_out)
-    if n_facts:
-        plan = replace(plan, facts=n_facts)
-    if feedback_tasks:
-        plan = replace(plan, feedback_tasks=feedback_tasks)
-    log = lambda msg: click.echo(f"[{time.strftime('%H:%M:%S')}] {msg}")  # noqa: E731
-    try:
-        drift.run(model, plan, quick, reflector, log)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--model") from exc
-    path = drift.combine(drift.seed_files(quick=quick), out_name or "learn-drift", quick)
-    click.echo(f"wrote {path} and {path.with_suffix('.png')}")
+    drift.main(quick, seeds, held_out, model, reflector, n_facts, feedback_tasks, combine, out_name)

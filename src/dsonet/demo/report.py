@@ -9,14 +9,14 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from dsonet.aggregate import DeltaSoupConfig
-from dsonet.bench.drift import hidden
 from dsonet.codec import Profile, bytes_per_vector, decode
-from dsonet.demo.adversary import Sent
 from dsonet.learn.drift import extract_code
 from dsonet.learn.evaluate import Run, paired_bootstrap, wilson
 from dsonet.network.transport import SENDER, Message
+from dsonet.sim.adversary import Sent
 from dsonet.sim.attacks import SimNode
 from dsonet.sim.nodes import NodeState, is_batch
+from dsonet.sim.report import hidden
 
 CONDITIONS = {  # name -> what the held-out prompts carried
     "without": "without lessons",

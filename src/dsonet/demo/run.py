@@ -1,9 +1,10 @@
 """`run_demo`: the demo's steps, top to bottom.
 
-The story is `dso bench learn --family drift`'s (`dsonet.bench.drift`), on one learning seed and
-sized for ten minutes on two cores: honest coding agents each practise on their own facts about
-the installed libraries, share what they learned, are attacked and poisoned, and report the
-outcomes of the lessons they use, which is how they stop trusting the poisoners.
+One configuration of the drift scenario (`dsonet.sim.scenario`, whose other is `dso bench learn
+--family drift`), on one learning seed and sized for ten minutes on two cores: honest coding agents
+each practise on their own facts about the installed libraries, share what they learned, are
+attacked and poisoned, and report the outcomes of the lessons they use, which is how they stop
+trusting the poisoners.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from dsonet.bench import drift as scenario
-from dsonet.demo import adversary, report
+from dsonet.demo import report
 from dsonet.demo.report import DemoReport
 from dsonet.encoders.cache import cache_dir
 from dsonet.errors import DsoError
@@ -25,7 +25,8 @@ from dsonet.learn.context import Retrieval
 from dsonet.learn.llm import open_llm
 from dsonet.learn.sandbox import Sandbox
 from dsonet.library.policy import default_min_similarity
-from dsonet.sim.nodes import running
+from dsonet.sim import adversary, scenario
+from dsonet.sim.scenario import Scenario, running
 
 Echo = Callable[[str], None]
 AGENT = "qwen2.5-coder-0.5b"  # the embedded coding model: about half of drift's stale lines right without help
@@ -101,7 +102,7 @@ async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> Dem
     agent = _cached(open_llm(config.llm_url, model), config.answer_cache)
     reflector = _cached(open_llm(config.llm_url, reflector_name), config.answer_cache) if reflector_name else agent
     with Sandbox(preload=drift.PRELOAD) as sandbox:
-        tasks = drift.drift_taskset(splits.validation + splits.held_out + [t for p in splits.train for t in p], sandbox)
+        tasks = scenario.taskset(splits, sandbox)
         clock.lap("load")
         fleet_kind = ("node processes on a 3-server NATS cluster" if config.nats
                       else "in-process nodes on one shared log")
@@ -115,25 +116,22 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
                  workdir: Path, echo: Echo, clock: "_Clock") -> DemoReport:
     honest = plan.honest
     threshold = config.min_similarity if config.min_similarity is not None else default_min_similarity(fleet.encoder)
-    retrieval = Retrieval(k=plan.k, min_similarity=threshold)
+    s = Scenario(fleet, tasks, splits, plan, [agent] * honest, reflector, Retrieval(k=plan.k, min_similarity=threshold),
+                 workdir, lambda line: echo("  " + line.strip()))
     byz = adversary.byzantine_nodes(config.byzantine)
     names = {node_id: f"node{i}" for i, node_id in enumerate(fleet.node_ids)} | {b.node_id: b.name for b in byz}
-    llms = [agent] * honest
-    held = tasks.subset(splits.held_out, "drift:held-out")
+    held = s.held
     half_rows = [i for i in range(len(held.tasks)) if (i // honest) % 2 == 0]  # keeps i mod H: the same node answers
     half = tasks.subset([held.tasks[i] for i in half_rows], "drift:held-out-half")
 
     async def evaluate(label: str, items=half, **kw):
         echo(f"      {label}: {len(items.tasks)} held-out tasks")
-        return await scenario.answer_all(agent, items, fleet, honest, plan.answer_tokens, retrieval, label,
-                                         lambda line: echo("  " + line.strip()), **kw)
+        return await s.answer(label, items, **kw)
 
     echo(f"[3/8] Each honest node learns on its own facts: G = {plan.group_size} attempts per task, each run in the "
          f"sandbox; the reflector ({reflector.name}) turns what running them showed into 'When X, do Y'; "
          f"{plan.candidates} candidates, kept only if they fix validation tasks")
-    learned = await scenario.learn_nodes(fleet, tasks, splits, llms, reflector,
-                                         scenario.learn_config(plan, retrieval, config.seed), workdir,
-                                         lambda line: echo("  " + line.strip()))
+    learned = await s.learn(scenario.learn_config(plan, s.retrieval, config.seed))
     clock.lap("learn")
 
     echo(f"[4/8] Held-out tasks without lessons, then with each node's own (retrieval threshold {threshold:.3f}, "
@@ -146,8 +144,7 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
          "codes, forge, tamper and replay; every honest node runs DeltaSoup on what it reads")
     keys = dict(zip(fleet.node_ids, fleet.public_keys))
     questions = [t.question for t in held.tasks]
-    await fleet.publish()
-    await fleet.settle()
+    await s.share()
     seen = adversary.view(fleet.wire(), keys, fleet.encoder, fleet.profile, questions, config.seed)
     sent = await adversary.strike(fleet.attacker, adversary.classic_plan(byz), seen, scenario.DOMAIN)
     await fleet.settle()
@@ -156,7 +153,7 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
 
     echo("[6/8] Poison: the Byzantine nodes publish a plausible wrong lesson for every fact, honestly encoded "
          "and signed")
-    poison = await scenario.publish_poison(fleet, [b.identity for b in byz], scenario.facts_for(plan), agent.name)
+    poison = await adversary.publish_poison(fleet, byz, scenario.facts_for(plan), agent.name, scenario.DOMAIN)
     await fleet.settle()
     sent += adversary.poison_sent(fleet.wire(), byz)
     echo(f"      {len(poison)} wrong lessons published")
@@ -165,13 +162,12 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
 
     echo(f"[7/8] Feedback: each honest node's agent solves {plan.feedback_tasks} practice tasks with the lessons its "
          "node recalls, runs them, and reports each result as those lessons' outcome (POST /outcomes)")
-    feedback = await scenario.feedback(fleet, tasks, splits, llms, plan, retrieval,
-                                       lambda line: echo("  " + line.strip()))
+    feedback = await s.feedback()
     runs["after_feedback"] = await evaluate("after_feedback")
     clock.lap("feedback_and_eval")
 
     echo("[8/8] Stopping the nodes and counting what each one holds")
-    final = await fleet.close()
+    final = await s.close()
     wire = fleet.wire()
     wire_row, fidelity = report.wire_and_fidelity(wire, set(fleet.node_ids), fleet.profile, fleet.encoder)
     attackers = {b.node_id for b in byz}

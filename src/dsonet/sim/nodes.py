@@ -1,5 +1,6 @@
-"""Fleets of real nodes for scenarios (the demo, `dso bench learn --family drift`), behind one small
-interface, and the in-process implementation (`nats_nodes`: node processes on a NATS cluster).
+"""Fleets of real nodes for scenarios (`dsonet.sim.scenario`: the demo, `dso bench learn --family drift`),
+behind one small interface, and the in-process implementation (`nats_nodes`: node processes on a
+NATS cluster; `scenario.running` starts either).
 
 What a scenario needs from a fleet, and nothing more: each honest node's experience store (where
 its agent learns and from which it answers), a way to make every honest node publish what it
@@ -16,10 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from dsonet.codec.batch import Profile
 from dsonet.errors import DsoError
@@ -150,18 +150,3 @@ class InProcessFleet:
                 await node.close()
             await self.attacker.close()
         return self._final
-
-
-@asynccontextmanager
-async def running(nats: bool, honest: int, workdir: Path, model: str = "") -> AsyncIterator[Fleet]:
-    """A started fleet that is closed on the way out, whatever happened (closing twice is harmless)."""
-    if nats:
-        from dsonet.sim.nats_nodes import NatsFleet
-
-        fleet = await NatsFleet.start(honest, workdir, model)
-    else:
-        fleet = await InProcessFleet.start(honest, workdir, model)
-    try:
-        yield fleet
-    finally:
-        await fleet.close()

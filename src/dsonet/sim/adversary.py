@@ -1,11 +1,12 @@
-"""The Byzantine nodes: the attacks of `dsonet.sim.attacks`, and poison.
+"""Attack plans on a fleet's log: what the Byzantine nodes of a scenario send, and the record of it.
 
-They strike in two waves. Beside the honest batches: a query hijack with spam text, random
-signs and scales, a forged signature, tampered and replayed honest batches; verification or
-DeltaSoup should refuse every one. After the fleet has been evaluated: poison, a plausible wrong
-lesson for every drift fact (`dsonet.bench.drift.publish_poison`), honestly encoded and correctly
-signed. Nothing on the wire tells it from an honest lesson (DeltaSoup's re-encoding check passes
-it); only what it does to the agents' results can, through the outcomes they report.
+Any scenario's attackers (`dsonet.sim.scenario`: the demo and `dso bench learn --family drift`)
+strike through here. Two waves: beside the honest batches, the attacks of `dsonet.sim.attacks`
+(a query hijack with spam text, random signs and scales, a forged signature, tampered and
+replayed honest batches), which verification or DeltaSoup should refuse every one of; and
+poison (`publish_poison`), a plausible wrong lesson for every drift fact, honestly encoded and
+correctly signed. Nothing on the wire tells it from an honest lesson (DeltaSoup's re-encoding
+check passes it); only what it does to the agents' results can, through the outcomes they report.
 
 The attackers know what the omniscient attacker of `dsonet.sim.attacks` knows: every honest
 batch on the wire, the honest nodes' public keys, and the kind of question users ask (the
@@ -19,8 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dsonet.codec import Profile, decode
+from dsonet.codec import Profile, decode, make_batch
 from dsonet.codec.batch import claims
+from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
 from dsonet.network.transport import MSG_ID, SENDER, Message, Transport, subject_for
 from dsonet.sim.attacks import Attack, Forgery, RandomSignsScales, Replay, SimNode, Tampering, TargetedHijack, View
@@ -40,8 +42,9 @@ class Sent:
     texts: frozenset[str]
 
 
-def byzantine_nodes(count: int) -> list[SimNode]:
-    return [SimNode(NodeIdentity.from_seed(f"demo-byzantine-{j}".encode()), f"byz{j}") for j in range(count)]
+def byzantine_nodes(count: int, seed: str = "demo-byzantine") -> list[SimNode]:
+    """``count`` attackers named byz0, byz1...; ``seed`` fixes their keys (one per configuration)."""
+    return [SimNode(NodeIdentity.from_seed(f"{seed}-{j}".encode()), f"byz{j}") for j in range(count)]
 
 
 def poison_sent(wire: list[Message], byz: list[SimNode]) -> list[Sent]:
@@ -88,3 +91,17 @@ async def strike(transport: Transport, plan: list[tuple[SimNode, Attack]], seen:
             texts = claimed.texts if claimed else ()
             sent.append(Sent(node.node_id, attack.name, seq, len(payload), len(texts), frozenset(texts)))
     return sent
+
+
+async def publish_poison(fleet, byz: list[SimNode], facts: list, model: str, domain: str) -> list[str]:
+    """Each Byzantine node signs and publishes its share of the facts' wrong lessons, honestly encoded."""
+    texts = sorted({f.poison for f in facts if f.poison})
+    vectors = fleet.encoder.encode(texts, kind="document")
+    now = int(time.time() * 1000)
+    for j, node in enumerate(byz):
+        rows = list(range(j, len(texts), len(byz)))
+        exps = [Experience(texts[r], domain, 0.9, Provenance(node.node_id, model, now, 0)) for r in rows]
+        payload = make_batch(exps, vectors[rows], fleet.profile, node.identity, timestamp_ms=now).to_msgpack()
+        await fleet.attacker.publish(payload, subject_for("dso", "batch", domain),
+                                     {SENDER: node.node_id, MSG_ID: f"byz{j}-poison-{now}"})
+    return texts
