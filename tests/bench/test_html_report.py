@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dsonet.bench.html_report import (Condition, ReportError, conditions_from_demo, conditions_from_learn_row,
-                                      write_html_report)
+from dsonet.bench.html_report import ReportError, conditions_from_demo, conditions_from_learn_row, write_html_report
+from dsonet.sim.report import Condition
 
 RESULTS = Path(__file__).parents[2] / "bench" / "results"
 PAYLOAD = "When asked, do <script>alert(1)</script> and </td></table><b id=x>"
@@ -38,16 +38,18 @@ def test_a_learn_row_gives_every_condition_own_for_with_and_leaves_the_controls_
     conditions = {c.name: c for c in conditions_from_learn_row(row)}
     assert "control_without" not in conditions and "with" not in conditions
     assert conditions["own"].accuracy == row["accuracy_with"]
-    assert conditions["own"].interval == tuple(row["wilson"]["own"])
-    assert conditions["fleet"].note.startswith("paired 95% vs without [")
+    assert conditions["own"].wilson95 == tuple(row["wilson"]["own"])
+    assert conditions["fleet"].minus_without_ci95 == tuple(row["ci95_fleet"])
+    assert conditions["fleet"].minus_without == round(row["accuracy_fleet"] - row["accuracy_without"], 4)
     assert len(conditions) == sum(1 for k in row if k.startswith("accuracy_") and "control" not in k)
 
 
-@pytest.mark.parametrize("make, field", [
-    (lambda: Condition("fleet", 1.3), "fleet.accuracy"),
-    (lambda: Condition("fleet", 0.4, (0.5, 0.3)), "fleet.interval"),
-    (lambda: write_html_report("never-written.html", "t", []), "conditions"),
+@pytest.mark.parametrize("conditions, field", [
+    ([Condition("fleet", 10, 1.3, None, None, None)], "fleet.accuracy"),
+    ([Condition("fleet", 10, 0.4, (0.5, 0.3), None, None)], "fleet.wilson95"),
+    ([], "conditions"),
 ])
-def test_results_it_cannot_draw_are_refused_naming_the_field(make, field):
+def test_results_it_cannot_draw_are_refused_naming_the_field(tmp_path, conditions, field):
     with pytest.raises(ReportError, match=f"^{re.escape(field)}"):
-        make()
+        write_html_report(tmp_path / "never-written.html", "t", conditions)
+    assert not (tmp_path / "never-written.html").exists()

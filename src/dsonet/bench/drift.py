@@ -40,12 +40,12 @@ from dsonet.encoders.cache import cache_dir
 from dsonet.learn import drift
 from dsonet.learn.cache import CachedLLM
 from dsonet.learn.context import Retrieval
-from dsonet.learn.evaluate import mcnemar, paired_bootstrap, wilson
+from dsonet.learn.evaluate import mcnemar, paired_bootstrap
 from dsonet.learn.llm import open_llm
 from dsonet.learn.sandbox import Sandbox
 from dsonet.library.policy import default_min_similarity
 from dsonet.sim import adversary
-from dsonet.sim.report import example, hidden, lesson_tokens
+from dsonet.sim.report import example, hidden, lesson_tokens, measure
 from dsonet.sim.scenario import (DOMAIN, OTHER, REFLECTOR, DriftPlan, Scenario, facts_for, fact_of, learn_config,
                                  make_splits, poison_notes, reference_notes, running, taskset)
 
@@ -126,14 +126,15 @@ def summarise(llm_name: str, per_seed: list[dict]) -> dict:
     cat = {c: np.concatenate([np.array(s["correct"][c], float) for s in per_seed]) for c in CONDITIONS}
     control = np.array([it["control"] for it in items], bool)
     change = ~control
-    acc = {c: round(float(v[change].mean()), 4) for c, v in cat.items()}
+    conditions = {c: measure(c, v[change], cat["without"][change]) for c, v in cat.items()}
+    acc = {c: m.accuracy for c, m in conditions.items()}
     n = int(change.sum())
     name = lambda c: "with" if c == "own" else c  # noqa: E731  (the rows' existing name for own lessons)
     row = {"llm": llm_name, "task": "drift", "n_eval": n, "n_control": int(control.sum()), "seeds": len(per_seed)}
     row.update({f"accuracy_{name(c)}": acc[c] for c in CONDITIONS})
-    row["wilson"] = {c: [round(x, 4) for x in wilson(float(cat[c][change].sum()), n)] for c in CONDITIONS}
+    row["wilson"] = {c: list(conditions[c].wilson95) for c in CONDITIONS}
     for c in CONDITIONS[1:]:
-        row[f"ci95_{name(c)}"] = _pairs(cat[c][change], cat["without"][change])
+        row[f"ci95_{name(c)}"] = list(conditions[c].minus_without_ci95)
     row["p_mcnemar"] = {c: round(mcnemar(cat[c][change], cat["without"][change]), 4) for c in CONDITIONS[1:]}
     row["ci95_fleet_vs_own"] = _pairs(cat["fleet"][change], cat["own"][change])
     row["ci95_with_vs_neutral"] = _pairs(cat["own"][change], cat["neutral"][change])

@@ -5,7 +5,8 @@ per condition with its 95% interval as an inline SVG bar plot, the lessons, and 
                       lessons=results["lessons"], example=results["example"])
     write_html_report(path, "bench learn: drift", conditions_from_learn_row(results["rows"][0]))
 
-One file that opens offline from disk (mailed, attached to an issue): its style inline, no script,
+What it draws is the scenario's report model (`dsonet.sim.report.Condition`), read back from either
+JSON. One file that opens offline from disk (mailed, attached to an issue): its style inline, no script,
 no font or image from anywhere. Lessons and answers are model- or peer-written text: every string
 is escaped (`html.escape`), none becomes markup.
 """
@@ -13,13 +14,13 @@ is escaped (`html.escape`), none becomes markup.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from dsonet.errors import DsoError
 from dsonet.network.web.svg import interval_bars
+from dsonet.sim.report import Condition
 
 CSS = """body{font:14px/1.45 system-ui,sans-serif;max-width:960px;margin:0 auto;padding:0 16px;color:#222}
 h1{font-size:20px}h2{font-size:17px;border-bottom:1px solid #eee;margin-top:24px}
@@ -32,30 +33,10 @@ class ReportError(DsoError, ValueError):
     """Results the report cannot draw (an accuracy outside [0, 1], an interval that does not hold it)."""
 
 
-@dataclass(frozen=True)
-class Condition:
-    name: str  # "without", "own", "fleet", ...
-    accuracy: float  # in [0, 1]
-    interval: tuple[float, float] | None = None  # the accuracy's 95% interval (Wilson), None if not measured
-    n: int | None = None  # tasks it was measured on
-    note: str = ""  # e.g. the paired difference to the baseline and its interval
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.accuracy <= 1.0:
-            raise ReportError(f"{self.name}.accuracy: {self.accuracy!r} is not a share in [0, 1]; give passed / n")
-        if self.interval is not None and not 0.0 <= self.interval[0] <= self.interval[1] <= 1.0:
-            raise ReportError(f"{self.name}.interval: {self.interval!r} is not [low, high] within [0, 1]")
-
-
 def conditions_from_demo(results: Mapping) -> list[Condition]:
-    """`dso demo`'s ``conditions``: [{name, n, accuracy, wilson95, minus_without, minus_without_ci95}]."""
-    out = []
-    for c in results["conditions"]:
-        diff = c.get("minus_without_ci95")
-        note = (f"{c['minus_without']:+.1%} vs without, paired 95% [{diff[0]:+.1%}, {diff[1]:+.1%}]"
-                if diff is not None and c["name"] != "without" else "")
-        out.append(Condition(c["name"], c["accuracy"], _pair(c.get("wilson95")), c.get("n"), note))
-    return out
+    """`dso demo`'s ``conditions``: [{name, n, accuracy, wilson95, minus_without, minus_without_ci95, ...}]."""
+    return [Condition(c["name"], c.get("n"), c["accuracy"], _pair(c.get("wilson95")), c.get("minus_without"),
+                      _pair(c.get("minus_without_ci95"))) for c in results["conditions"]]
 
 
 def conditions_from_learn_row(row: Mapping) -> list[Condition]:
@@ -68,8 +49,9 @@ def conditions_from_learn_row(row: Mapping) -> list[Condition]:
         raw = key.removeprefix("accuracy_")
         name = "own" if raw == "with" else raw
         diff = row.get(f"ci95_{raw}")
-        note = f"paired 95% vs without [{diff[0]:+.1%}, {diff[1]:+.1%}]" if diff is not None else ""
-        out.append(Condition(name, value, _pair(row.get("wilson", {}).get(name)), row.get("n_eval"), note))
+        minus = round(value - row["accuracy_without"], 4) if diff is not None else None
+        out.append(Condition(name, row.get("n_eval"), value, _pair(row.get("wilson", {}).get(name)), minus,
+                             _pair(diff)))
     return out
 
 
@@ -81,15 +63,17 @@ def write_html_report(path: str | Path, title: str, conditions: Sequence[Conditi
     one task as the JSON has it (its ``question``, the ``lessons`` it was given, the answers)."""
     if not conditions:
         raise ReportError("conditions: none given; a report plots at least one condition's accuracy")
+    for c in conditions:
+        _check(c)
     body = [f"<h1>{escape(title)}</h1>", *(f'<p class="muted">{escape(n)}</p>' for n in notes),
             "<h2>Accuracy per condition</h2>",
-            interval_bars([(c.name, c.accuracy, c.interval) for c in conditions]),
+            interval_bars([(c.name, c.accuracy, c.wilson95) for c in conditions]),
             '<table id="conditions"><tr><th>condition</th><th>n</th><th>accuracy</th><th>95% interval</th>'
             "<th>note</th></tr>"]
     for c in conditions:
-        interval = f"[{c.interval[0]:.1%}, {c.interval[1]:.1%}]" if c.interval else "–"
+        interval = f"[{c.wilson95[0]:.1%}, {c.wilson95[1]:.1%}]" if c.wilson95 else "–"
         body.append(f'<tr><td>{escape(c.name)}</td><td class="n">{"" if c.n is None else c.n}</td>'
-                    f'<td class="n">{c.accuracy:.1%}</td><td>{interval}</td><td>{escape(c.note)}</td></tr>')
+                    f'<td class="n">{c.accuracy:.1%}</td><td>{interval}</td><td>{escape(_note(c))}</td></tr>')
     body.append("</table>")
     if lessons:
         body.append(f"<h2>Lessons ({len(lessons)})</h2>{_lessons(lessons)}")
@@ -101,6 +85,22 @@ def write_html_report(path: str | Path, title: str, conditions: Sequence[Conditi
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")
     return path
+
+
+def _check(c: Condition) -> None:
+    """A result the page cannot draw is refused, naming the field (an accuracy is passed / n)."""
+    if not 0.0 <= c.accuracy <= 1.0:
+        raise ReportError(f"{c.name}.accuracy: {c.accuracy!r} is not a share in [0, 1]; give passed / n")
+    if c.wilson95 is not None and not 0.0 <= c.wilson95[0] <= c.wilson95[1] <= 1.0:
+        raise ReportError(f"{c.name}.wilson95: {c.wilson95!r} is not [low, high] within [0, 1]")
+
+
+def _note(c: Condition) -> str:
+    """The paired difference to the answers without lessons, where one was measured."""
+    if c.name == "without" or c.minus_without is None or c.minus_without_ci95 is None:
+        return ""
+    lo, hi = c.minus_without_ci95
+    return f"{c.minus_without:+.1%} vs without, paired 95% [{lo:+.1%}, {hi:+.1%}]"
 
 
 def _lessons(lessons: Sequence[str | Mapping]) -> str:

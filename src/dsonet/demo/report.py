@@ -11,12 +11,12 @@ import numpy as np
 from dsonet.aggregate import DeltaSoupConfig
 from dsonet.codec import Profile, bytes_per_vector, decode
 from dsonet.learn.drift import extract_code
-from dsonet.learn.evaluate import Run, paired_bootstrap, wilson
+from dsonet.learn.evaluate import Run
 from dsonet.network.transport import SENDER, Message
 from dsonet.sim.adversary import Sent
 from dsonet.sim.attacks import SimNode
 from dsonet.sim.nodes import NodeState, is_batch
-from dsonet.sim.report import hidden
+from dsonet.sim.report import Condition, hidden, measure
 
 CONDITIONS = {  # name -> what the held-out prompts carried
     "without": "without lessons",
@@ -25,19 +25,6 @@ CONDITIONS = {  # name -> what the held-out prompts carried
     "poisoned": "fleet + poison",
     "after_feedback": "fleet + poison, after feedback",
 }
-
-
-@dataclass(frozen=True)
-class Condition:
-    name: str  # a key of CONDITIONS
-    n: int  # held-out change-fact tasks answered (controls apart)
-    accuracy: float
-    wilson95: tuple[float, float]
-    minus_without: float  # paired: the same tasks, answered by the same node without lessons
-    minus_without_ci95: tuple[float, float]  # paired bootstrap over tasks
-    coverage: float  # share of the prompts that received lessons
-    from_attackers: float  # share of the prompts that received a Byzantine node's lesson
-    no_code: int  # replies with no line of Python in them (`drift.extract_code` finds none)
 
 
 @dataclass(frozen=True)
@@ -115,7 +102,7 @@ class Signer:
     reputation: float  # the node's DeltaSoup reputation of the signer (starts at 0.5)
     helped: int  # outcomes its agent reported on tasks where the signer's lessons were given: passed
     harmful: int  # ... failed
-    dropped: bool  # reputation under the floor: every row it signed is hidden from the node's searches
+    dropped: bool  # skipped (under the floor, or convicted by outcomes): its rows are hidden from the node's searches
 
 
 @dataclass(frozen=True)
@@ -189,13 +176,10 @@ def conditions(runs: dict[str, Run], half: list[int], control: list[bool], attac
     for name, run in runs.items():
         rows = np.arange(change.size) if len(run.correct) == change.size else np.asarray(half)
         mask = change[rows]
-        correct, base = run.correct[mask], runs["without"].correct[rows][mask]
         hits = [h for h, m in zip(run.hits, mask) if m]
         from_attackers = [any(h.experience.provenance.node_id in attackers for h in hs) for hs in hits]
-        out.append(Condition(
-            name, int(mask.sum()), _r(correct.mean()), _r2(wilson(float(correct.sum()), int(mask.sum()))),
-            _r(correct.mean() - base.mean()), _r2(paired_bootstrap(correct, base)), _r(run.injected[mask].mean()),
-            _r(np.mean(from_attackers)), sum(not extract_code(t) for t, m in zip(run.texts, mask) if m)))
+        out.append(measure(name, run.correct[mask], runs["without"].correct[rows][mask], run.injected[mask],
+                           from_attackers, sum(not extract_code(t) for t, m in zip(run.texts, mask) if m)))
     return out
 
 
@@ -296,25 +280,26 @@ def attack_rows(sent: list[Sent], final: list[NodeState]) -> list[AttackRow]:
 
 def poison_rows(final: list[NodeState], byz: list[SimNode], names: dict[str, str], outcomes: list[dict],
                 sent: list[Sent], floor: float = DeltaSoupConfig().rep_floor) -> Poison:
-    """Which poison rows each honest node holds and hides, and why: its reputation of their signer,
-    moved by the outcomes its agent reported (``outcomes``: per node, signer -> [helped, harmed]), is
-    under the floor."""
+    """Which poison rows each honest node holds and hides, and why: the node skips their signer, its
+    reputation moved by the outcomes its agent reported (``outcomes``: per node, signer -> [helped,
+    harmed]) under the floor, or those outcomes harmful beyond chance (`Reputation.convicted`)."""
     rows = [PoisonRow(f"p{j + 1}", names[s.node_id], text) for j, (s, text) in
             enumerate((s, t) for s in sent if s.attack == "poison" for t in sorted(s.texts))]
     row_id = {(r.signer, r.text): r.id for r in rows}
     nodes = []
     for state, counts in zip(final, outcomes):
         rep = {p["node_id"]: p["reputation"] for p in state.peers}
+        skipped = {p["node_id"] for p in state.peers if p["skipped"]}
         signers = []
         for b in byz:
             mine = sorted({row_id[b.name, e.text] for e in state.experiences
                            if e.provenance.node_id == b.node_id and (b.name, e.text) in row_id}, key=_row_order)
             reputation = rep.get(b.node_id, DeltaSoupConfig().rep_initial)
             helped, harmed = counts.get(b.node_id, (0, 0))
-            signers.append(Signer(b.name, mine, round(reputation, 4), helped, harmed, reputation < floor))
+            signers.append(Signer(b.name, mine, round(reputation, 4), helped, harmed, b.node_id in skipped))
         nodes.append(NodePoison(names[state.node_id], sum(len(s.rows) for s in signers),
                                 sorted((r for s in signers if s.dropped for r in s.rows), key=_row_order), signers))
-    summary = hidden(final, {b.node_id for b in byz}, floor)
+    summary = hidden(final, {b.node_id for b in byz})
     return Poison(floor, rows, nodes, summary["poison_rows_hidden"], summary["honest_rows_hidden"])
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from dsonet.bench.report import format_table
-from dsonet.demo.report import CONDITIONS, Condition, DemoReport, Poison
+from dsonet.demo.report import CONDITIONS, DemoReport, Poison
+from dsonet.sim.report import Condition
+
 
 def format_report(report: DemoReport) -> str:
     lines = ["", f"== Fleet ({report.fleet}) =="]
@@ -67,7 +69,8 @@ def format_report(report: DemoReport) -> str:
 
 def _poison_lines(p: Poison) -> list[str]:
     lines = ["", f"== Poison == {len(p.rows)} wrong lessons; an honest node hides every row of a signer whose "
-             f"reputation (0.5 at first, x0.9 + 0.1 per outcome, 1 helped / 0 harmed) falls under {p.floor}"]
+             f"reputation (0.5 at first, x0.9 + 0.1 per outcome, 1 helped / 0 harmed) falls under {p.floor}, "
+             "or whose lessons were reported harmful more often than helpful beyond chance (sign test, p < 0.05)"]
     lines += [f"  {r.id:>4} [{r.signer}] {r.text[:110]}{'...' if len(r.text) > 110 else ''}" for r in p.rows]
     for node in p.nodes:
         lines.append(f"  {node.node}: holds {node.held}, dropped {len(node.dropped)}"
@@ -75,8 +78,9 @@ def _poison_lines(p: Poison) -> list[str]:
         for s in node.signers:
             why = (f"after {s.harmful} harmful and {s.helped} helpful outcomes" if s.harmful + s.helped
                    else "with no outcome reported on its lessons")
-            verdict = f"dropped: reputation {s.reputation:.3f} < {p.floor}" if s.dropped else \
-                f"kept: reputation {s.reputation:.3f} >= {p.floor}"
+            verdict = (f"kept: reputation {s.reputation:.3f} >= {p.floor}" if not s.dropped else
+                       f"dropped: reputation {s.reputation:.3f} < {p.floor}" if s.reputation < p.floor else
+                       f"dropped: convicted by its outcomes (reputation {s.reputation:.3f})")
             lines.append(f"      {s.name}'s {len(s.rows)} rows {verdict}, {why} on {node.node}'s tasks")
     lines.append(f"  poison rows hidden (least over honest nodes) {100 * p.poison_rows_hidden:.0f}%, "
                  "honest peers' rows "

@@ -1,31 +1,71 @@
-"""What a scenario counts at the end, shared by its configurations (the demo's typed report in
-`dsonet.demo.report`, the rows of `dso bench learn --family drift` in `dsonet.bench.drift`)."""
+"""A scenario's report model, shared by its configurations: the demo's typed report
+(`dsonet.demo.report`), the rows of `dso bench learn --family drift` (`dsonet.bench.drift`) and
+the HTML page beside either (`dsonet.bench.html_report`).
+
+A `Condition` is one condition's held-out accuracy with its Wilson interval, paired with the answers
+without lessons on the same tasks; `measure` builds it from per-task correctness. The rest counts
+what the fleet holds at the end (`hidden`), what lessons cost in a prompt, and one example.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from dsonet.aggregate import DeltaSoupConfig
-from dsonet.learn.evaluate import Run
+from dsonet.learn.evaluate import Run, paired_bootstrap, wilson
 from dsonet.learn.tasks import TaskSet
 from dsonet.sim.nodes import NodeState
 
 
-def hidden(states: list[NodeState], byzantine: set[str], floor: float = DeltaSoupConfig().rep_floor) -> dict:
+@dataclass(frozen=True)
+class Condition:
+    name: str  # "without", "own", "fleet", ...
+    n: int  # held-out tasks answered (change facts; controls apart)
+    accuracy: float
+    wilson95: tuple[float, float] | None  # the accuracy's 95% interval; None where a result file lacks it
+    minus_without: float | None  # paired: the same tasks, answered by the same node without lessons
+    minus_without_ci95: tuple[float, float] | None  # paired bootstrap over tasks
+    coverage: float | None = None  # share of the prompts that received lessons
+    from_attackers: float | None = None  # share of the prompts that received a Byzantine node's lesson
+    no_code: int | None = None  # replies with no line of Python in them
+
+
+def measure(name: str, correct: np.ndarray, without: np.ndarray, injected: np.ndarray | None = None,
+            from_attackers: list[bool] | None = None, no_code: int | None = None) -> Condition:
+    """``correct`` and ``without``: per task (the same tasks, in order), 1 where the answer passed."""
+    correct, without = np.asarray(correct, float), np.asarray(without, float)
+    return Condition(name, int(correct.size), _r(correct.mean()), _r2(wilson(float(correct.sum()), int(correct.size))),
+                     _r(correct.mean() - without.mean()), _r2(paired_bootstrap(correct, without)),
+                     None if injected is None else _r(np.mean(injected)),
+                     None if from_attackers is None else _r(np.mean(from_attackers)), no_code)
+
+
+def _r(x) -> float:
+    return round(float(x), 4)
+
+
+def _r2(pair) -> tuple[float, float]:
+    return _r(pair[0]), _r(pair[1])
+
+
+def hidden(states: list[NodeState], byzantine: set[str]) -> dict:
     """Per honest node (its final `NodeState`), the share of the poison's rows and of honest peers' rows
-    hidden because their signer's reputation fell under the floor: the poison's least over the nodes,
-    honest rows' most. An evicted row counts as hidden."""
+    hidden because the node skips their signer (under the reputation floor, or convicted by its
+    outcomes): the poison's least over the nodes, honest rows' most. An evicted row counts as hidden."""
     poison, honest, dropped = [], [], []
     for state in states:
         rep = {p["node_id"]: p["reputation"] for p in state.peers}
+        skipped = {p["node_id"] for p in state.peers if p["skipped"]}
         held = [e for e in state.experiences if e.provenance.node_id != state.node_id]
         bad = [e for e in held if e.provenance.node_id in byzantine]
         good = [e for e in held if e.provenance.node_id not in byzantine]
-        down = lambda e: rep.get(e.provenance.node_id, 1.0) < floor  # noqa: E731
+        down = lambda e: e.provenance.node_id in skipped  # noqa: E731
         poison.append(sum(map(down, bad)) / len(bad) if bad else 1.0)
         honest.append(sum(map(down, good)) / len(good) if good else 0.0)
         dropped.append({"node": state.node_id[:8], "poison_rows": len(bad), "poison_hidden": sum(map(down, bad)),
-                        "signers_under_floor": sorted(s[:8] for s, r in rep.items() if r < floor)})
+                        "signers_skipped": sorted(s[:8] for s in skipped),
+                        "reputation": {s[:8]: r for s, r in rep.items() if s in byzantine}})
     return {"poison_rows_hidden": round(min(poison), 4), "honest_rows_hidden": round(max(honest), 4),
             "poison_rows_hidden_per_node": [round(p, 4) for p in poison],
             "honest_rows_hidden_per_node": [round(h, 4) for h in honest], "dropped": dropped}
