@@ -153,3 +153,56 @@ def test_keys_in_the_round_agree_only_when_trusted_by_outcomes():
         assert result.keep[-1].mean() < 0.5  # the newcomer's rows are refused either way
         paid.append(soup.reputation.get(honest) < 0.5)
     assert paid == [False, True]
+
+
+def test_a_key_convicted_by_its_outcomes_stays_skipped_whatever_order_they_came_in():
+    """The drift bench, seed 0: one honest node's agent reported the poisoner's lessons harmful 11
+    times and helpful twice (a lesson merged with an honest copy), the helpful ones last; the moving
+    average rose from 0.157 back to 0.317, over the floor, and all 72 poison rows came back."""
+    rep = Reputation(volume_ceiling=0.6, trusted=0.7)
+    for helped in [False] * 11 + [True] * 2:
+        rep.outcome("poisoner", helped)
+    assert rep.get("poisoner") > rep.floor  # the average alone would let it back in
+    assert rep.convicted("poisoner") and rep.skipped("poisoner")
+    for helped in [True, False, False, False]:  # four harmful of five could be chance: not yet
+        rep.outcome("unlucky", helped)
+    assert not rep.convicted("unlucky") and not rep.skipped("unlucky")
+    for _ in range(6):  # helpful outcomes later clear a key: harm no longer beyond chance
+        rep.outcome("poisoner", helped=True)
+    assert not rep.convicted("poisoner")
+    off = Reputation(conviction_p=None)
+    for helped in [False] * 11 + [True] * 2:
+        off.outcome("poisoner", helped)
+    assert not off.skipped("poisoner")  # the paper's reading: the floor only
+    with pytest.raises(ValueError, match="conviction_p"):
+        Reputation(conviction_p=1.5)
+
+
+def test_a_caught_key_falls_under_trusted_and_the_round_says_which_rows_were_checked():
+    """A trusted key at 0.95 used to keep its trust after a catch (0.9 · 0.95 = 0.855), so the next
+    batches were only sampled again; the round names the key and which rows its sample checked."""
+    texts = [f"When checked case {i} appears, do step {i}." for i in range(100)]
+    vectors = _topic(0, 100, seed=8)
+    soup = DeltaSoup(DeltaSoupConfig(seed=0), [PROFILE], encoder=_Encoder(dict(zip(texts, vectors))))
+    from dsonet.codec import make_batch
+    from dsonet.experience import Experience
+    from dsonet.identity import NodeIdentity
+
+    key, newcomer = NodeIdentity.from_seed(b"highly-trusted"), NodeIdentity.from_seed(b"checked-newcomer")
+    for _ in range(30):
+        soup.record_outcome(key.node_id, helped=True)
+    assert soup.reputation.get(key.node_id) > 0.95
+    honest = make_batch([Experience(t, "math.test") for t in texts[:50]], vectors[:50], PROFILE, key, timestamp_ms=NOW)
+    lying = make_batch([Experience(t, "math.test") for t in texts[50:]], _topic(0, 50, seed=9), PROFILE, key,
+                       timestamp_ms=NOW)
+    fresh = make_batch([Experience(t, "math.test") for t in texts[:20]], vectors[:20], PROFILE, newcomer,
+                       timestamp_ms=NOW)
+    for b in (honest, lying, fresh):
+        soup.submit(b.to_msgpack(), now_ms=NOW)
+    result = soup.round(now_ms=NOW)
+    assert result.caught == (key.node_id,) and not result.keep[1].any()
+    assert result.verified[0].sum() == 5 and result.keep[0].all()  # 10% of the honest batch checked, the rest sampled
+    assert not result.verified[1].any() and result.verified[2].all()  # a newcomer: every row checked
+    assert soup.reputation.get(key.node_id) == DeltaSoupConfig().volume_ceiling
+    assert not soup.reputation.trusted(key.node_id)
+    assert [v.shape for v in result.vectors] == [(50, DIM), (50, DIM), (20, DIM)]  # the decoded ê, per batch

@@ -88,7 +88,7 @@ def test_low_reputation_nodes_are_skipped_and_outcomes_move_reputation(batch_of,
     for _ in range(5):
         soup.record_outcome(node, helped=False)
     assert soup.reputation.get(node) == pytest.approx(0.5 * 0.9**5)
-    with pytest.raises(AggregationError, match="under the floor 0.3"):
+    with pytest.raises(AggregationError, match=r"floor 0.3\).*under the floor or convicted"):
         soup.submit(batch_of("bad", cloud(2, 0)).to_msgpack(), now_ms=NOW)
     off = soup_for(DeltaSoupConfig(feedback=False))
     off.record_outcome(node, helped=False)

@@ -24,6 +24,10 @@ class DeltaSoupConfig:
     # Five honest batches used to lift a fresh key to 0.705 and past every check. None: the paper's
     # reading, every admitted batch r = 1.
     volume_ceiling: float | None = 0.6
+    # Ours: a key whose lessons agents reported harmful more often than helpful, beyond chance (one-sided
+    # sign test at this p), is skipped like a key under the floor, whatever the moving average says
+    # (see `Reputation.convicted`). None: only the floor (the paper's reading).
+    conviction_p: float | None = 0.05
     # A batch the filter refuses costs its key reputation only when at least this many outcome-trusted
     # keys other than it (this node's own rows count as one) stood in the pool it was judged against, or
     # its outcomes are more harmful than helpful: one key's rows (a copier's, a Sybil crowd's) cannot

@@ -11,15 +11,27 @@ reading of what r may be:
                            above it, and nothing at all for a key whose harmful outcomes outnumber
                            its helpful ones. Volume keeps an honest key from sinking after a false
                            alarm; it cannot buy trust, nor wash out what agents reported.
-    failed(key)            a check the key failed (a re-encoded text that does not match its code,
-                           a filter refusal that outcome-trusted keys agree with): r = 0.
+    failed(key)            a check the key failed (a filter refusal that outcome-trusted keys
+                           agree with): r = 0.
+    caught(key)            a text the key sent does not encode to its code (re-encoding): r = 0,
+                           and no higher than ``volume_ceiling``: trust that thinned the checks is
+                           gone at once (0.9 · rep alone leaves a key at 0.95 trusted), so every
+                           row it sends is checked until agents' outcomes lift it again.
 
 So a key at ``trusted`` or above got there through helpful outcomes: five from 0.5 alone, three
 after volume brought it to 0.6 (0.6 → 0.64 → 0.676 → 0.708). Five harmful outcomes from 0.5 put a
 key under the floor 0.3 (0.5 · 0.9⁵ ≈ 0.295), with or without its volume.
+
+A key is skipped (its batches refused, its rows hidden from searches) under the floor, or once it
+is ``convicted``: its harmful outcomes outnumber its helpful ones beyond chance (a one-sided sign
+test). The average forgets order-blind evidence: in the drift bench a poisoner reported harmful 11
+times and then helpful twice (a copy of a correct lesson merged with its own) rose from 0.157 back
+to 0.317, over the floor, and its 72 rows came back into one honest node's searches.
 """
 
 from __future__ import annotations
+
+from math import comb
 
 
 class Reputation:
@@ -27,7 +39,7 @@ class Reputation:
     batches lift a key to ``volume_ceiling`` at most (None: no ceiling, the paper's reading)."""
 
     def __init__(self, decay: float = 0.9, floor: float = 0.3, initial: float = 0.5,
-                 volume_ceiling: float | None = None, trusted: float = 0.7):
+                 volume_ceiling: float | None = None, trusted: float = 0.7, conviction_p: float | None = 0.05):
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"decay: {decay!r} must lie in [0, 1); the paper uses 0.9")
         if not 0.0 <= floor <= 1.0 or not 0.0 <= initial <= 1.0:
@@ -36,7 +48,9 @@ class Reputation:
             raise ValueError(f"volume_ceiling: {volume_ceiling!r} must lie in [initial {initial}, trusted {trusted}): "
                              "volume alone must not make a key trusted")
         self.decay, self.floor, self.initial = decay, floor, initial
-        self.volume_ceiling, self.trusted_at = volume_ceiling, trusted
+        if conviction_p is not None and not 0.0 < conviction_p < 1.0:
+            raise ValueError(f"conviction_p: {conviction_p!r} must lie in (0, 1), e.g. 0.05; None turns conviction off")
+        self.volume_ceiling, self.trusted_at, self.conviction_p = volume_ceiling, trusted, conviction_p
         self._rep: dict[str, float] = {}
         self._outcomes: dict[str, tuple[int, int]] = {}  # key -> (helped, harmed) reported on its lessons
 
@@ -70,6 +84,12 @@ class Reputation:
     def failed(self, node_id: str) -> float:
         return self.update(node_id, 0)
 
+    def caught(self, node_id: str) -> float:
+        rep = self.update(node_id, 0)
+        if self.volume_ceiling is not None and rep > self.volume_ceiling:
+            self._rep[node_id] = rep = self.volume_ceiling
+        return rep
+
     def trusted(self, node_id: str) -> bool:
         """At ``trusted`` or above: with a volume ceiling, only helpful outcomes lead there."""
         return self.get(node_id) >= self.trusted_at
@@ -83,8 +103,19 @@ class Reputation:
         """(helped, harmed) outcomes reported on the key's lessons."""
         return self._outcomes.get(node_id, (0, 0))
 
+    def convicted(self, node_id: str) -> bool:
+        """Agents' reports say the key's lessons harm more often than they help, beyond chance: under
+        even odds, as many harmful outcomes or more would come up with probability < ``conviction_p``
+        (five harmful and none helpful: 1/32; eleven of thirteen: 0.011; four of five: 0.19, not yet)."""
+        helped, harmed = self.outcomes(node_id)
+        n = helped + harmed
+        if self.conviction_p is None or harmed <= helped:
+            return False
+        return sum(comb(n, k) for k in range(harmed, n + 1)) / 2 ** n < self.conviction_p
+
     def skipped(self, node_id: str) -> bool:
-        return self.get(node_id) < self.floor
+        """Under the floor, or convicted by outcomes: its batches are refused and its rows hidden."""
+        return self.get(node_id) < self.floor or self.convicted(node_id)
 
     def snapshot(self) -> dict[str, float]:
         return dict(self._rep)

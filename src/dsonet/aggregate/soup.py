@@ -5,7 +5,11 @@
     round()          our defences (re-encode every row of a sender not yet trusted, a sample of a
                      trusted one's; see `defences`) → phase 2 decompress → phase 3 filter (the
                      chosen rule; "deltasoup" is the paper's MAD filter) → source-share cap
-                     → reputation (below)
+                     → reputation (below). The result says which rows were re-encoded and matched
+                     (``verified``) and which keys a sample caught lying (``caught``): a receiver
+                     keeps the rest as sampled only and sets a caught key's aside
+                     (`dsonet.network.ingest`). It hands on the decoded ê too (``vectors``), so
+                     the receiver's merge does not decode them again.
     settle(batches)  the receiver stored them: from now on their replays are refused
     release(batches) the receiver could not store them: a redelivery is admitted again
 
@@ -15,7 +19,8 @@ merged view (`dsonet.library.merge`) is the one merge rule, with this soup's rep
 Reputation (rep ← 0.9·rep + 0.1·r, one model for every caller: `Reputation`): `record_outcome`
 (an agent's verdict on a key's lesson, r = helped) is the only way to `trusted`. After each round
 a batch with at least half its rows admitted lifts its key towards `volume_ceiling` and no further;
-a batch caught lying by re-encoding scores r = 0; a batch the filter refused scores r = 0 only when
+a batch caught lying by re-encoding scores r = 0 and its key falls to `volume_ceiling` at most
+(`Reputation.caught`); a batch the filter refused scores r = 0 only when
 outcome-trusted keys other than its own (senders in the round, signers of the reference rows) are
 at least `filter_agreement`, or its key's outcomes are more harmful than helpful: Sybil keys and
 one copier's rows cannot make an honest key pay. The filter runs over all rows of the round at
@@ -51,6 +56,12 @@ class RoundResult:
     keep: list[np.ndarray]  # one bool mask per batch, over its experiences (in batch order)
     rejected: list[tuple[str, str | None, str]]  # (node_id, experience id or None, reason)
     stats: dict = field(default_factory=dict)
+    # per batch, rows whose text was re-encoded and matched its code; None: the defence is off (no
+    # encoder), nothing was checked. Admitted rows outside it were stored on a sample's word only.
+    verified: list[np.ndarray] | None = None
+    caught: tuple[str, ...] = ()  # keys a re-encoding sample caught lying this round
+    # per batch, its rows' ê (n_b, d) as this round decoded them, for the receiver's store and merge
+    vectors: list[np.ndarray] = field(default_factory=list)
 
 
 class DeltaSoup:
@@ -62,7 +73,7 @@ class DeltaSoup:
         self.config, self.profiles, self.encoder = config, profiles, encoder
         self.rule = make_rule(rule, config.tau, config.eps)
         self.reputation = Reputation(config.rep_decay, config.rep_floor, config.rep_initial, config.volume_ceiling,
-                                     config.trusted)
+                                     config.trusted, config.conviction_p)
         self._gate = Gate(config, self.reputation)
         self._queue: list[CompressedBatch] = []
         self._rng = np.random.default_rng(config.seed)
@@ -125,7 +136,7 @@ class DeltaSoup:
         reason = np.full(n, "", dtype=object)
 
         t = time.perf_counter()
-        liars = self._reencode(batches, rows.vectors)
+        liars, verified = self._reencode(batches, rows.vectors)
         reason[np.isin(rows.batch, liars)] = "reencode: vector does not encode its text"
         seconds["reencode"] = time.perf_counter() - t
 
@@ -137,8 +148,7 @@ class DeltaSoup:
             pool = sample_rows(candidates, self.config.median_sample, self._rng)
             if reference is not None:
                 pool = np.concatenate([pool, np.asarray(reference.vectors, dtype=np.float32)])
-            admission = self.rule.admit(candidates, pool, self._scale_floor(
-                batches, rows.batch[alive], None if reference is None else reference.vectors))
+            admission = self.rule.admit(candidates, pool, self._scale_floor(batches, rows.batch[alive], reference))
             keep[alive] = admission.keep
             reason[alive[~admission.keep]] = f"filter: {self.rule.name}"
         seconds["filter"] = time.perf_counter() - t
@@ -152,7 +162,8 @@ class DeltaSoup:
             reason[keep & ~capped] = "share cap: source over its share of the domain"
             keep = capped
 
-        per_batch = np.split(keep, np.cumsum([len(b) for b in batches])[:-1])
+        bounds = np.cumsum([len(b) for b in batches])[:-1]
+        per_batch = np.split(keep, bounds)
         self._score(batches, per_batch, liars, () if reference is None else reference.signers)
 
         rejected = [(source_ids[rows.batch[i]], batches[rows.batch[i]].experiences[rows.row[i]].id, reason[i])
@@ -162,7 +173,8 @@ class DeltaSoup:
             "rejected_by": {r: int((reason == r).sum()) for r in set(reason[~keep])},
             "defences": self._defence_state(), "seconds": seconds, "rule": self.rule.name,
         }
-        return RoundResult(batches, per_batch, rejected, stats)
+        return RoundResult(batches, per_batch, rejected, stats, verified,
+                           tuple(dict.fromkeys(batches[i].node_id for i in liars)), np.split(rows.vectors, bounds))
 
     def _score(self, batches: list[CompressedBatch], per_batch: list[np.ndarray], liars: np.ndarray,
                reference_signers: tuple[str, ...]) -> None:
@@ -179,27 +191,32 @@ class DeltaSoup:
                 self.reputation.failed(b.node_id)
 
     def _scale_floor(self, batches: list[CompressedBatch], batch_of_row: np.ndarray,
-                     reference: np.ndarray | None) -> np.ndarray | None:
+                     reference: Reference | None) -> np.ndarray | None:
         """Per coordinate, the median over rows of the code scale α of its group (see DeltaSoupRule),
-        the trusted reference rows' scales included: a majority of far rows (large α) cannot raise it."""
+        the trusted reference rows' scales included (as their library stores them; bare vectors are
+        compressed to see theirs): a majority of far rows (large α) cannot raise it."""
         if not self.config.scale_floor:
             return None
         used = np.unique(batch_of_row)
         scales = [batches[i].codes.scales for i in used]  # (rows, G) each
         profile = batches[used[0]].profile
-        if reference is not None and len(reference):
-            scales.append(compress(np.asarray(reference, np.float32), profile.group_size, baseline=profile.baseline,
-                                   rotation_seed=profile.rotation_seed).scales)
+        if reference is not None and reference.scales is not None:
+            scales.append(np.asarray(reference.scales, np.float32))
+        elif reference is not None and len(reference.vectors):
+            scales.append(compress(np.asarray(reference.vectors, np.float32), profile.group_size,
+                                   baseline=profile.baseline, rotation_seed=profile.rotation_seed).scales)
         return np.repeat(np.median(np.concatenate(scales), axis=0), profile.group_size).astype(np.float32)  # (d,)
 
-    def _reencode(self, batches: list[CompressedBatch], vectors: np.ndarray) -> np.ndarray:
-        """Indices of batches whose checked texts do not match their vectors (their sources get r = 0,
-        and every row of the batch is refused, the unchecked ones too): every row of a sender not
-        trusted by outcomes (`DeltaSoupConfig.trusted`), a sample of a trusted one's (`reencode_share`,
-        at least `reencode_per_batch`): trust never skips the check, it thins it."""
+    def _reencode(self, batches: list[CompressedBatch],
+                  vectors: np.ndarray) -> tuple[np.ndarray, list[np.ndarray] | None]:
+        """Indices of batches whose checked texts do not match their vectors (their keys are caught:
+        `Reputation.caught`, and every row of the batch is refused, the unchecked ones too), and per
+        batch which rows were checked and matched (None with the defence off). Checked: every row of a
+        sender not trusted by outcomes (`DeltaSoupConfig.trusted`), a sample of a trusted one's
+        (`reencode_share`, at least `reencode_per_batch`): trust never skips the check, it thins it."""
         k = self.config.reencode_per_batch
         if k <= 0 or self.encoder is None:
-            return np.zeros(0, dtype=np.int64)
+            return np.zeros(0, dtype=np.int64), None
         checkable = [b.profile.encoder_id == self.encoder.id for b in batches]
         share = self.config.reencode_share
         sizes = [min(len(b), max(k, ceil(share * len(b)))) if self.reputation.trusted(b.node_id) else len(b)
@@ -212,8 +229,12 @@ class DeltaSoup:
         owner = np.repeat(np.arange(len(batches)), [len(p) for p in picked])
         liars = np.unique(owner[cos < self.config.reencode_min_cosine])
         for i in liars:
-            self.reputation.failed(batches[i].node_id)
-        return liars
+            self.reputation.caught(batches[i].node_id)
+        verified = [np.zeros(len(b), dtype=bool) for b in batches]
+        lied = set(liars.tolist())
+        for i, p in enumerate(picked):
+            verified[i][p] = i not in lied
+        return liars, verified
 
     def _defence_state(self) -> dict[str, str]:
         c = self.config

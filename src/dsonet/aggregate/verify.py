@@ -94,9 +94,11 @@ class Gate:
         if batch.hash in self._seen or batch.hash in self._pending:
             raise AggregationError("hash", f"batch {batch.hash[:12]}… was already received; replays are dropped")
         if self.reputation.skipped(batch.node_id):
+            helped, harmed = self.reputation.outcomes(batch.node_id)
             raise AggregationError(
-                "node_id", f"{batch.node_id[:12]}… has reputation {self.reputation.get(batch.node_id):.3f}, "
-                f"under the floor {self.reputation.floor}; its batches are skipped"
+                "node_id", f"{batch.node_id[:12]}… has reputation {self.reputation.get(batch.node_id):.3f} "
+                f"(floor {self.reputation.floor}) and {harmed} harmful / {helped} helpful outcomes; "
+                "it is under the floor or convicted by its outcomes, so its batches are skipped"
             )
         window = self.config.rate_window_ms
         trusted = self.reputation.get(batch.node_id) >= self.config.trusted

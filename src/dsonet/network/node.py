@@ -360,7 +360,7 @@ class Node:
         peers = {p.node_id: p for p in list(self.peers.values())}  # one copy: the ingest thread adds peers
         names = sorted(set(peers) | banned)
         held = await self._locked(lambda: {k: self.ledger.count_deferred(k) for k in names})
-        return [{"node_id": k, "reputation": round(rep.get(k), 4), "banned": k in banned,
+        return [{"node_id": k, "reputation": round(rep.get(k), 4), "skipped": rep.skipped(k), "banned": k in banned,
                  "accepted": peers[k].accepted if k in peers else 0, "rejected": peers[k].rejected if k in peers else 0,
                  "deferred": held[k], "last_error": peers[k].last_error if k in peers else ""} for k in names]
 
@@ -404,7 +404,7 @@ class Node:
     def peer_list(self) -> list[dict]:
         rep = self.soup.reputation
         peers = list(self.peers.values())  # one C-level copy: the ingest thread may add peers meanwhile
-        return [{**vars(p), "reputation": round(rep.get(p.node_id), 4)} for p in peers]
+        return [{**vars(p), "reputation": round(rep.get(p.node_id), 4), "skipped": rep.skipped(p.node_id)} for p in peers]
 
     def check_vector(self, vector, field_name: str) -> np.ndarray:
         try:
