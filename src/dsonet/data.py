@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
+import numpy as np
+
 _CALC = re.compile(r"<<[^>]*>>")  # GSM8K's calculator annotations: noise for an encoder
 
 
@@ -54,8 +56,6 @@ def gsm8k() -> tuple[MathItem, ...]:
 
 def split(items, held_out: float = 0.2, seed: int = 0):
     """A deterministic (train, held-out) split by a seeded permutation."""
-    import numpy as np
-
     order = np.random.default_rng(seed).permutation(len(items))
     cut = int(round(len(items) * (1 - held_out)))
     return [items[i] for i in order[:cut]], [items[i] for i in order[cut:]]

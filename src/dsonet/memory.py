@@ -16,12 +16,14 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from dsonet.encoders.registry import load_encoder
 from dsonet.errors import DsoError
 from dsonet.experience import Experience
+from dsonet.library import Hits, Library
 from dsonet.library.contract import Store
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import UnknownRetrieval
-from dsonet.library import Hits
+from dsonet.network.client import NodeClient
 
 __all__ = ["LocalMemory", "NodeMemory", "RecallError", "UnknownRetrieval", "open_memory"]
 
@@ -105,16 +107,10 @@ def open_memory(db: Path | None = None, node: str | None = None, token: str | No
     """A node's memory when ``node`` (its URL) is given, else the library file ``db``.
     ``encoder``: an encoder spec for the local library (default: the file's own, or the network default)."""
     if node:
-        from dsonet.network.client import NodeClient
-
         return NodeMemory(NodeClient(node, token=token, timeout_s=timeout_s))
     if db is None:
         raise RecallError("no library: give --db PATH (or set DSONET_DB), or --node URL")
-    from dsonet.library import Library
-
     enc = None
     if encoder and encoder != "default":
-        from dsonet.encoders.registry import load_encoder
-
         enc = load_encoder(encoder)
     return LocalMemory(Library(Path(db).expanduser(), encoder=enc))

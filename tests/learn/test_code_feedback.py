@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from dsonet.learn import parse
+from dsonet.learn.chat import Completion
 from dsonet.learn.context import Retrieval
-from dsonet.learn.grpo import LearnConfig, LearnError, Learner
-from dsonet.learn.llm import Completion
+from dsonet.learn.grpo import LearnConfig, Learner
+from dsonet.learn.run_dir import LearnError
 from dsonet.learn.tasks import Task, TaskSet
 
 from .conftest import DictStore

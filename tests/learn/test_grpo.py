@@ -7,8 +7,9 @@ import json
 import pytest
 
 from dsonet.learn import prompts
-from dsonet.learn.grpo import LearnConfig, LearnError, Learner
-from dsonet.learn.llm import Completion
+from dsonet.learn.chat import Completion
+from dsonet.learn.grpo import LearnConfig, Learner
+from dsonet.learn.run_dir import LearnError
 from dsonet.learn.tasks import Group, Task, TaskSet, numeric_verifier
 
 from dsonet.learn.context import Retrieval

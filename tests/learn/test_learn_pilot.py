@@ -4,7 +4,7 @@ a scripted LLM (the subject is the probe's bookkeeping; the real runs are in ben
 import re
 
 from dsonet.bench.learn_pilot import probe
-from dsonet.learn.llm import Completion
+from dsonet.learn.chat import Completion
 
 RULE = "When a girl's brother is asked about his sisters, count the girl herself too."
 

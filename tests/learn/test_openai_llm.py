@@ -9,7 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from dsonet.learn.llm import LLMError, open_llm, user
+from dsonet.learn.chat import LLMError, user
+from dsonet.learn.llm import open_llm
 
 
 class _Server:

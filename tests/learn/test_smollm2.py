@@ -2,7 +2,7 @@
 
 import pytest
 
-from dsonet.learn.llm import ChatLLM, user
+from dsonet.learn.chat import ChatLLM, user
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ QUESTION = "Add the two-digit numbers 17 and 25. Reply with the number only."
 @pytest.fixture(scope="module")
 def llm():
     from dsonet.learn.llama_llm import embedded
-    from dsonet.learn.llm import LLMError
+    from dsonet.learn.chat import LLMError
 
     try:
         return embedded("qwen2.5-coder-0.5b")

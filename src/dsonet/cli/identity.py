@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from dsonet.cli.options import DEFAULT_KEY, json_option
+from dsonet.identity import NodeIdentity
 
 
 @click.command()
@@ -25,8 +26,6 @@ def keygen(path: Path, force: bool, as_json: bool) -> None:
       dso keygen
       dso keygen ./node.key --json
     """
-    from dsonet.identity import NodeIdentity
-
     path = path.expanduser()
     if path.exists() and not force:
         raise click.ClickException(f"{path} exists; pass --force to replace it (the node id will change)")

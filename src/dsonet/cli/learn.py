@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import sys
 from pathlib import Path
 
 import click
@@ -172,9 +174,6 @@ def learn(task, db, url, model, concurrency, timeout, size, config, verifier, he
 def _learn_code(task, tasks, llm, url, lib, cfg, library_path, run_dir, node_id, held_out, seed, validation,
                 reflector, python, candidates, quiet):
     """`dso learn code:<file>`: the user's code tasks, attempts run in the sandbox over --python."""
-    import os
-    import sys
-
     from dsonet.learn.code_tasks import imported_modules
     from dsonet.learn.drift import drift_taskset
     from dsonet.learn.grpo import Learner

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 import tomllib
+from dataclasses import fields
 from pathlib import Path
 
 import click
@@ -12,6 +15,7 @@ import click
 from dsonet.cli.operator import keys, quarantine
 from dsonet.cli.options import HOME, json_option, token_option
 from dsonet.errors import DsoError
+from dsonet.identity import NodeIdentity
 
 
 def _load_config(ctx: click.Context, _param, path: Path | None) -> Path | None:
@@ -96,8 +100,6 @@ def start(data_dir: Path, nats_urls: str, nats_user: str | None, nats_password_f
       curl -XPOST localhost:8080/experiences -H 'content-type: application/json' \\
            -d '{"text": "When a ratio is asked, simplify the fraction first.", "domain": "math"}'
     """
-    import asyncio
-
     from dsonet.learn.context import system_text
     from dsonet.network.jetstream import NatsConfig
     from dsonet.network.node import NodeConfig
@@ -125,8 +127,6 @@ def start(data_dir: Path, nats_urls: str, nats_user: str | None, nats_password_f
 
 def _nats_password(path: Path | None) -> str | None:
     """From the file when one is given, else from DSONET_NATS_PASSWORD (secrets stay out of `ps`)."""
-    import os
-
     if path is None:
         return os.environ.get("DSONET_NATS_PASSWORD") or None
     if path.stat().st_mode & 0o077:
@@ -138,8 +138,6 @@ def _nats_password(path: Path | None) -> str | None:
 
 
 def _parse_soup(pairs: tuple[str, ...]) -> dict:
-    from dataclasses import fields
-
     from dsonet.aggregate import DeltaSoupConfig
 
     known = {f.name for f in fields(DeltaSoupConfig)}
@@ -236,7 +234,6 @@ def _node_id(node_id: str | None, key: Path | None) -> str:
         raise click.UsageError("give the node as --node-id HEX or as --key PATH (its node.key), one of them")
     if key is None:
         return node_id
-    from dsonet.identity import NodeIdentity
 
     return NodeIdentity.load(key).node_id
 

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import msgpack
 import numpy as np
 
-from dsonet.codec.bitdelta import BitDeltaCodes, compress, words_per_group
+from dsonet.codec.bitdelta import BitDeltaCodes, compress, decompress, words_per_group
 from dsonet.codec.profile import DEFAULT_ROTATION_SEED, KEY_BYTES, Profile, default_profile  # noqa: F401 (re-exported)
 from dsonet.errors import BatchError, CodecError, DsoError
 from dsonet.experience import MAX_TEXT_CHARS, Experience, Provenance
@@ -66,8 +66,6 @@ class CompressedBatch:
 
     def vectors(self) -> np.ndarray:
         """Decompressed vectors ê, (M, d)."""
-        from dsonet.codec.bitdelta import decompress
-
         return decompress(self.codes)
 
 

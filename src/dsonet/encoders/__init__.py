@@ -2,6 +2,7 @@
 
 from dsonet.encoders.base import Encoder, EncoderError, Kind
 from dsonet.encoders.cache import cached_encode
+from dsonet.encoders.default import default_zen
 from dsonet.encoders.sentence import SentenceTransformerEncoder, minilm
 
 __all__ = ["Encoder", "EncoderError", "Kind", "SentenceTransformerEncoder", "cached_encode", "default_encoder", "minilm"]
@@ -12,6 +13,4 @@ def default_encoder() -> Encoder:
     that ships in the package -> 7680 dims (`dsonet.encoders.default`), computed in numpy (no
     torch; ``DSONET_ENCODER_BACKEND=torch`` for the torch path); ``.baseline`` is the profile's
     fixed BitDelta baseline."""
-    from dsonet.encoders.default import default_zen
-
     return default_zen()

@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Literal, Sequence
 
 import numpy as np
+from scipy.special import erf
 
+from dsonet.data import gsm8k, split
 from dsonet.encoders.base import Encoder, EncoderError, Kind, check_texts, l2_normalise
 from dsonet.encoders.cache import cache_dir, cached_encode
 
@@ -132,8 +134,6 @@ def fit_mlp(x: np.ndarray, y: np.ndarray, seed: int = 0, hidden: int = 1024, com
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    from scipy.special import erf
-
     return 0.5 * x * (1 + erf(x / np.sqrt(2)))
 
 
@@ -222,8 +222,6 @@ class AlignedEncoder:
 
 def gsm8k_vectors(encoder: Encoder) -> tuple[np.ndarray, np.ndarray]:
     """All GSM8K questions (as queries) and solutions (as documents), encoded once and cached."""
-    from dsonet.data import gsm8k
-
     items = gsm8k()
     return (cached_encode(encoder, [i.question for i in items], "query"),
             cached_encode(encoder, [i.solution for i in items], "document"))
@@ -232,8 +230,6 @@ def gsm8k_vectors(encoder: Encoder) -> tuple[np.ndarray, np.ndarray]:
 def anchor_split(held_out: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(anchor, evaluation) GSM8K item indices: the same split the Zen head's training holds out,
     so adapters never see the items that cross-model retrieval is evaluated on."""
-    from dsonet.data import gsm8k, split
-
     train, held = split(list(range(len(gsm8k()))), held_out=held_out, seed=seed)
     return np.array(train), np.array(held)
 

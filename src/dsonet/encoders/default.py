@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dsonet.encoders.base import Encoder, EncoderError
+from dsonet.encoders.minilm_numpy import numpy_minilm
+from dsonet.encoders.sentence import minilm
+from dsonet.encoders.zen_numpy import NumpyZen
 
 if TYPE_CHECKING:  # the torch path: imported only when it is asked for
     from dsonet.encoders.zen import ZenReranker
-    from dsonet.encoders.zen_numpy import NumpyZen
 
 DEFAULT_HEAD = "minilm-zen7680"  # the folder under dsonet/encoders/weights/
 HEAD_FILES = ("config.json", "model.safetensors")  # zen.CONFIG_NAME, zen.WEIGHTS_NAME (zen.py imports torch)
@@ -56,16 +58,12 @@ def default_zen() -> Encoder:
 @lru_cache(maxsize=1)
 def zen_minilm_numpy() -> NumpyZen:
     """MiniLM + the shipped default Zen head in numpy, with the profile's baseline: no torch."""
-    from dsonet.encoders.minilm_numpy import numpy_minilm
-    from dsonet.encoders.zen_numpy import NumpyZen
-
     return NumpyZen.from_pretrained(default_head_dir(), backbone=numpy_minilm())
 
 
 @lru_cache(maxsize=1)
 def zen_minilm() -> ZenReranker:
     """MiniLM + the shipped default Zen head on torch (sentence-transformers), with the profile's baseline."""
-    from dsonet.encoders.sentence import minilm
-    from dsonet.encoders.zen import ZenReranker
+    from dsonet.encoders.zen import ZenReranker  # torch
 
     return ZenReranker.from_pretrained(default_head_dir(), backbone=minilm())

@@ -13,6 +13,7 @@ import sys
 from typing import Literal, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from dsonet.encoders.base import EncoderError, Kind, check_texts, l2_normalise
 
@@ -59,7 +60,6 @@ class HFEncoder:
 
     def encode(self, texts: Sequence[str], kind: Kind = "document") -> np.ndarray:
         import torch
-        from tqdm.auto import tqdm
 
         texts = check_texts(texts, kind)
         if kind == "query" and self.query_instruction:

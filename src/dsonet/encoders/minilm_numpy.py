@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from dsonet.encoders.base import EncoderError, Kind, check_texts, l2_normalise
 from dsonet.encoders.wordpiece import WordPiece
@@ -210,9 +211,7 @@ def _one_blas_thread():
 
 @lru_cache(maxsize=1)
 def _blas():
-    from threadpoolctl import ThreadpoolController  # found once, on the first query (it scans the loaded libraries)
-
-    return ThreadpoolController()
+    return ThreadpoolController()  # found once, on the first query (it scans the loaded libraries)
 
 
 @lru_cache(maxsize=1)

@@ -10,41 +10,25 @@ adapter stores to name its backbone, so a directory on disk rebuilds the whole e
 
 from __future__ import annotations
 
+from urllib.parse import parse_qsl
+
+from dsonet.encoders import default_encoder
+from dsonet.encoders.backbones import KINDS, backbone_from_config
 from dsonet.encoders.base import Encoder, EncoderError
 
 SPEC_HELP = "minilm, default, wordllama, st:NAME, hf:NAME or zen:DIR"
 
 
-def encoder_config(encoder: Encoder) -> dict:
-    config = getattr(encoder, "config", None)
-    if config is None:
-        raise EncoderError(f"encoder {encoder.id!r} ({type(encoder).__name__}) has no config(); it cannot be saved by name")
-    return config()
-
-
 def encoder_from_config(config: dict, device: str | None = None) -> Encoder:
-    """Rebuild an encoder from its ``config()`` dict."""
+    """Rebuild an encoder from its ``config()`` dict: a backbone, or a Zen-Reranker over one."""
     kind = config.get("type")
-    if kind == "sentence-transformers":
-        from dsonet.encoders.sentence import SentenceTransformerEncoder, minilm
-
-        if config["name_or_path"] in ("minilm", "all-MiniLM-L6-v2") and device is None and not config.get("query_prefix"):
-            return minilm()
-        return SentenceTransformerEncoder(config["name_or_path"], device=device, query_prefix=config.get("query_prefix", ""))
-    if kind == "hf":
-        from dsonet.encoders.hf import HFEncoder
-
-        return HFEncoder(config["name_or_path"], pooling=config.get("pooling", "mean"),
-                         query_instruction=config.get("query_instruction", ""), device=device)
-    if kind == "wordllama":
-        from dsonet.encoders.wordllama import WordLlamaEncoder
-
-        return WordLlamaEncoder(dim=config.get("dim", 256))
     if kind == "zen":
-        from dsonet.encoders.zen import ZenReranker
+        from dsonet.encoders.zen import ZenReranker  # torch
 
-        return ZenReranker.from_pretrained(config["path"], device=device)
-    raise EncoderError(f"encoder config type {kind!r} is unknown; expected sentence-transformers, hf, wordllama or zen")
+        return ZenReranker.from_pretrained(config["path"], device=device, load_backbone=encoder_from_config)
+    if kind not in KINDS:
+        raise EncoderError(f"encoder config type {kind!r} is unknown; expected sentence-transformers, hf, wordllama or zen")
+    return backbone_from_config(config, device)
 
 
 def spec_config(spec: str, **options) -> dict:
@@ -57,8 +41,6 @@ def spec_config(spec: str, **options) -> dict:
     if name and prefix == "st":
         return {"type": "sentence-transformers", "name_or_path": name}
     if name and prefix == "hf":
-        from urllib.parse import parse_qsl
-
         name, _, query = name.partition("?")  # hf:NAME?pooling=last&query_instruction=...
         return {"type": "hf", "name_or_path": name, **dict(parse_qsl(query)), **options}
     if name and prefix == "zen":
@@ -69,7 +51,5 @@ def spec_config(spec: str, **options) -> dict:
 def load_encoder(spec: str, device: str | None = None, **options) -> Encoder:
     """An encoder from a spec string (see module docstring); ``options`` go to the HF encoder."""
     if spec == "default":
-        from dsonet.encoders import default_encoder
-
         return default_encoder()
     return encoder_from_config(spec_config(spec, **options), device)

@@ -23,7 +23,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -32,7 +32,7 @@ from torch import nn
 
 from dsonet.codec.profile import baseline_digest
 from dsonet.encoders.base import Encoder, EncoderError, Kind, check_texts
-from dsonet.encoders.registry import encoder_config, encoder_from_config
+from dsonet.encoders.backbones import backbone_from_config, encoder_config
 
 CANONICAL_DIM = 7680  # seeds/001: the protocol's canonical dimension
 CONFIG_NAME = "config.json"
@@ -167,14 +167,17 @@ class ZenReranker:
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike, backbone: Encoder | None = None,
-                        device: str | None = None) -> "ZenReranker":
+                        device: str | None = None,
+                        load_backbone: Callable[[dict, str | None], Encoder] = backbone_from_config) -> "ZenReranker":
         """Load from a directory written by `save_pretrained`, or a Hugging Face hub id.
 
-        ``backbone`` overrides the one named in config.json (e.g. an already loaded MiniLM).
+        ``backbone`` overrides the one named in config.json (e.g. an already loaded MiniLM);
+        ``load_backbone`` builds the named one (`dsonet.encoders.registry` passes its own, which
+        knows every encoder, a Zen-Reranker too).
         """
         config, head, baseline = load_head(name_or_path, device=device)
         if backbone is None:
-            backbone = encoder_from_config(config["backbone"], device=device)
+            backbone = load_backbone(config["backbone"], device)
         return cls(backbone, head, baseline)
 
 

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
-from dsonet.learn.llm import Chat, Completion, check_args
+from dsonet.learn.chat import Chat, Completion, check_args
 from dsonet.learn.prompts import PROMPTS_VERSION
 
 

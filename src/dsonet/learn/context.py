@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dsonet.learn.llm import Message
+from dsonet.learn.chat import Message
 from dsonet.library.policy import K, MIN_SIMILARITY
 from dsonet.library.policy import RetrievalPolicy as Retrieval  # one policy object, defined by the library
 

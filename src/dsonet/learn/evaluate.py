@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dsonet.learn.chat import ChatLLM
 from dsonet.learn.context import Retrieval, inject, messages, split_own
-from dsonet.learn.llm import ChatLLM
 from dsonet.learn.tasks import TaskSet
 
 

@@ -25,35 +25,31 @@ deleted or updated cannot come back: the library's tombstones win for ever; the 
 
 Choices the reference leaves open: a rollout of at most ``summary_words`` words is its own
 summary (an "Answer: 3/4" reply says all a summary would, and a small model spends seconds
-per summary); the summary and advantage budgets are ``note_tokens``. The run directory holds
+per summary); the summary and advantage budgets are ``note_tokens``. The run directory (`learn.run_dir`) holds
 state.json (the next step; written after each step, so an interrupted run resumes there) and
 log.jsonl (every rollout, reward, summary, proposal, rejection, operation and gate decision).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
-from dsonet.errors import DsoError
 from dsonet.experience import Provenance
 from dsonet.learn import code_lessons, parse, prompts
+from dsonet.learn.chat import ChatLLM, user
 from dsonet.learn.context import Retrieval, inject, messages
 from dsonet.learn.control import neutral_notes
-from dsonet.learn.llm import ChatLLM, user
 from dsonet.learn.operations import (Operation, Proposal, apply, confidence_from_gap, decide_batch, listing,
                                      merge_duplicate_adds)
+from dsonet.learn.run_dir import LearnError, RunDir, Stats
 from dsonet.learn.tasks import Group, TaskSet
 from dsonet.library.contract import LessonStore
-
-
-class LearnError(DsoError, ValueError):
-    """A run directory that belongs to a different run, or bad learner settings."""
 
 
 @dataclass(frozen=True)
@@ -94,31 +90,6 @@ class LearnConfig:
             raise LearnError(f"gate_items: {self.gate_items}; use 0 for the whole validation slice or a positive count")
 
 
-@dataclass
-class Stats:
-    batches: int = 0
-    rollouts: int = 0
-    reward_sum: float = 0.0
-    groups: int = 0
-    mixed_groups: int = 0
-    proposals: int = 0
-    skipped: int = 0  # malformed or rejected LLM outputs (each logged with its reason)
-    gated_out: int = 0  # candidates the validation gate refused
-    operations: dict = field(default_factory=lambda: {"ADD": 0, "UPDATE": 0, "DELETE": 0, "NONE": 0})
-    validation: list = field(default_factory=list)  # validation accuracy after each epoch (index 0: no lessons)
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    wall_s: float = 0.0
-
-    @property
-    def mean_reward(self) -> float:
-        return self.reward_sum / self.rollouts if self.rollouts else 0.0
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-
 class Learner:
     """``reflector``: the LLM that summarises, extracts the advantage and updates the library, when it
     is not the one that answers (a small agent with a stronger teacher); by default ``llm`` does all.
@@ -133,19 +104,17 @@ class Learner:
         self.llm, self.store, self.config, self.node_id, self.encoder = llm, store, config, node_id, encoder
         self.reflector = reflector or llm
         self._val_vectors: np.ndarray | None = None  # the validation questions' encodings, for gate_items
-        self.run_dir = Path(run_dir) if run_dir else None
+        self.run_dir = RunDir(run_dir)
         self.stats = Stats()
         self._where = {"epoch": 0, "batch": 0}
         self.validation: TaskSet | None = None
         self._baseline: np.ndarray | None = None  # validation correctness without lessons
         self._neutral: dict[tuple, float] = {}  # accuracy with neutral text, per (word count, items)
+        self._gate_uses: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # lesson: (items, correct with it), per step
 
     # -- bookkeeping ------------------------------------------------------------------
     def _log(self, kind: str, **record) -> None:
-        if self.run_dir is not None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.run_dir / "log.jsonl", "a", encoding="utf-8") as f:
-                f.write(json.dumps({"type": kind, **self._where, **record}) + "\n")
+        self.run_dir.log(kind, **self._where, **record)
 
     def _skip(self, stage: str, reason: str, raw: str = "") -> None:
         self.stats.skipped += 1
@@ -161,9 +130,10 @@ class Learner:
         self.stats.completion_tokens += sum(c.completion_tokens for c in out)
         return out
 
-    def _identity(self) -> dict:
+    def _identity(self, tasks: TaskSet) -> dict:
+        """What a run directory knows this run by (`RunDir`)."""
         return {"prompts_version": prompts.PROMPTS_VERSION, "config": asdict(self.config),
-                "reflector": self.reflector.name}
+                "reflector": self.reflector.name, "task": tasks.name, "n_tasks": len(tasks.tasks)}
 
     # -- the steps ---------------------------------------------------------------------
     def rollouts(self, tasks: TaskSet, batch: Sequence, seed: int) -> list[Group]:
@@ -347,7 +317,7 @@ class Learner:
         return correct, hits
 
     def update(self, proposals: Sequence[Proposal], iteration: int = 0) -> list:
-        self._gate_uses: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # lesson: (items, correct with it)
+        self._gate_uses = {}
         ops = self.gate(merge_duplicate_adds(self.decide(proposals)))  # gate each distinct lesson once
         prov = Provenance(self.node_id, self.llm.name, int(time.time() * 1000), iteration)
         results = apply(self.store, ops, provenance=prov)
@@ -384,32 +354,6 @@ class Learner:
             self._log("rollback", to_epoch=best, deleted=dropped)
 
     # -- the run -----------------------------------------------------------------------
-    def _load_state(self, tasks: TaskSet) -> dict:
-        if self.run_dir is None:
-            return {"next": 0, "added": {}}
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        path = self.run_dir / "state.json"
-        if not path.exists():
-            return {"next": 0, "added": {}}
-        state = json.loads(path.read_text())
-        mine = {**self._identity(), "task": tasks.name, "n_tasks": len(tasks.tasks)}
-        theirs = {k: state.get(k) for k in mine}
-        if json.loads(json.dumps(mine)) != theirs:
-            raise LearnError(f"run_dir: {self.run_dir} holds a run with other settings ({theirs}); "
-                             "use a new --run-dir to start afresh, or repeat that run's settings to resume it")
-        s = state["stats"]
-        self.stats = Stats(**{**s, "operations": dict(s["operations"])})
-        return {"next": int(state["next"]), "added": {int(k): v for k, v in state.get("added", {}).items()}}
-
-    def _save_state(self, tasks: TaskSet, next_batch: int, added: dict) -> None:
-        if self.run_dir is None:
-            return
-        state = {**self._identity(), "task": tasks.name, "n_tasks": len(tasks.tasks), "next": next_batch,
-                 "stats": asdict(self.stats), "added": added}
-        tmp = self.run_dir / "state.json.tmp"
-        tmp.write_text(json.dumps(state, indent=1))
-        tmp.replace(self.run_dir / "state.json")  # atomic: a crash leaves the old or the new state
-
     def schedule(self, tasks: TaskSet) -> list[tuple[int, list]]:
         """(epoch, batch of tasks) in run order; each epoch is a fresh seeded shuffle."""
         out = []
@@ -438,12 +382,11 @@ class Learner:
     def run(self, tasks: TaskSet, progress: bool = True, validation: TaskSet | None = None) -> Stats:
         """Learn from ``tasks``; with ``validation`` (training items held apart), gate every new lesson
         and keep the library of the best validation epoch."""
-        from tqdm.auto import tqdm
-
         if not tasks.tasks:
             raise LearnError(f"tasks: {tasks.name} has no tasks to learn from")
-        state = self._load_state(tasks)
-        start, added = state["next"], state["added"]
+        resume = self.run_dir.resume(self._identity(tasks))
+        start, added = resume.next, resume.added
+        self.stats = resume.stats or self.stats
         self.use_validation(validation)
         plan = self.schedule(tasks)
         bar = tqdm(total=len(plan), initial=start, desc=f"learn {tasks.name}", unit="step", disable=not progress)
@@ -462,7 +405,7 @@ class Learner:
             if index + 1 == len(plan) or plan[index + 1][0] != epoch:
                 self.end_epoch(epoch, added)
             self.stats.wall_s += time.perf_counter() - t0
-            self._save_state(tasks, index + 1, added)
+            self.run_dir.save(self._identity(tasks), index + 1, self.stats, added)
             bar.update(1)
             bar.set_postfix(reward=f"{np.mean(rewards):.2f}", mean=f"{self.stats.mean_reward:.2f}",
                             added=self.stats.operations["ADD"], skipped=self.stats.skipped,

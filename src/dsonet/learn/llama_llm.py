@@ -31,7 +31,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
-from dsonet.learn.llm import Chat, Completion, LLMError, check_args
+from dsonet.encoders.cache import cache_dir
+from dsonet.learn.chat import Chat, Completion, LLMError, check_args
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,6 @@ def _pieces(spec: GGUFSpec) -> list[Path]:
 
 def gguf_path(key: str = DEFAULT_MODEL) -> Path:
     """The assembled, verified GGUF file of a known model: built from the wheel pieces on first use."""
-    from dsonet.encoders.cache import cache_dir
-
     if key not in MODELS:
         raise LLMError(f"model: {key!r} is not an embedded model; choose one of {sorted(MODELS)}")
     spec = MODELS[key]

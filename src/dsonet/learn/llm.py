@@ -1,63 +1,17 @@
-"""One small protocol for chat generation, shared by every LLM back end.
+"""An LLM by name: the embedded model, a local file or folder, or an OpenAI-compatible server.
 
-    llm.generate(chats, n=5, temperature=0.7, max_tokens=128, seed=0) -> list[Completion]
-
-``chats`` is a list of conversations (each a list of {"role", "content"} messages); the
-back end answers every conversation with ``n`` samples. Taking many conversations at once
-lets a local model batch them into one forward pass and a remote one keep a server busy.
+Every back end answers the chat protocol of `dsonet.learn.chat`; their heavy libraries (llama.cpp,
+transformers, openai) are imported when a model is loaded, so opening none costs nothing.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+import os
 
-from dsonet.errors import DsoError
-
-Message = dict[str, str]
-Chat = Sequence[Message]
-
-
-class LLMError(DsoError, RuntimeError):
-    """A back end that cannot be reached or loaded, or bad generation arguments."""
-
-
-@dataclass(frozen=True)
-class Completion:
-    """The ``n`` sampled answers to one conversation, with the tokens they cost."""
-
-    texts: tuple[str, ...]
-    prompt_tokens: int
-    completion_tokens: int
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-
-@runtime_checkable
-class ChatLLM(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    def generate(self, chats: Sequence[Chat], n: int = 1, temperature: float = 0.7, max_tokens: int = 128,
-                 seed: int | None = None) -> list[Completion]: ...
-
-
-def user(text: str, system: str | None = None) -> list[Message]:
-    """A one-turn conversation."""
-    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
-
-
-def check_args(chats: Sequence[Chat], n: int, temperature: float, max_tokens: int) -> None:
-    if isinstance(chats, (str, dict)) or (chats and isinstance(chats[0], dict)):
-        raise LLMError("chats: expected a list of conversations; wrap one conversation: generate([chat])")
-    if n < 1:
-        raise LLMError(f"n: {n} samples asked for; ask for at least 1")
-    if temperature < 0:
-        raise LLMError(f"temperature: {temperature} is negative; use 0 for greedy decoding")
-    if max_tokens < 1:
-        raise LLMError(f"max_tokens: {max_tokens}; allow at least 1 token")
+from dsonet.learn.chat import ChatLLM, LLMError
+from dsonet.learn.llama_llm import DEFAULT_MODEL, MODELS, LlamaCppLLM, embedded
+from dsonet.learn.local_llm import LocalLLM, smollm2
+from dsonet.learn.openai_llm import OpenAILLM
 
 
 def open_llm(url: str | None = None, model: str | None = None, **options) -> ChatLLM:
@@ -67,25 +21,15 @@ def open_llm(url: str | None = None, model: str | None = None, **options) -> Cha
     embedded model's key (``qwen2.5-coder-1.5b``, ``qwen2.5-coder-0.5b``, ``smollm2``; default
     `DEFAULT_MODEL`), a .gguf file (run by llama.cpp) or a Hugging Face folder (transformers).
     """
-    import os
-
     url = url or os.environ.get("OPENAI_BASE_URL") or None
     if url is None or url == "local":
-        from dsonet.learn.llama_llm import DEFAULT_MODEL, MODELS, LlamaCppLLM, embedded
-
         if model is None or model in MODELS:
             return embedded(model or DEFAULT_MODEL, options.get("threads"))
         if model == "smollm2":
-            from dsonet.learn.local_llm import smollm2
-
             return smollm2()
         if model.endswith(".gguf"):
             return LlamaCppLLM(model, threads=options.get("threads"))
-        from dsonet.learn.local_llm import LocalLLM
-
         return LocalLLM.from_path(model)
-    from dsonet.learn.openai_llm import OpenAILLM
-
     model = model or os.environ.get("OPENAI_MODEL")
     if not model:
         raise LLMError(f"model: a server at {url} needs a served model name; pass --model NAME (or set OPENAI_MODEL)")

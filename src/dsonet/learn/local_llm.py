@@ -19,7 +19,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
-from dsonet.learn.llm import Chat, Completion, LLMError, check_args
+from dsonet.encoders.cache import cache_dir
+from dsonet.learn.chat import Chat, Completion, LLMError, check_args
 
 SMOLLM2 = "SmolLM2-135M-Instruct"
 
@@ -37,8 +38,6 @@ def smollm2_gguf() -> Path:
 
 
 def _cached_folder(name: str) -> Path:
-    from dsonet.encoders.cache import cache_dir
-
     return cache_dir() / "llm" / name
 
 

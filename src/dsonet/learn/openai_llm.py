@@ -13,7 +13,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
-from dsonet.learn.llm import Chat, Completion, LLMError, check_args
+from dsonet.learn.chat import Chat, Completion, LLMError, check_args
 
 
 class OpenAILLM:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Literal, Sequence
 
+from dsonet.data import gsm8k, split
 from dsonet.errors import DsoError
 from dsonet.learn.answers import Kind, extract, extract_answer, numbers_match
 
@@ -97,8 +98,6 @@ class TaskSet:
 
     def split(self, held_out: float = 0.2, seed: int = 0) -> tuple["TaskSet", "TaskSet"]:
         """Deterministic (train, held-out) halves sharing this set's verifier."""
-        from dsonet.data import split
-
         train, test = split(self.tasks, held_out=held_out, seed=seed)
         return self.subset(train), self.subset(test)
 
@@ -110,8 +109,6 @@ def verifier(name: str) -> Verifier:
 
 
 def gsm8k_tasks(size: int | None = None) -> TaskSet:
-    from dsonet.data import gsm8k
-
     items = gsm8k()[:size]
     tasks = [Task(f"gsm8k-{i}", it.question, it.answer, "math.word_problems") for i, it in enumerate(items)]
     return TaskSet("gsm8k", tasks, numeric_verifier)

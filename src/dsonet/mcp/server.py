@@ -31,9 +31,10 @@ from pydantic import BaseModel, Field, create_model
 
 from dsonet import __version__
 from dsonet.errors import DsoError
+from dsonet.learn.context import system_text
+from dsonet.library import Hit, Hits
 from dsonet.library.contract import Store
 from dsonet.library.policy import K
-from dsonet.library import Hit, Hits
 from dsonet.memory import NodeMemory
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,6 @@ def render_lessons(hits: Hits) -> str:
     agents, best first ('' when none passed the threshold)."""
     if not hits:
         return ""
-    from dsonet.learn.context import system_text
 
     return system_text(peers=[h.experience.text for h in hits], base="").strip()
 

@@ -44,11 +44,11 @@ from starlette.background import BackgroundTask
 
 from dsonet import __version__
 from dsonet.errors import DsoError
+from dsonet.learn.code_lessons import refutes
+from dsonet.library import Hit, Hits
 from dsonet.library.contract import Store
 from dsonet.library.policy import MAX_TOKENS, K
-from dsonet.learn.code_lessons import refutes
 from dsonet.library.retrievals import PENDING, UnknownRetrieval
-from dsonet.library import Hit, Hits
 from dsonet.proxy.inject import RequestShapeError, chat_query, inject_chat, inject_responses, responses_query
 
 LESSONS_HEADER = "x-dso-lessons"

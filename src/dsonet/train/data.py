@@ -14,6 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+from dsonet.data import gsm8k, sentences, split
+from dsonet.encoders.cache import cached_encode
+from dsonet.encoders.registry import load_encoder
 from dsonet.train.config import TrainConfig
 
 
@@ -56,18 +59,12 @@ KEYS = ("q_train", "d_train", "q_held", "d_held", "s_train")
 
 
 def split_indices(n: int, held_out: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    from dsonet.data import split
-
     train, held = split(list(range(n)), held_out=held_out, seed=seed)
     return np.array(train), np.array(held)
 
 
 def build_data(config: TrainConfig, encoder=None) -> TrainData:
     """Encode GSM8K with the backbone (``encoder`` or the one ``config.backbone`` names)."""
-    from dsonet.data import gsm8k, sentences
-    from dsonet.encoders.cache import cached_encode
-    from dsonet.encoders.registry import load_encoder
-
     items = gsm8k()[: config.limit_items or None]
     encoder = encoder or load_encoder(config.backbone)
     q = cached_encode(encoder, [i.question for i in items], "query")  # (N, d_in)

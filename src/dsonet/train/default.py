@@ -16,9 +16,13 @@ from typing import Callable
 
 import numpy as np
 
+from dsonet.data import gsm8k, sentences
+from dsonet.encoders import default_encoder
+from dsonet.encoders.cache import cached_encode
+from dsonet.encoders.sentence import minilm
 from dsonet.encoders.zen import ZenReranker
 from dsonet.train.config import cpu_recipe
-from dsonet.train.data import TrainData
+from dsonet.train.data import TrainData, split_indices
 from dsonet.train.run import DATA, corpus_baseline, train
 
 RUN = "run"  # out_dir/run: the training run's checkpoint, data and full-precision head
@@ -26,8 +30,6 @@ RUN = "run"  # out_dir/run: the training run's checkpoint, data and full-precisi
 
 def build_default(out_dir: str | Path, log: Callable[[str], None] | None = None) -> ZenReranker:
     """Train the default head (`cpu_recipe()`, MiniLM) in ``out_dir``/run, then `package_head` it into ``out_dir``."""
-    from dsonet.encoders.sentence import minilm
-
     out = Path(out_dir)
     result = train(cpu_recipe(), out / RUN, encoder=minilm(), log=log)
     if not result.finished:
@@ -40,8 +42,6 @@ def package_head(run_dir: str | Path, out_dir: str | Path) -> ZenReranker:
     model.safetensors (float16: `dso bench train` measures that it keeps the neighbours),
     baseline.safetensors (the mean of the float16 head's outputs over the training corpus) and
     metrics.json."""
-    from dsonet.encoders.sentence import minilm
-
     run, out = Path(run_dir), Path(out_dir)
     ZenReranker.from_pretrained(run, backbone=minilm()).save_pretrained(out, half=True)
     half = ZenReranker.from_pretrained(out, backbone=minilm())  # the rounded weights the package holds
@@ -53,9 +53,6 @@ def package_head(run_dir: str | Path, out_dir: str | Path) -> ZenReranker:
 
 def held_out_texts() -> list[str]:
     """The texts of the GSM8K items the default recipe holds out: questions, solutions, sentences."""
-    from dsonet.data import gsm8k, sentences
-    from dsonet.train.data import split_indices
-
     config = cpu_recipe()
     items = gsm8k()
     _, held = split_indices(len(items), config.held_out, config.seed)
@@ -65,8 +62,6 @@ def held_out_texts() -> list[str]:
 
 def neighbour_agreement(a: ZenReranker, b: ZenReranker, texts: list[str], k: int = 10) -> float:
     """Mean |top-k of text i by a ∩ top-k by b| / k over the texts, each searching all the others."""
-    from dsonet.encoders.cache import cached_encode
-
     def neighbours(encoder: ZenReranker) -> np.ndarray:
         e = cached_encode(encoder, texts, "document")  # (N, d): the backbone's vectors cached once
         scores = e @ e.T
@@ -79,8 +74,6 @@ def neighbour_agreement(a: ZenReranker, b: ZenReranker, texts: list[str], k: int
 
 def reproduce(out_dir: str | Path, log: Callable[[str], None] | None = None) -> dict:
     """`build_default`, then how the rebuild agrees with the head the package ships."""
-    from dsonet.encoders import default_encoder
-
     rebuilt, shipped = build_default(out_dir, log), default_encoder()
     base_a, base_b = rebuilt.baseline, shipped.baseline
     return {"out": str(out_dir), "rebuilt_id": rebuilt.id, "shipped_id": shipped.id,

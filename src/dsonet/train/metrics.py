@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from dsonet.codec import bytes_per_vector, compress, decompress
 from dsonet.codec.profile import DEFAULT_ROTATION_SEED
 from dsonet.encoders.zen import ZenHead
 from dsonet.train.codes import code_similarities, delta_cosine, reconstruction_cosine
@@ -69,8 +70,6 @@ def recall_at(queries: np.ndarray, docs: np.ndarray, k: int) -> float:
 
 @torch.no_grad()
 def dso_metrics(head: ZenHead, base: np.ndarray, config: TrainConfig) -> dict[str, float]:
-    from dsonet.codec import bytes_per_vector, compress, decompress
-
     e = head.project(base)  # (N, d)
     d = e.shape[1]
     e_hat = decompress(compress(e, group_size=d))

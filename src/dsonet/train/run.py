@@ -21,10 +21,13 @@ from typing import Callable
 import numpy as np
 import torch
 
+from dsonet.encoders.backbones import encoder_config
+from dsonet.encoders.registry import spec_config
 from dsonet.encoders.zen import ZenHead, save_head
 from dsonet.errors import DsoError
 from dsonet.train.config import TrainConfig
 from dsonet.train.data import TrainData, build_data
+from dsonet.train.stages import STAGES
 
 CHECKPOINT = "checkpoint.pt"
 DATA = "data.npz"
@@ -146,8 +149,6 @@ def train(config: TrainConfig, out_dir: str | Path, max_steps: int | None = None
     When finished, out_dir holds a `ZenReranker` (config.json, model.safetensors and the profile's
     baseline, baseline.safetensors: `corpus_baseline`) and metrics.json.
     """
-    from dsonet.train.stages import STAGES
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rank = torch.distributed.get_rank() if _distributed() else 0
@@ -168,8 +169,6 @@ def train(config: TrainConfig, out_dir: str | Path, max_steps: int | None = None
         stage(trainer)
     _barrier()
     if trainer.finished and rank == 0:
-        from dsonet.encoders.registry import encoder_config, spec_config
-
         save_head(out, trainer.head, encoder_config(encoder) if encoder is not None else spec_config(config.backbone),
                   corpus_baseline(trainer.head, data))
         (out / "metrics.json").write_text(json.dumps({"config": asdict(config), "recipe": config.recipe_hash(),
