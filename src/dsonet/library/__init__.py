@@ -5,7 +5,8 @@ from dsonet.library.errors import LibraryError, StorageError
 from dsonet.library.merge import MergeRule
 from dsonet.library.policy import RetrievalPolicy, default_min_similarity, estimate_tokens
 from dsonet.library.rows import IngestResult
-from dsonet.library.library import Hit, Hits, Library
+from dsonet.library.hits import Hit, Hits
+from dsonet.library.library import Library
 
 __all__ = ["Hit", "Hits", "IngestResult", "Library", "LibraryError", "MergeRule", "RetrievalPolicy", "StorageError",
            "default_min_similarity", "duplicate_clusters", "estimate_tokens"]

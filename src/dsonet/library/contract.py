@@ -17,7 +17,7 @@ from typing import Protocol
 
 from dsonet.experience import Experience, Provenance
 from dsonet.library.policy import MAX_TOKENS, K
-from dsonet.library.library import Hits
+from dsonet.library.hits import Hits
 
 __all__ = ["LessonStore", "Store"]
 

@@ -5,6 +5,7 @@
     row_index  `RowIndex`   the in-memory code index (`code_index.CodeIndex`) kept in step with
                             the file, and exact rescoring
     merge      `MergedView` near-duplicates shown as one experience (DeltaSoup's phase 4)
+    merged_hits `MergedHits` that view read as hits: a cluster as one `Hit`, a search's walk
 
     lib = Library("lib.sqlite")                     # the default encoder, loaded on first use
     lib.add("When a ratio is asked, simplify the fraction first.", domain="math")
@@ -20,9 +21,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ClassVar
+from typing import Callable
 
 import numpy as np
 
@@ -32,9 +32,11 @@ from dsonet.codec.bitdelta import BitDeltaCodes, compress
 from dsonet.errors import BatchError
 from dsonet.experience import Experience, Provenance
 from dsonet.library.eviction import standing_of
-from dsonet.library.merge import Member, MergedView, MergeRule
+from dsonet.library.hits import Hits
+from dsonet.library.merge import MergedView, MergeRule
+from dsonet.library.merged_hits import MergedHits
 from dsonet.library import quarantine
-from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy, estimate_tokens
+from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy
 from dsonet.library.reference import Reference, capped_per_signer
 from dsonet.library.retrievals import Retrievals
 from dsonet.library.errors import DamagedFile, LibraryError
@@ -44,45 +46,8 @@ from dsonet.library.saved_fit import keep_clusters, keep_fits, restore_clusters
 from dsonet.library.code_index import Fitted, Refit
 from dsonet.library.row_index import RowIndex
 
-__all__ = ["Hit", "Hits", "Library"]
+__all__ = ["Library"]
 _VECTOR = COLUMN["vector"]
-# A merged cluster's vector can score a little above its best member (the mean of near-duplicates);
-# the walk over candidates stops this far under the threshold.
-MERGE_SLACK = 0.05
-
-
-@dataclass(frozen=True)
-class Hit:
-    experience: Experience  # the cluster's representative (see `dsonet.library.merge`)
-    score: float  # cosine between the query and the cluster's vector
-    members: tuple[str, ...] = ()  # ids of every experience merged into this one (provenance kept)
-    sources: tuple[str, ...] = ()  # signers of the merged rows: whose reputation an outcome moves
-    # what an agent is shown of a hit (MCP's search tool declares its output from these; the node's
-    # API sends every field)
-    SUMMARY: ClassVar[dict[str, type]] = {"id": str, "text": str, "domain": str, "score": float}
-
-    def summary(self) -> dict:
-        """`SUMMARY`: the experience's id, text and domain, and the score to 4 places."""
-        e = self.experience
-        return {"id": e.id, "text": e.text, "domain": e.domain, "score": round(float(self.score), 4)}
-
-
-class Hits(list):
-    """A search's hits, best first, with what an empty (or short) answer needs to say why: the
-    threshold the search applied and the best score it saw, passed or not (None: nothing to
-    score); and the retrieval id its outcome is reported under (None: nothing to judge, or a
-    search by vector, which issues none). A list, so every caller that iterates hits reads it unchanged."""
-
-    def __init__(self, hits=(), threshold: float | None = None, best_score: float | None = None,
-                 retrieval_id: str | None = None):
-        super().__init__(hits)
-        self.threshold = threshold
-        self.best_score = best_score
-        self.retrieval_id = retrieval_id
-
-    def __repr__(self) -> str:
-        return (f"Hits({list.__repr__(self)}, threshold={self.threshold}, best_score={self.best_score}, "
-                f"retrieval_id={self.retrieval_id})")
 
 
 class Library:
@@ -128,6 +93,7 @@ class Library:
                                on_build=lambda *built: keep_clusters(self.rows.db, idx.index, self.view, *built))
         # the clusters the file keeps for unchanged domains; the others are built at their first read
         self.view.touch(set(idx.domains) - restore_clusters(self.view, idx.index, self.rows.db, set(idx.domains)))
+        self.merged_hits = MergedHits(idx, self.view, self.rows, trust)
 
     # ------------------------------------------------------------------ setup
 
@@ -384,35 +350,20 @@ class Library:
         """The merged view: representative id -> member ids (sorted, distinct), for one domain or all."""
         out = {}
         for rows in self.view.clusters(domain):
-            shown = self._members(rows)
+            shown = self.merged_hits.cluster(rows)
             if shown is not None:
                 out[shown[0].experience.id] = list(shown[0].members)
         return out
-
-    def _members(self, rows: np.ndarray) -> tuple[Hit, list[Member]] | None:
-        """A cluster's representative (as a Hit without a score) and its trusted members; None when
-        every member's signer is trusted 0. One file read: the representative's row."""
-        idx = self.search_index
-        trust = self.trust or (lambda _signer: 1.0)
-        members = [Member(r, (idx.ids[r], idx.signers[r]), idx.confidence[r], trust(idx.signers[r]), bool(idx.own[r]))
-                   for r in rows.tolist()]
-        members = [m for m in members if m.trust > 0]  # a signer trusted 0 is hidden, not deleted
-        if not members:
-            return None
-        rep = self.view.rule.representative(members)
-        (exp,) = self.rows.by_seq([idx.seqs[rep.row]]).values()
-        return Hit(exp, 0.0, tuple(sorted({m.key[0] for m in members})), tuple(sorted({m.key[1] for m in members}))), \
-            members
 
     def merged(self, rep_id: str) -> tuple[Experience, np.ndarray]:
         """A cluster as one experience (its representative) and its vector (see `dsonet.library.merge`)."""
         row = self._preferred_row(rep_id)
         cluster = self.view.cluster(row)
-        shown = self._members(cluster)
+        shown = self.merged_hits.cluster(cluster)
         if shown is None:
             raise LibraryError(f"exp_id: {rep_id!r} is held only from signers trusted 0")
         hit, members = shown
-        return hit.experience, self.view.rule.vector(members, self.search_index.vectors([m.row for m in members]))
+        return hit.experience, self.merged_hits.vector(members)
 
     def _preferred_row(self, exp_id: str) -> int:
         exp = self.get(exp_id)
@@ -470,32 +421,7 @@ class Library:
             raise LibraryError(f"q: shape {q.shape} (finite values expected), expected ({self.profile.dim},)")
         q = q / max(float(np.linalg.norm(q)), 1e-12)
         rows, scores = self.search_index.rank(q, policy.k, domain)
-        hits, seen, used, best = Hits(threshold=policy.min_similarity), set(), 0, None
-        for r, s in zip(rows.tolist(), scores.tolist()):  # walks at most the oversampled candidates, best first
-            if s < policy.min_similarity - MERGE_SLACK:
-                best = s if best is None else best  # nothing shown scored: the best candidate left says how near
-                break  # a cluster scores about its best member: nothing further down can pass
-            cluster = self.view.cluster(r)
-            if int(cluster[0]) in seen:
-                continue
-            seen.add(int(cluster[0]))
-            shown = self._members(cluster)
-            if shown is None:
-                continue
-            hit, members = shown
-            score = s if len(members) == 1 and members[0].row == r else \
-                float(self.view.rule.vector(members, self.search_index.vectors([m.row for m in members])) @ q)
-            best = score if best is None else max(best, score)
-            if not policy.admits(score):
-                continue
-            if not policy.fits(used, hit.experience.text):
-                break
-            used += estimate_tokens(hit.experience.text)
-            hits.append(Hit(hit.experience, score, hit.members, hit.sources))
-            if len(hits) == policy.k:
-                break
-        hits.best_score = best
-        return hits
+        return self.merged_hits.walk(q, rows, scores, policy)
 
     def rank(self, q: np.ndarray, k: int, domain: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Index rows and scores for a unit query, best first, before merging (see `RowIndex.rank`)."""

@@ -1,0 +1,46 @@
+"""What a search answers: `Hit`, one experience (a merged cluster's representative) and its score,
+and `Hits`, a search's hits best first with what an empty answer needs to say why. One type from
+the library to the node's API, MCP and the proxy (`dsonet.library.contract`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from dsonet.experience import Experience
+
+__all__ = ["Hit", "Hits"]
+
+
+@dataclass(frozen=True)
+class Hit:
+    experience: Experience  # the cluster's representative (see `dsonet.library.merge`)
+    score: float  # cosine between the query and the cluster's vector
+    members: tuple[str, ...] = ()  # ids of every experience merged into this one (provenance kept)
+    sources: tuple[str, ...] = ()  # signers of the merged rows: whose reputation an outcome moves
+    # what an agent is shown of a hit (MCP's search tool declares its output from these; the node's
+    # API sends every field)
+    SUMMARY: ClassVar[dict[str, type]] = {"id": str, "text": str, "domain": str, "score": float}
+
+    def summary(self) -> dict:
+        """`SUMMARY`: the experience's id, text and domain, and the score to 4 places."""
+        e = self.experience
+        return {"id": e.id, "text": e.text, "domain": e.domain, "score": round(float(self.score), 4)}
+
+
+class Hits(list):
+    """A search's hits, best first, with what an empty (or short) answer needs to say why: the
+    threshold the search applied and the best score it saw, passed or not (None: nothing to
+    score); and the retrieval id its outcome is reported under (None: nothing to judge, or a
+    search by vector, which issues none). A list, so every caller that iterates hits reads it unchanged."""
+
+    def __init__(self, hits=(), threshold: float | None = None, best_score: float | None = None,
+                 retrieval_id: str | None = None):
+        super().__init__(hits)
+        self.threshold = threshold
+        self.best_score = best_score
+        self.retrieval_id = retrieval_id
+
+    def __repr__(self) -> str:
+        return (f"Hits({list.__repr__(self)}, threshold={self.threshold}, best_score={self.best_score}, "
+                f"retrieval_id={self.retrieval_id})")
