@@ -7,7 +7,8 @@ multiple of element size``); before, either crashed the node (issue 24). `sweep`
 moves what is left of each into the ``quarantine`` table (its id, signer and text as raw bytes,
 and why) and deletes it from the rows served; the library counts them and logs one line each. An
 operator lists them (`dso node quarantine`) and drops them once seen; a peer's row dropped here
-can come back from the stream, a lesson of this node's own from a backup.
+can come back from the stream, a lesson of this node's own from a backup. `set_aside` moves whole
+rows there too: a node's rows of a key a re-encoding sample caught lying (`dsonet.network.ingest`).
 """
 
 from __future__ import annotations
@@ -96,6 +97,28 @@ def sweep(db: sqlite3.Connection, profile: Profile) -> list[int]:
     for seq, why in found.items():
         log.warning("library row %d quarantined: %s; it is no longer served (list: dso node quarantine)", seq, why)
     return sorted(found)
+
+
+def set_aside(db: sqlite3.Connection, keys: list[tuple[str, str]], why: str) -> list[int]:
+    """Move the rows of these (id, signer) keys to ``quarantine`` (one transaction; keys without a
+    row are skipped), for rows that are whole but not to be served (a node's rows of a key caught
+    lying, `dsonet.network.ingest`); the caller logs. Returns their seqs."""
+    now = int(time.time() * 1000)
+    seqs: list[int] = []
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for eid, signer in keys:
+            found = db.execute("SELECT seq FROM experiences WHERE id = ? AND signer = ?", (eid, signer)).fetchall()
+            for (seq,) in found:
+                db.execute("INSERT OR REPLACE INTO quarantine SELECT seq, CAST(id AS BLOB), CAST(signer AS BLOB), "
+                           "CAST(text AS BLOB), ?, ? FROM experiences WHERE seq = ?", (why, now, seq))
+                db.execute("DELETE FROM experiences WHERE seq = ?", (seq,))
+                seqs.append(seq)
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return seqs
 
 
 def listed(db: sqlite3.Connection, limit: int = 1000) -> list[Quarantined]:

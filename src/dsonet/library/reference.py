@@ -24,6 +24,7 @@ SIGNER_SHARE = 0.25
 class Reference(NamedTuple):
     vectors: np.ndarray  # (m, d) the rows' vectors
     signers: tuple[str, ...]  # (m,) each row's signer
+    scales: np.ndarray | None = None  # (m, d / g) each row's code scales α as stored; None: compress to see them
 
 
 def capped_per_signer(rows: Sequence[int], signer_of: Sequence[str], room: int, limit: int,
