@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -100,6 +99,8 @@ def start(data_dir: Path, nats_urls: str, nats_user: str | None, nats_password_f
       curl -XPOST localhost:8080/experiences -H 'content-type: application/json' \\
            -d '{"text": "When a ratio is asked, simplify the fraction first.", "domain": "math"}'
     """
+    import asyncio  # 37 modules that `dso node --help` and `dso cluster` need not load
+
     from dsonet.learn.context import system_text
     from dsonet.network.jetstream import NatsConfig
     from dsonet.network.node import NodeConfig
@@ -234,7 +235,6 @@ def _node_id(node_id: str | None, key: Path | None) -> str:
         raise click.UsageError("give the node as --node-id HEX or as --key PATH (its node.key), one of them")
     if key is None:
         return node_id
-
     return NodeIdentity.load(key).node_id
 
 
