@@ -5,7 +5,7 @@ from dsonet.aggregate import DeltaSoupConfig
 from dsonet.encoders.cache import cached_encode
 from dsonet.sim import corpus as corpus_mod
 from dsonet.sim.attacks import ATTACKS
-from dsonet.sim.fleet import Contender, Fleet, FleetSpec, MemoEncoder
+from dsonet.sim.fleet import Contender, FleetSpec, MemoEncoder, SimulatedFleet
 from dsonet.sim.texts import garbage_texts, harmful_texts
 
 
@@ -20,7 +20,7 @@ def small(minilm):
     harmful, garbage = harmful_texts(), garbage_texts()
     hv, gv = cached_encode(minilm, list(harmful), "document"), cached_encode(minilm, list(garbage), "document")
     own = MemoEncoder(minilm, list(docs) + list(harmful) + list(garbage), np.concatenate([corpus.d_vectors, hv, gv]))
-    fleet = Fleet(corpus, FleetSpec(n_nodes=20, n_items=60, n_eval=20, n_feedback=20), minilm.id, harmful, garbage, gv)
+    fleet = SimulatedFleet(corpus, FleetSpec(n_nodes=20, n_items=60, n_eval=20, n_feedback=20), minilm.id, harmful, garbage, gv)
     return fleet, own
 
 

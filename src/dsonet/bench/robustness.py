@@ -108,8 +108,8 @@ def time_round(encoder_id: str, docs: np.ndarray, queries: np.ndarray, repeats: 
         with tempfile.TemporaryDirectory() as tmp, Library(Path(tmp) / "lib.sqlite", profile=profile,
                                                            encoder=_NoEncoder(profile.dim)) as lib:
             t = time.perf_counter()  # what the node does next: store the admitted rows, then merge
-            for batch, keep in zip(result.batches, result.keep):
-                lib.ingest(batch, keep)
+            for batch, keep, decoded in zip(result.batches, result.keep, result.vectors):
+                lib.ingest(batch, keep, decoded=decoded[keep])  # as a node's round hands them on: decoded once
             clusters = len(lib.clusters())
             stores.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
@@ -154,7 +154,7 @@ def run(quick: bool, repeats: int) -> dict:
     from dsonet.sim import corpus as corpus_mod
     from dsonet.sim import texts as attack_texts
     from dsonet.sim.attacks import ATTACKS
-    from dsonet.sim.fleet import Fleet, FleetSpec, MemoEncoder
+    from dsonet.sim.fleet import FleetSpec, MemoEncoder, SimulatedFleet
 
     encoder = minilm()
     corpus = corpus_mod.load(encoder)
@@ -175,7 +175,7 @@ def run(quick: bool, repeats: int) -> dict:
 
     spec = (FleetSpec(n_items=300, n_eval=100, n_feedback=100) if quick
             else FleetSpec(n_items=600, n_eval=250, n_feedback=200))
-    fleet = Fleet(corpus, spec, encoder.id, harmful, garbage, garbage_vecs)
+    fleet = SimulatedFleet(corpus, spec, encoder.id, harmful, garbage, garbage_vecs)
     fractions = (0.0, 0.3) if quick else FRACTIONS
     rules = contenders(full=not quick)
     base = fleet.traffic(ATTACKS["withholding"](), 0.0)  # f = 0: no attacker, the same for every attack

@@ -4,7 +4,8 @@ real MiniLM embeddings of GSM8K text.
 Honest experiences are the solution sentences of ``n_items`` GSM8K items, dealt to the honest
 nodes and published over ``rounds`` rounds; the same set at every Byzantine fraction, so accuracy
 moves only with the attack. Byzantine nodes (the first ⌊f·N⌋) run the attack instead. For each
-contender (rule + config) one real observing `Node` reads the same bytes from an in-process log:
+contender (rule + config) one real observing `Node` (a fleet of one, `dsonet.sim.nodes.InProcessFleet`,
+the fleet the scenarios run) reads the same bytes from an in-process log:
 its DeltaSoup admits, its library stores one row per signer and merges near-duplicates, its
 search answers. What `dso bench robustness` measures is the node's own path.
 
@@ -38,6 +39,7 @@ from dsonet.network.node import Node, NodeConfig
 from dsonet.network.transport import InProcessHub, subject_for
 from dsonet.sim.attacks import Attack, SimNode, View
 from dsonet.sim.corpus import DOMAIN, Corpus
+from dsonet.sim.nodes import InProcessFleet
 
 T0_MS = 1_750_000_000_000
 ROUND_MS = 60_000  # the paper's broadcast interval
@@ -100,7 +102,10 @@ class MemoEncoder:
         return np.stack([self.memo[t] for t in texts])
 
 
-class Fleet:
+class SimulatedFleet:
+    """N simulated nodes (`SimNode`: keys, and the traffic built for them once) observed by one real
+    node, a fleet of one (`InProcessFleet`) on the simulation's log and clock."""
+
     def __init__(self, corpus: Corpus, spec: FleetSpec, encoder_id: str, harmful, garbage, garbage_vectors):
         self.corpus, self.spec = corpus, spec
         # the simulated space's fixed baseline (protocol v2), as a shipped head's would be: the corpus mean
@@ -165,8 +170,7 @@ class Fleet:
         return asyncio.run(self._run(traffic, contender, encoder))
 
     async def _run(self, traffic: Traffic, contender: Contender, encoder) -> Outcome:
-        spec, clock = self.spec, _Clock(T0_MS)
-        hub = InProcessHub(clock=clock.seconds)
+        clock = _Clock(T0_MS)
         sent = [(claims(p), bad) for r in traffic.rounds for p, bad in r]
         honest_hashes = {c.hash for c, bad in sent if c and not bad}
         bad_hashes = {c.hash for c, bad in sent if c and bad} - honest_hashes
@@ -174,24 +178,25 @@ class Fleet:
         with tempfile.TemporaryDirectory(prefix="dso-sim-") as tmp:
             config = NodeConfig(Path(tmp), encoder=None, dim=self.profile.dim, encoder_id=self.profile.encoder_id,
                                 rule=contender.rule, soup=asdict(contender.config), batch_interval_s=3600)
-            node = await Node.open(config, hub.transport(), NodeIdentity.from_seed(b"sim-observer"), encoder=encoder,
-                                   profile=self.profile)
+            # the observer is a fleet of one on the simulation's log; every simulated node sends on its
+            # other connection (the one a scenario's attackers use)
+            fleet = await InProcessFleet.open([config], [NodeIdentity.from_seed(b"sim-observer")],
+                                              InProcessHub(clock=clock.seconds), encoder, self.profile)
+            node = fleet.nodes[0]
             node.on_round = lambda result: admitted.extend(
                 (b.hash, int(k.sum())) for b, k in zip(result.batches, result.keep))
-            await node.start()
-            publisher = hub.transport()
+            await fleet.listen()
             for r, payloads in enumerate(traffic.rounds):
                 clock.now_ms = T0_MS + r * ROUND_MS
                 for payload, _ in payloads:
-                    await publisher.publish(payload, subject_for("dso", "batch", DOMAIN))
-                await hub.drained([node.durable])
+                    await fleet.attacker.publish(payload, subject_for("dso", "batch", DOMAIN))
+                await fleet.settle()
                 if r < len(traffic.rounds) - 1 and contender.config.feedback:
                     hits, ok = await self._ask(node, self.feedback_items)
                     for row, success in zip(hits, ok):
                         await node.record_outcome(row, bool(success))
             _, ok = await self._ask(node, self.eval_items)
-            await publisher.close()
-            await node.close()
+            await fleet.close()
         sent_bad = sum(len(c.texts) for c, bad in sent if c and bad)
         admitted_bad = sum(n for h, n in admitted if h in bad_hashes)
         seen = [h for h, _ in admitted]

@@ -105,19 +105,29 @@ class InProcessFleet:
 
     @classmethod
     async def start(cls, honest: int, workdir: Path, model: str = "") -> "InProcessFleet":
-        hub = InProcessHub()
-        nodes = []
-        for i in range(honest):
-            config = NodeConfig(data_dir=workdir / f"node{i}", batch_interval_s=HOLD_INTERVAL_S, batch_size=HOLD_BATCH,
-                                model=model)
-            nodes.append(await Node.open(config, hub.transport(), NodeIdentity.from_seed(node_seed(i))))
+        configs = [NodeConfig(data_dir=workdir / f"node{i}", batch_interval_s=HOLD_INTERVAL_S, batch_size=HOLD_BATCH,
+                              model=model) for i in range(honest)]
+        return await cls.open(configs, [NodeIdentity.from_seed(node_seed(i)) for i in range(honest)])
+
+    @classmethod
+    async def open(cls, configs: list[NodeConfig], identities: list[NodeIdentity], hub: InProcessHub | None = None,
+                   encoder=None, profile: Profile | None = None) -> "InProcessFleet":
+        """Nodes of any configuration on one log: ``hub`` a simulation's (on its own clock), ``encoder`` and
+        ``profile`` shared by every node (a simulation's own space), else each node's default."""
+        hub = hub or InProcessHub()
+        nodes = [await Node.open(config, hub.transport(), identity, encoder=encoder, profile=profile)
+                 for config, identity in zip(configs, identities)]
         return cls(hub, nodes)
 
-    async def publish(self) -> None:
-        if not self._started:  # readers start with the first publish: before it there is nothing to read
+    async def listen(self) -> None:
+        """Start every node's reader of the log (the first `publish` does it too)."""
+        if not self._started:
             for node in self.nodes:
                 await node.start()
             self._started = True
+
+    async def publish(self) -> None:
+        await self.listen()  # readers start with the first publish at the latest: before it there is nothing to read
         for node in self.nodes:
             await node.flush()
 
