@@ -3,6 +3,9 @@
     chunk of messages ─ verify (DeltaSoup's gate) ─ round (judge beside trusted rows) ─ store a few
     batches a turn (the library, its hash in the ledger) ─ merge the new rows ─ refit the index
 
+Rows a trusted key got in on a re-encoding sample's word are marked in the ledger; when a later
+sample catches the key lying, they are set aside (`_set_aside_sampled`) before the next round.
+
 Every step runs on the node's ingest thread, in stream order (`Node._on_worker`); the library's
 lock (`dsonet.network.access.FairLock`) is taken for each library call only, and for at most one
 turn of `TURN_ROWS` rows while storing, so a search waits for one turn, never for a round.
@@ -212,11 +215,13 @@ class Ingest:
                 floats = {i: self._encode_admitted(result.batches[i], result.keep[i]) for i in turn}
                 with self.state:  # a few batches' transactions a turn: a search waits for one turn at most
                     for i in turn:
-                        self._store(result.batches[i], result.keep[i], floats[i])
+                        self._store(result.batches[i], result.keep[i], floats[i], _sampled(result, i))
         except BaseException:
             self.soup.release(result.batches)
             raise
         self.soup.settle(result.batches)
+        for key in result.caught:  # after storing: this round's unchecked rows of the key go too
+            self._set_aside_sampled(key)
         if now_ms - self._seen_pruned_ms > self._seen_window_ms // 2:  # the ledger keeps one window of hashes
             with self.state:
                 self.ledger.forget_seen(now_ms - self._seen_window_ms)
@@ -249,14 +254,16 @@ class Ingest:
                 out[i] = v
         return out
 
-    def _store(self, batch: CompressedBatch, keep: np.ndarray, floats: list | None = None) -> None:
+    def _store(self, batch: CompressedBatch, keep: np.ndarray, floats: list | None = None,
+               sampled: list[str] = ()) -> None:
         """One admitted batch into the library, in its own transaction with its hash in the ledger
-        (the caller holds the lock); ``floats``: our encodings of its admitted rows (`_encode_admitted`)."""
+        (the caller holds the lock); ``floats``: our encodings of its admitted rows (`_encode_admitted`);
+        ``sampled``: ids of its admitted rows stored on a re-encoding sample's word only."""
         if batch.node_id in self.bans:  # the verified signer: a ban holds whatever a header claims
             self._reject(batch.node_id, Banned(batch.node_id))
             return
         try:
-            ingested = self.library.ingest(batch, keep, vectors=floats, within=self.ledger.seen_by(batch))
+            ingested = self.library.ingest(batch, keep, vectors=floats, within=self.ledger.seen_by(batch, sampled))
         except (LibraryError, BatchError) as exc:
             self._reject(batch.node_id, exc)
             return
@@ -268,6 +275,20 @@ class Ingest:
         log.info("ingested batch %s from %s: %d of %d admitted (%d new, %d held already), %d rejected",
                  batch.hash[:12], batch.node_id[:12], int(np.count_nonzero(keep)), len(batch), len(ingested.added),
                  ingested.duplicates, ingested.rejected)
+
+    def _set_aside_sampled(self, key: str) -> None:
+        """A re-encoding sample caught ``key`` lying: every row of it stored on a sample's word only,
+        in earlier rounds and this one, is quarantined (`Library.set_aside`: the operator lists and
+        drops them, `dso node quarantine`), with one log line; rows whose text was checked stay.
+        Its reputation fell already (`Reputation.caught`), so from now on every row it sends is checked."""
+        with self.state:
+            ids = self.ledger.sampled(key)
+            seqs = self.library.set_aside([(i, key) for i in ids], f"its signer {key[:12]}… failed a re-encoding "
+                                          "sample; stored while only sampled")
+            self.ledger.forget_sampled(key)
+        self.metrics.set_aside.inc(len(seqs))
+        log.warning("set aside %d rows of %s stored while only sampled: a re-encoding sample caught it lying "
+                    "(list: dso node quarantine)", len(seqs), key[:12])
 
     # ------------------------------------------------------------------ the merged view
 
@@ -338,6 +359,15 @@ def refit_index(library: Library, lock: AbstractContextManager) -> bool:
     with lock:
         library.install_fit(due, fitted)
     return True
+
+
+def _sampled(result: RoundResult, i: int) -> list[str]:
+    """The ids of batch ``i``'s admitted rows whose text the round did not re-encode (none marked
+    with the defence off: no row is checked then, and no key can be caught)."""
+    if result.verified is None:
+        return []
+    batch, keep, verified = result.batches[i], result.keep[i], result.verified[i]
+    return [batch.experiences[j].id for j in np.flatnonzero(keep & ~verified)]
 
 
 def _log_failure(future) -> None:

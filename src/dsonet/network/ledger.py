@@ -3,9 +3,10 @@
     ledger = Ledger(library.db)          # the same SQLite file and connection as the rows
     ledger.defer(payload, received_ms, signer, share)   # a batch over its sender's rate, held back
     ledger.queue_outgoing(subject, tombstone)           # kept until the stream acknowledges it
-    library.ingest(batch, keep, within=ledger.seen_by(batch))  # its hash, in its rows' transaction
+    library.ingest(batch, keep, within=ledger.seen_by(batch, sampled))  # its hash (and which rows
+                                                        # went in unchecked), in its rows' transaction
 
-Three tables beside the experience rows, none of which a library without a node reads:
+Four tables beside the experience rows, none of which a library without a node reads:
 
     deferred  batches held back from senders over their rate (`dsonet.network.ingest`), submitted
               again with later rounds in the order they came; counted in bytes against a share
@@ -13,6 +14,9 @@ Three tables beside the experience rows, none of which a library without a node 
     outbox    signed messages (tombstones) not yet acknowledged by the stream (`dsonet.network.publish`)
     seen      hashes of the batches stored, with their timestamps: a node that restarts refuses a
               replay of what it stored; hashes past the freshness window are forgotten
+    sampled   (id, signer) of rows stored on a re-encoding sample's word only (a trusted key's
+              rows outside the sample): when a later sample catches that key lying, these are the
+              rows set aside (`dsonet.network.ingest`); rows whose text was re-encoded are not here
 
 The tables keep the names and columns they had when the library's schema held them, so a file
 written before the ledger moved here opens unchanged (older files get the deferred queue's
@@ -35,7 +39,8 @@ CREATE TABLE IF NOT EXISTS deferred (digest TEXT PRIMARY KEY, payload BLOB NOT N
 CREATE TABLE IF NOT EXISTS outbox (digest TEXT PRIMARY KEY, subject TEXT NOT NULL, payload BLOB NOT NULL,
                                    seq INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS seen (hash TEXT PRIMARY KEY, timestamp_ms INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS seen_time ON seen (timestamp_ms)
+CREATE INDEX IF NOT EXISTS seen_time ON seen (timestamp_ms);
+CREATE TABLE IF NOT EXISTS sampled (signer TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (signer, id)) WITHOUT ROWID
 """
 
 
@@ -57,11 +62,16 @@ class Ledger:
 
     # ------------------------------------------------------------------ seen batches
 
-    def seen_by(self, batch: CompressedBatch) -> Callable[[], None]:
-        """Records ``batch``'s hash when called inside the transaction that stores its rows
-        (`Library.ingest`'s ``within``): a crash keeps both or neither, so a redelivery of a batch
-        whose rows were lost is admitted again."""
-        return lambda: self.db.execute("INSERT OR IGNORE INTO seen VALUES (?, ?)", (batch.hash, int(batch.timestamp_ms)))
+    def seen_by(self, batch: CompressedBatch, sampled: list[str] = ()) -> Callable[[], None]:
+        """Records ``batch``'s hash, and the ids of its rows stored on a sample's word only (``sampled``),
+        when called inside the transaction that stores its rows (`Library.ingest`'s ``within``): a
+        crash keeps all or none, so a redelivery of a batch whose rows were lost is admitted again,
+        and no row goes in unchecked without its mark."""
+        def record() -> None:
+            self.db.execute("INSERT OR IGNORE INTO seen VALUES (?, ?)", (batch.hash, int(batch.timestamp_ms)))
+            self.db.executemany("INSERT OR IGNORE INTO sampled VALUES (?, ?)", [(batch.node_id, i) for i in sampled])
+
+        return record
 
     def seen(self, since_ms: int) -> dict[str, int]:
         """Hash -> timestamp of the batches stored from ``since_ms`` on (batch timestamps), after forgetting
@@ -71,6 +81,18 @@ class Ledger:
 
     def forget_seen(self, before_ms: int) -> None:
         self.db.execute("DELETE FROM seen WHERE timestamp_ms < ?", (int(before_ms),))
+
+    # ------------------------------------------------------------------ rows stored unchecked
+
+    def sampled(self, signer: str) -> list[str]:
+        """The ids of ``signer``'s rows stored on a sample's word only (some may have gone since:
+        evicted or tombstoned). A row sent again with its text checked keeps its mark: the code the
+        library kept for that (id, signer) may be either copy's."""
+        return [i for (i,) in self.db.execute("SELECT id FROM sampled WHERE signer = ?", (signer,))]
+
+    def forget_sampled(self, signer: str) -> int:
+        """Forget ``signer``'s marks (its rows were set aside); returns how many."""
+        return self.db.execute("DELETE FROM sampled WHERE signer = ?", (signer,)).rowcount
 
     # ------------------------------------------------------------------ deferred batches
 

@@ -26,6 +26,8 @@ class NodeMetrics:
         self.ingested_experiences = Counter("dso_ingested_experiences", "Rows admitted by DeltaSoup", registry=r)
         self.rejected_experiences = Counter("dso_rejected_experiences", "Rows refused by DeltaSoup", ["reason"],
                                             registry=r)
+        self.set_aside = Counter("dso_set_aside_experiences", "Rows quarantined: stored on a re-encoding sample's "
+                                 "word, then a sample caught their signer lying", registry=r)
         self.search_seconds = Histogram("dso_search_seconds", "Search latency", registry=r,
                                         buckets=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0))
 
