@@ -1,10 +1,12 @@
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import dsonet.cli.library
 from dsonet.cli.main import cli
 from dsonet.identity import NodeIdentity
 from dsonet.library import Library
@@ -84,3 +86,9 @@ def test_export_import_round_trip_jsonl_and_signed_batch(tmp_path):
 def test_every_library_command_has_help_with_an_example():
     for name in ("add", "search", "show", "delete", "export", "import", "stats"):
         assert "Example" in run(name, "--help")
+
+
+def test_the_library_commands_read_the_file_through_the_library_not_its_sql():
+    """`dso show` and `dso delete` ask `Library.copies` and `Library.resolve`: the schema stays the library's."""
+    source = Path(dsonet.cli.library.__file__).read_text()
+    assert ".execute(" not in source and ".db." not in source

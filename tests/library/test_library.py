@@ -242,3 +242,31 @@ def test_the_reference_pool_decodes_each_row_once_while_it_stays_in_the_pool(tmp
         assert read == [1]  # the next round's pool read nothing again; a new own row is read alone
         np.testing.assert_array_equal(again.vectors, first.vectors)
         np.testing.assert_array_equal(grown.vectors, vectors(lib.search_index.own_rows()))
+
+
+def test_an_id_prefix_resolves_to_its_one_experience_or_says_what_to_give(tmp_path, encoder, profile):
+    # two texts whose ids share their first 8 characters (found by search over "When twin {i} ...")
+    twins = [Experience(f"When twin {i} shows up, do it", "general", 0.5) for i in (36731, 47744)]
+    assert twins[0].id[:8] == twins[1].id[:8] and twins[0].id[:9] != twins[1].id[:9]
+    with open_lib(tmp_path, encoder, profile) as lib:
+        lib.add_vectors(twins, unit(2))
+        assert lib.resolve(twins[1].id[:9]) == twins[1].id
+        with pytest.raises(LibraryError, match="ambiguous, more than one id begins with it; give more characters"):
+            lib.resolve(twins[0].id[:8])
+        with pytest.raises(LibraryError, match="exp_id: 'abc' is 3 characters; give at least 8"):
+            lib.resolve("abc")
+        with pytest.raises(LibraryError, match="no such experience"):
+            lib.resolve("zzzzzzzz")
+
+
+def test_copies_lists_each_signers_row_of_an_experience(tmp_path, encoder, profile, identity):
+    exps, x = experiences(3, seed=6), unit(3, 6)
+    with open_lib(tmp_path, encoder, profile) as lib:
+        lib.add_vectors(exps, x)
+        lib.ingest(make_batch(exps[:1], x[:1], profile, identity))
+        lib.record_outcome(exps[0].id, True)
+        copies = lib.copies(exps[0].id)
+        assert [(c.received, c.float_held, c.uses, c.helped) for c in copies] == [(False, True, 1, 1), (True, False, 1, 1)]
+        groups = DIM // profile.group_size
+        assert {(c.sign_bytes, c.scale_bytes) for c in copies} == {(groups * (-(-profile.group_size // 32)) * 4, groups * 4)}
+        assert lib.copies("0" * 64) == []

@@ -16,6 +16,7 @@ import click
 
 from dsonet.cli.options import (DEFAULT_KEY, db_option, db_path, json_option, k_option, max_tokens_option,
                                 min_similarity_option, node_option, node_token_option)
+from dsonet.library.errors import LibraryError
 from dsonet.library.policy import ENV_MIN_SIMILARITY
 
 
@@ -126,7 +127,7 @@ def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None,
             data = exp.to_dict()
         else:
             full = _resolve(store, exp_id)
-            data = {**store.get(full).to_dict(), "copies": _copies(store, full)}
+            data = {**store.get(full).to_dict(), "copies": [c._asdict() for c in store.copies(full)]}
     if as_json:
         _echo_json(data)
         return
@@ -137,17 +138,6 @@ def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None,
         click.echo(f"  code: {c['sign_bytes']} B signs + {c['scale_bytes']} B scales, baseline {c['baseline_id']}, "
                    f"digest {c['code_digest'][:16]}; float held: {c['float_held']}; received: {c['received']}; "
                    f"published: {c['published']}; used {c['uses']} times, helped {c['helped']}")
-
-
-_COPY_COLUMNS = ("code_digest", "sign_bytes", "scale_bytes", "baseline_id", "float_held", "received", "published",
-                 "uses", "helped")
-
-
-def _copies(lib, exp_id: str) -> list[dict]:
-    rows = lib.db.execute("SELECT code_digest, length(signs), length(scales), baseline_id, vector IS NOT NULL, "
-                          "received, published, uses, helped FROM experiences WHERE id = ?", (exp_id,))
-    return [{k: (bool(v) if k in ("float_held", "received", "published") else v) for k, v in zip(_COPY_COLUMNS, r)}
-            for r in rows]
 
 
 @click.command()
@@ -172,12 +162,11 @@ def delete(exp_id: str, db: Path | None, node: str | None, node_token: str | Non
 
 
 def _resolve(lib, prefix: str) -> str:
-    if len(prefix) < 8:
-        raise click.ClickException(f"id {prefix!r}: give at least 8 characters of the id")
-    found = [r[0] for r in lib.db.execute("SELECT DISTINCT id FROM experiences WHERE id LIKE ? LIMIT 2", (prefix + "%",))]
-    if len(found) != 1:
-        raise click.ClickException(f"id {prefix!r}: " + ("no such experience" if not found else "ambiguous; give more characters"))
-    return found[0]
+    """The full id an id prefix names in a local library (`Library.resolve`)."""
+    try:
+        return lib.resolve(prefix)
+    except LibraryError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @click.command("export")

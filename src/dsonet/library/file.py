@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
+from typing import NamedTuple
 
 from dsonet.library.errors import DamagedFile, StorageError
 
@@ -39,10 +40,34 @@ CREATE TABLE IF NOT EXISTS evicted (id TEXT NOT NULL, signer TEXT NOT NULL, PRIM
 """
 _MAGIC = b"SQLite format 3\x00"
 _DAMAGED_CODES = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}  # sqlite3 errors that mean the file, not the moment
-# the experiences table's columns, in order (a full row, `SELECT *`)
-COLUMNS = ["seq", "id", "signer", "text", "domain", "confidence", "model", "timestamp_ms", "iteration", "lineage",
-           "signs", "scales", "baseline_id", "code_digest", "received", "vector", "published", "uses", "helped",
-           "added_ms"]
+
+
+class StoredRow(NamedTuple):
+    """A full row of the experiences table (`SELECT *`), its columns in the schema's order."""
+
+    seq: int
+    id: str
+    signer: str
+    text: str
+    domain: str
+    confidence: float
+    model: str
+    timestamp_ms: int
+    iteration: int
+    lineage: str
+    signs: bytes  # the BitDelta code's sign words, little-endian uint32
+    scales: bytes  # its group scales, little-endian float32
+    baseline_id: int
+    code_digest: str
+    received: int  # 0: this node's own row
+    vector: bytes | None  # the float vector, where this node encoded the text itself
+    published: int
+    uses: int
+    helped: int
+    added_ms: int
+
+
+COLUMNS = StoredRow._fields
 
 
 def connect(path: Path) -> sqlite3.Connection:

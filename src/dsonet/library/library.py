@@ -41,13 +41,12 @@ from dsonet.library.reference import Reference, capped_per_signer
 from dsonet.library.retrievals import Retrievals
 from dsonet.library.errors import DamagedFile, LibraryError
 from dsonet.library.file import damaged
-from dsonet.library.rows import ANY_SIGNER, COLUMN, IngestResult, RowStore, row_code, row_experience
+from dsonet.library.rows import ANY_SIGNER, Copy, IngestResult, RowStore, row_code, row_experience
 from dsonet.library.saved_fit import keep_clusters, keep_fits, restore_clusters
 from dsonet.library.code_index import Fitted, Refit
 from dsonet.library.row_index import RowIndex
 
 __all__ = ["Library"]
-_VECTOR = COLUMN["vector"]
 
 
 class Library:
@@ -329,7 +328,7 @@ class Library:
         p = self.profile
         codes = BitDeltaCodes(signs, scales, p.baseline, p.group_size, p.rotation_seed)
         if set(bids) != {self.rows.baseline_id(p.baseline_hash)}:
-            codes = self._compress(np.stack([np.frombuffer(r[_VECTOR], "<f4") for r in rows]))
+            codes = self._compress(np.stack([np.frombuffer(r.vector, "<f4") for r in rows]))
         return [row_experience(r) for r in rows], codes
 
     def count_unpublished(self) -> int:
@@ -345,6 +344,21 @@ class Library:
 
     def all(self) -> list[Experience]:
         return self.rows.all()
+
+    def copies(self, exp_id: str) -> list[Copy]:
+        """Every signer's stored row of an experience (its code's sizes, digest and baseline, its
+        flags and counters), oldest first; [] where none is held."""
+        return self.rows.copies(exp_id)
+
+    def resolve(self, prefix: str) -> str:
+        """The one experience id that begins with ``prefix`` (8 characters of an id or more)."""
+        if len(prefix) < 8:
+            raise LibraryError(f"exp_id: {prefix!r} is {len(prefix)} characters; give at least 8 characters of the id")
+        found = self.rows.ids_starting(prefix, 2)
+        if len(found) != 1:
+            raise LibraryError(f"exp_id: {prefix!r}: " + ("no such experience (no id begins with it)" if not found else
+                                                          "ambiguous, more than one id begins with it; give more characters"))
+        return found[0]
 
     def clusters(self, domain: str | None = None) -> dict[str, list[str]]:
         """The merged view: representative id -> member ids (sorted, distinct), for one domain or all."""

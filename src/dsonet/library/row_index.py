@@ -15,7 +15,7 @@ import numpy as np
 from dsonet.codec.batch import Profile
 from dsonet.library.eigen import matvec
 from dsonet.library.code_index import CodeIndex
-from dsonet.library.rows import RowStore
+from dsonet.library.rows import IndexRow, RowStore, row_code
 from dsonet.library.saved_fit import fit_on_open
 
 OVERSAMPLE = 2048  # coarse candidates per query rescored by the asymmetric estimate (about 2 ms)
@@ -52,31 +52,26 @@ class RowIndex:
     def __len__(self) -> int:
         return len(self._rows_of_id)
 
-    def _append(self, rows: list[tuple]) -> None:
-        p = self.profile
-        n_words = -(-p.group_size // 32)
-        g = p.dim // p.group_size
-        signs = np.frombuffer(b"".join(r[4] for r in rows), "<u4").reshape(len(rows), g, n_words)
-        scales = np.frombuffer(b"".join(r[5] for r in rows), "<f4").reshape(len(rows), g)
-        for bid in {r[6] for r in rows} - self._baseline_rows.keys():
+    def _append(self, rows: list[IndexRow]) -> None:
+        signs, scales, bids = row_code(rows, self.profile.group_size, self.profile.dim)
+        for bid in set(bids) - self._baseline_rows.keys():
             self._baseline_rows[bid] = self.index.add_baseline(self.store.baseline(bid))
-        idx = self.index.add(signs, scales, np.array([self._baseline_rows[r[6]] for r in rows], np.int32))
-        self.held.extend(bytes(r[7] for r in rows))
-        self.own.extend(bytes(r[8] for r in rows))
-        self.confidence.extend(float(r[9]) for r in rows)
-        for (seq, eid, signer, domain, *_rest), i in zip(rows, idx.tolist()):
-            self.seqs.append(seq)
-            self.ids.append(eid)
-            self.signers.append(signer)
-            self.domains.append(domain)
-            self._row_of[seq] = i
-            self._rows_of_id.setdefault(eid, set()).add(i)
+        idx = self.index.add(signs, scales, np.array([self._baseline_rows[b] for b in bids], np.int32))
+        self.held.extend(bytes(r.held for r in rows))
+        self.own.extend(bytes(r.own for r in rows))
+        self.confidence.extend(float(r.confidence) for r in rows)
+        for r, i in zip(rows, idx.tolist()):
+            self.seqs.append(r.seq)
+            self.ids.append(r.id)
+            self.signers.append(r.signer)
+            self.domains.append(r.domain)
+            self._row_of[r.seq] = i
+            self._rows_of_id.setdefault(r.id, set()).add(i)
 
-    def refresh(self, written: list[tuple], removed: list[int]) -> set[str]:
-        """Follow a committed write: the rows it wrote (`INDEX_COLUMNS` tuples, as `RowStore.write`
-        hands them back, not read from the file again) (re)indexed, removed seqs masked. Returns
-        the domains whose rows changed."""
-        gone = [self._row_of.pop(s) for s in [*(r[0] for r in written), *removed] if s in self._row_of]
+    def refresh(self, written: list[IndexRow], removed: list[int]) -> set[str]:
+        """Follow a committed write: the rows it wrote (as `RowStore.write` hands them back, not read
+        from the file again) (re)indexed, removed seqs masked. Returns the domains whose rows changed."""
+        gone = [self._row_of.pop(s) for s in [*(r.seq for r in written), *removed] if s in self._row_of]
         self.index.remove(np.array(gone, np.int64))
         for r in gone:
             rows = self._rows_of_id[self.ids[r]]
@@ -86,7 +81,7 @@ class RowIndex:
         domains = {self.domains[r] for r in gone}
         if written:
             self._append(written)
-            domains.update(r[3] for r in written)
+            domains.update(r.domain for r in written)
         return domains
 
     def row(self, seq: int) -> int | None:

@@ -30,7 +30,7 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 
@@ -38,15 +38,56 @@ from dsonet.codec.profile import baseline_digest
 from dsonet.experience import Experience, Provenance
 from dsonet.library.errors import LibraryError, StorageError
 from dsonet.library.eviction import TRUSTED, fair_cuts
-from dsonet.library.file import ANY_SIGNER, COLUMNS, connect
+from dsonet.library.file import ANY_SIGNER, StoredRow, connect
 
 _QUALITY = "confidence * (helped + 1.0) / (uses + 2.0) ASC, id DESC, signer DESC"  # eviction's order in a signer
 _MAX_BOUND = 400  # values bound in one `IN (...)` list: under SQLite's bound-parameter limit
 
-COLUMN = {c: i for i, c in enumerate(COLUMNS)}
-INDEX_COLUMNS = "seq, id, signer, domain, signs, scales, baseline_id, vector IS NOT NULL, received = 0, confidence"
-# A row's own row first (it holds the float), then the most confident: the row that speaks for an id.
+# An id's own row first (it holds the float), then the most confident: the row that speaks for an id.
 PREFERRED = "received ASC, confidence DESC, signer ASC"
+
+
+class IndexRow(NamedTuple):
+    """What the in-memory index holds of a row (`dsonet.library.row_index`)."""
+
+    seq: int
+    id: str
+    signer: str
+    domain: str
+    signs: bytes
+    scales: bytes
+    baseline_id: int
+    held: int  # 1 where the file holds this node's float vector
+    own: int  # 1 for this node's own experience
+    confidence: float
+
+
+# each field's SQL, where it is not the column of its name
+INDEX_COLUMNS = ", ".join({"held": "vector IS NOT NULL", "own": "received = 0"}.get(f, f) for f in IndexRow._fields)
+
+
+class _Present(NamedTuple):
+    """The row a write finds for an (id, signer) it delivers again: what decides which code stays."""
+
+    seq: int
+    received: int
+    confidence: float
+    code_digest: str
+    held: int  # the row holds a float vector
+
+
+class Copy(NamedTuple):
+    """One signer's stored row of an experience, as `dso show` lists it."""
+
+    code_digest: str
+    sign_bytes: int
+    scale_bytes: int
+    baseline_id: int
+    float_held: bool
+    received: bool
+    published: bool
+    uses: int
+    helped: int
 
 
 @dataclass(frozen=True)
@@ -59,12 +100,11 @@ class IngestResult:
 
 @dataclass(frozen=True)
 class Written:
-    """What one write changed, for the in-memory parts to follow: the rows to (re)index, as
-    `INDEX_COLUMNS` tuples in seq order (what was just written: the index need not read it back),
-    and the seqs gone."""
+    """What one write changed, for the in-memory parts to follow: the rows to (re)index in seq
+    order (what was just written: the index need not read it back), and the seqs gone."""
 
     result: IngestResult
-    rows: list[tuple]
+    rows: list[IndexRow]
     removed: list[int]
 
 
@@ -131,7 +171,7 @@ class RowStore:
         ``within``: the caller's own statements on this connection, run inside that transaction."""
         now = int(time.time() * 1000)
         added, dup, rejected = [], 0, 0
-        indexed: dict[int, tuple] = {}  # seq -> its INDEX_COLUMNS tuple, as written
+        indexed: dict[int, IndexRow] = {}  # seq -> the row as written
         self.db.execute("BEGIN IMMEDIATE")
         try:
             if within is not None:
@@ -158,18 +198,21 @@ class RowStore:
                         (eid, who, exp.text, exp.domain, float(exp.confidence), prov.model, prov.timestamp_ms,
                          prov.iteration, eid, sign_blob, scale_blob, bid, digest, int(received), vec, now)).lastrowid
                     added.append(eid)
-                    indexed[seq] = (seq, eid, who, exp.domain, sign_blob, scale_blob, bid, int(vec is not None),
-                                    int(not received), float(exp.confidence))
+                    indexed[seq] = IndexRow(seq, eid, who, exp.domain, sign_blob, scale_blob, bid,
+                                            int(vec is not None), int(not received), float(exp.confidence))
                     continue
                 dup += 1
-                if (-int(received), float(exp.confidence), -_rank(digest)) > (-row[1], row[2], -_rank(row[3])):
+                present = _Present._make(row)
+                if (-int(received), float(exp.confidence), -_rank(digest)) > \
+                        (-present.received, present.confidence, -_rank(present.code_digest)):
                     self.db.execute(
                         "UPDATE experiences SET confidence=?, model=?, timestamp_ms=?, iteration=?, signs=?, scales=?,"
                         " baseline_id=?, code_digest=?, received=?, vector=COALESCE(?, vector) WHERE seq=?",
                         (float(exp.confidence), prov.model, prov.timestamp_ms, prov.iteration, sign_blob, scale_blob,
-                         bid, digest, int(received), vec, row[0]))
-                    indexed[row[0]] = (row[0], eid, who, exp.domain, sign_blob, scale_blob, bid,
-                                       int(vec is not None or bool(row[4])), int(not received), float(exp.confidence))
+                         bid, digest, int(received), vec, present.seq))
+                    indexed[present.seq] = IndexRow(present.seq, eid, who, exp.domain, sign_blob, scale_blob, bid,
+                                                    int(vec is not None or bool(present.held)), int(not received),
+                                                    float(exp.confidence))
             evicted = self._evict_over_capacity()
             self.db.execute("COMMIT")
         except BaseException as exc:
@@ -255,14 +298,14 @@ class RowStore:
 
     def outcomes(self, exp_id: str) -> tuple[int, int]:
         """(uses, helped) of an experience, summed over its rows."""
-        row = self.db.execute("SELECT COALESCE(SUM(uses), 0), COALESCE(SUM(helped), 0) FROM experiences WHERE id = ?",
-                              (exp_id,)).fetchone()
-        return int(row[0]), int(row[1])
+        uses, helped = self.db.execute("SELECT COALESCE(SUM(uses), 0), COALESCE(SUM(helped), 0) FROM experiences"
+                                       " WHERE id = ?", (exp_id,)).fetchone()
+        return int(uses), int(helped)
 
-    def unpublished(self, limit: int | None = None) -> list[tuple]:
-        """This node's own rows not yet published, oldest first: full rows (see `row_experience`)."""
+    def unpublished(self, limit: int | None = None) -> list[StoredRow]:
+        """This node's own rows not yet published, oldest first."""
         q = "SELECT * FROM experiences WHERE received = 0 AND published = 0 ORDER BY seq"
-        return self.db.execute(q + (" LIMIT ?" if limit else ""), (limit,) if limit else ()).fetchall()
+        return self._stored(q + (" LIMIT ?" if limit else ""), (limit,) if limit else ())
 
     def count_unpublished(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM experiences WHERE received = 0 AND published = 0").fetchone()[0]
@@ -272,29 +315,47 @@ class RowStore:
 
     # ------------------------------------------------------------------ reading
 
-    def index_rows(self) -> Iterable[list[tuple]]:
-        """Chunks of `INDEX_COLUMNS` tuples of every row, in seq order (what an open indexes)."""
+    def index_rows(self) -> Iterable[list[IndexRow]]:
+        """Chunks of every row, in seq order (what an open indexes)."""
         cur = self.db.execute(f"SELECT {INDEX_COLUMNS} FROM experiences ORDER BY seq")
         while chunk := cur.fetchmany(8192):
-            yield chunk
+            yield list(map(IndexRow._make, chunk))
 
     def get(self, exp_id: str) -> Experience | None:
-        row = self.db.execute(f"SELECT * FROM experiences WHERE id = ? ORDER BY {PREFERRED} LIMIT 1", (exp_id,)).fetchone()
-        return None if row is None else row_experience(row)
+        rows = self._stored(f"SELECT * FROM experiences WHERE id = ? ORDER BY {PREFERRED} LIMIT 1", (exp_id,))
+        return row_experience(rows[0]) if rows else None
 
     def by_seq(self, seqs: list[int]) -> dict[int, Experience]:
-        rows = self._select_in("SELECT * FROM experiences WHERE seq IN ({marks})", seqs)
-        return {r[0]: row_experience(r) for r in rows}
+        rows = map(StoredRow._make, self._select_in("SELECT * FROM experiences WHERE seq IN ({marks})", seqs))
+        return {r.seq: row_experience(r) for r in rows}
 
     def all(self) -> list[Experience]:
         """One experience per id (its preferred row), sorted by id."""
-        rows = self.db.execute(f"SELECT * FROM experiences ORDER BY id, {PREFERRED}").fetchall()
-        return [row_experience(r) for i, r in enumerate(rows) if i == 0 or rows[i - 1][1] != r[1]]
+        rows = self._stored(f"SELECT * FROM experiences ORDER BY id, {PREFERRED}")
+        return [row_experience(r) for i, r in enumerate(rows) if i == 0 or rows[i - 1].id != r.id]
+
+    def copies(self, exp_id: str) -> list[Copy]:
+        """Every signer's row of an experience, oldest first: its code's sizes, digest and baseline,
+        its flags and its counters."""
+        rows = self.db.execute("SELECT code_digest, length(signs), length(scales), baseline_id, vector IS NOT NULL, "
+                               "received, published, uses, helped FROM experiences WHERE id = ? ORDER BY seq", (exp_id,))
+        return [Copy(digest, sign_bytes, scale_bytes, bid, bool(held), bool(received), bool(published), uses, helped)
+                for digest, sign_bytes, scale_bytes, bid, held, received, published, uses, helped in rows]
+
+    def ids_starting(self, prefix: str, limit: int) -> list[str]:
+        """Up to ``limit`` distinct experience ids that begin with ``prefix`` (its ``%`` and ``_`` taken
+        literally; ids are hex, matched in either case)."""
+        pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        return [i for (i,) in self.db.execute("SELECT DISTINCT id FROM experiences WHERE id LIKE ? ESCAPE '\\' LIMIT ?",
+                                              (pattern, int(limit)))]
 
     def floats(self, seqs: list[int]) -> dict[int, np.ndarray]:
         """The float vectors this node holds for some rows, read from the file (30 KB each at d = 7680)."""
         return {s: np.frombuffer(v, "<f4") for s, v in self._select_in(
             "SELECT seq, vector FROM experiences WHERE seq IN ({marks}) AND vector IS NOT NULL", seqs)}
+
+    def _stored(self, sql: str, params: tuple = ()) -> list[StoredRow]:
+        return list(map(StoredRow._make, self.db.execute(sql, params)))
 
     def _select_in(self, sql: str, values: list) -> Iterator[tuple]:
         """The rows of ``sql`` for every value: each ``{marks}`` in it becomes an `IN` list of up to
@@ -316,20 +377,20 @@ class RowStore:
         return sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*"))
 
 
-def row_experience(row: tuple) -> Experience:
+def row_experience(row: StoredRow) -> Experience:
     """An experience from a full row; its provenance's node id is the row's signer."""
-    c = COLUMN
-    prov = Provenance(row[c["signer"]], row[c["model"]], row[c["timestamp_ms"]], row[c["iteration"]])
-    return Experience(row[c["text"]], row[c["domain"]], row[c["confidence"]], prov)
+    return Experience(row.text, row.domain, row.confidence, Provenance(row.signer, row.model, row.timestamp_ms,
+                                                                       row.iteration))
 
 
-def row_code(rows: list[tuple], group_size: int, dim: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """(signs (m, G, W), scales (m, G), baseline ids) of full rows."""
+def row_code(rows: list[StoredRow] | list[IndexRow], group_size: int,
+             dim: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """(signs (m, G, W), scales (m, G), baseline ids) of rows."""
     n_words = -(-group_size // 32)
     g = dim // group_size
-    signs = np.frombuffer(b"".join(r[COLUMN["signs"]] for r in rows), "<u4").reshape(len(rows), g, n_words)
-    scales = np.frombuffer(b"".join(r[COLUMN["scales"]] for r in rows), "<f4").reshape(len(rows), g)
-    return signs, scales, [r[COLUMN["baseline_id"]] for r in rows]
+    signs = np.frombuffer(b"".join(r.signs for r in rows), "<u4").reshape(len(rows), g, n_words)
+    scales = np.frombuffer(b"".join(r.scales for r in rows), "<f4").reshape(len(rows), g)
+    return signs, scales, [r.baseline_id for r in rows]
 
 
 def _code_digest(signs: bytes, scales: bytes, baseline: bytes) -> str:
