@@ -36,6 +36,7 @@ from dsonet.library.hits import Hits
 from dsonet.library.merge import MergedView, MergeRule
 from dsonet.library.merged_hits import MergedHits
 from dsonet.library import quarantine
+from dsonet.library.decoded import DecodedRows
 from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy
 from dsonet.library.reference import Reference, capped_per_signer
 from dsonet.library.retrievals import Retrievals
@@ -87,9 +88,9 @@ class Library:
             self.rows.close()
             raise
         idx = self.search_index
-        self.view = MergedView(merge, idx.index.reconstruct, lambda r: (idx.ids[r], idx.signers[r]), idx.domain_rows,
-                               self.profile.dim, live=lambda rows: idx.index.live[rows],
-                               on_build=lambda *built: keep_clusters(self.rows.db, idx.index, self.view, *built))
+        self._decoded = DecodedRows(idx.index.reconstruct, self.profile.dim)  # ê a round decoded (`ingest`)
+        self.view = MergedView(merge, self._decoded, lambda r: (idx.ids[r], idx.signers[r]), idx.domain_rows,
+                               self.profile.dim, live=lambda rows: idx.index.live[rows], on_build=self._built)
         # the clusters the file keeps for unchanged domains; the others are built at their first read
         self.view.touch(set(idx.domains) - restore_clusters(self.view, idx.index, self.rows.db, set(idx.domains)))
         self.merged_hits = MergedHits(idx, self.view, self.rows, trust)
@@ -179,7 +180,7 @@ class Library:
 
     def ingest(self, batch: CompressedBatch, keep: np.ndarray | None = None, encode_texts: bool = False,
                vectors: list[np.ndarray | None] | None = None,
-               within: Callable[[], None] | None = None) -> IngestResult:
+               within: Callable[[], None] | None = None, decoded: np.ndarray | None = None) -> IngestResult:
         """Store the codes of an already-verified batch, rows admitted by ``keep`` only, as rows of its
         signer (whatever provenance the rows claim). Idempotent.
 
@@ -190,7 +191,9 @@ class Library:
         where `floats_wanted` leaves it out), encoded beforehand (a node encodes without holding the
         lock its searches take). ``within``:
         the caller's statements on this file, run in the rows' transaction (a node's ledger records
-        the batch's hash there, `dsonet.network.ledger`).
+        the batch's hash there, `dsonet.network.ledger`). ``decoded``: ê of the admitted rows,
+        (admitted, d), as the caller's round decoded them (`RoundResult.vectors`): the merge
+        clusters by them instead of decoding the codes again (`dsonet.library.decoded`).
         """
         rows = self._admitted(batch, keep)
         exps = [batch.experiences[i] for i in rows]
@@ -202,9 +205,12 @@ class Library:
                     vectors[i] = v
         if vectors is not None and len(vectors) != len(exps):
             raise LibraryError(f"vectors: {len(vectors)} for {len(exps)} admitted rows; give one (or None) per row")
+        if decoded is not None and np.shape(decoded) != (len(exps), self.profile.dim):
+            raise LibraryError(f"decoded: shape {np.shape(decoded)}, expected ({len(exps)}, {self.profile.dim}): "
+                               "the round's ê of the admitted rows only")
         result = self._write(exps, batch.node_id, batch.codes.signs[rows], batch.codes.scales[rows],
                              batch.codes.baseline, vectors if exps else None, received=True,
-                             within=within)
+                             within=within, decoded=decoded)
         return IngestResult(result.added, result.duplicates, result.rejected + len(batch) - len(rows), result.evicted)
 
     def _admitted(self, batch: CompressedBatch, keep: np.ndarray | None) -> np.ndarray:
@@ -227,9 +233,13 @@ class Library:
         return [i for i, e in enumerate(exps) if (e.id, signer) not in blocked and (e.id, signer) not in held]
 
     def _write(self, exps, signer, signs, scales, baseline, vectors, received: bool,
-               within: Callable[[], None] | None = None) -> IngestResult:
+               within: Callable[[], None] | None = None, decoded: np.ndarray | None = None) -> IngestResult:
         written = self.rows.write(exps, signer, signs, scales, baseline, vectors, received, within)
         self._view_changed(self.search_index.refresh(written.rows, written.removed))
+        if decoded is not None and written.rows:  # each written row's code is the one its ê was decoded from
+            at = {e.id: i for i, e in enumerate(exps)}
+            self._decoded.keep([self.search_index.row(w.seq) for w in written.rows],
+                               np.asarray(decoded, np.float32)[[at[w.id] for w in written.rows]])
         return written.result
 
     def _view_changed(self, domains: set[str]) -> None:
@@ -254,7 +264,12 @@ class Library:
         """Show built clusters, and keep them for the next open (`dsonet.library.saved_fit`)."""
         self.view.install(built)
         for domain, clusters in built.items():
-            keep_clusters(self.rows.db, self.search_index.index, self.view, domain, jobs[domain], clusters)
+            self._built(domain, jobs[domain], clusters)
+
+    def _built(self, domain: str, rows: np.ndarray, clusters: list[np.ndarray]) -> None:
+        """A domain's clusters were built from ``rows``: kept in the file, and the rows' ê let go."""
+        keep_clusters(self.rows.db, self.search_index.index, self.view, domain, rows, clusters)
+        self._decoded.merged(rows, self.search_index.index.live)
 
     def refit_due(self) -> Refit | None:
         """The index stages (coarse sketch, subspace) the library has outgrown, or None."""
@@ -400,16 +415,20 @@ class Library:
                      if not idx.own[r] and trusted[idx.signers[r]]]
             picked = capped_per_signer(peers, idx.signers, limit - len(rows), limit)
             rows = np.concatenate([rows, np.array(picked, np.int64)])
-        return Reference(self._reference_vectors(rows), tuple(idx.signers[r] for r in rows.tolist())) \
-            if len(rows) else None
+        return Reference(self._reference_vectors(rows), tuple(idx.signers[r] for r in rows.tolist()),
+                         idx.index.scales[rows]) if len(rows) else None
 
     def _reference_vectors(self, rows: np.ndarray) -> np.ndarray:
         """The rows' vectors, each decoded (or read from the file) once while it stays in the reference,
         not every round: an index row never changes (a changed row is appended again)."""
         had = self._reference
         new = [r for r in rows.tolist() if r not in had]
-        if new:
-            had = {**had, **dict(zip(new, self.search_index.vectors(np.array(new, np.int64))))}
+        if new:  # a row's float where held, else its ê as the round that stored it decoded it, if kept
+            new = np.array(new, np.int64)
+            held = np.array([self.search_index.held[r] for r in new.tolist()], bool)
+            found = np.empty((len(new), self.profile.dim), np.float32)
+            found[held], found[~held] = self.search_index.vectors(new[held]), self._decoded(new[~held])
+            had = {**had, **dict(zip(new.tolist(), found))}
         self._reference = {r: had[r] for r in rows.tolist()}  # only the current pool is kept (≤ limit rows)
         return np.stack(list(self._reference.values()))
 

@@ -3,8 +3,10 @@
     chunk of messages ─ verify (DeltaSoup's gate) ─ round (judge beside trusted rows) ─ store a few
     batches a turn (the library, its hash in the ledger) ─ merge the new rows ─ refit the index
 
-Rows a trusted key got in on a re-encoding sample's word are marked in the ledger; when a later
-sample catches the key lying, they are set aside (`_set_aside_sampled`) before the next round.
+The round decodes each row once: its ê goes on with the admitted rows to the library, whose merge
+clusters by it (`dsonet.library.decoded`). Rows a trusted key got in on a re-encoding sample's word
+are marked in the ledger; when a later sample catches the key lying, they are set aside
+(`_set_aside_sampled`) before the next round.
 
 Every step runs on the node's ingest thread, in stream order (`Node._on_worker`); the library's
 lock (`dsonet.network.access.FairLock`) is taken for each library call only, and for at most one
@@ -215,7 +217,8 @@ class Ingest:
                 floats = {i: self._encode_admitted(result.batches[i], result.keep[i]) for i in turn}
                 with self.state:  # a few batches' transactions a turn: a search waits for one turn at most
                     for i in turn:
-                        self._store(result.batches[i], result.keep[i], floats[i], _sampled(result, i))
+                        self._store(result.batches[i], result.keep[i], floats[i], _sampled(result, i),
+                                    result.vectors[i][result.keep[i]])
         except BaseException:
             self.soup.release(result.batches)
             raise
@@ -255,15 +258,17 @@ class Ingest:
         return out
 
     def _store(self, batch: CompressedBatch, keep: np.ndarray, floats: list | None = None,
-               sampled: list[str] = ()) -> None:
+               sampled: list[str] = (), decoded: np.ndarray | None = None) -> None:
         """One admitted batch into the library, in its own transaction with its hash in the ledger
         (the caller holds the lock); ``floats``: our encodings of its admitted rows (`_encode_admitted`);
-        ``sampled``: ids of its admitted rows stored on a re-encoding sample's word only."""
+        ``sampled``: ids of its admitted rows stored on a re-encoding sample's word only; ``decoded``:
+        their ê as the round decoded them, for the merge (decoded once)."""
         if batch.node_id in self.bans:  # the verified signer: a ban holds whatever a header claims
             self._reject(batch.node_id, Banned(batch.node_id))
             return
         try:
-            ingested = self.library.ingest(batch, keep, vectors=floats, within=self.ledger.seen_by(batch, sampled))
+            ingested = self.library.ingest(batch, keep, vectors=floats, within=self.ledger.seen_by(batch, sampled),
+                                           decoded=decoded)
         except (LibraryError, BatchError) as exc:
             self._reject(batch.node_id, exc)
             return
