@@ -1,11 +1,13 @@
-"""The node's local experience library: a thin façade over its three parts.
+"""The node's local experience library: a thin façade over its parts.
 
-    rows       `RowStore`   the SQLite file: one row per (experience id, signer), the CRDT rules,
-                            tombstones, eviction, outcome counters
-    row_index  `RowIndex`   the in-memory code index (`code_index.CodeIndex`) kept in step with
-                            the file, and exact rescoring
-    merge      `MergedView` near-duplicates shown as one experience (DeltaSoup's phase 4)
-    merged_hits `MergedHits` that view read as hits: a cluster as one `Hit`, a search's walk
+    rows         `RowStore`       the SQLite file: one row per (experience id, signer), the CRDT
+                                  rules, tombstones, eviction, outcome counters
+    row_index    `RowIndex`       the in-memory code index (`code_index.CodeIndex`) kept in step
+                                  with the file, and exact rescoring
+    merge        `MergedView`     near-duplicates shown as one experience (DeltaSoup's phase 4)
+    merged_hits  `MergedHits`     that view read as hits: a cluster as one `Hit`, a search's walk
+    reference    `ReferencePool`  the rows a node's round of received batches is judged beside
+    steps        `DeferredSteps`  the merge and the index's refits, in steps for a node
 
     lib = Library("lib.sqlite")                     # the default encoder, loaded on first use
     lib.add("When a ratio is asked, simplify the fraction first.", domain="math")
@@ -38,19 +40,19 @@ from dsonet.library.merged_hits import MergedHits
 from dsonet.library import quarantine
 from dsonet.library.decoded import DecodedRows
 from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy
-from dsonet.library.reference import Reference, capped_per_signer
+from dsonet.library.reference import Reference, ReferencePool
 from dsonet.library.retrievals import Retrievals
 from dsonet.library.errors import DamagedFile, LibraryError
 from dsonet.library.file import damaged
 from dsonet.library.rows import ANY_SIGNER, Copy, IngestResult, RowStore, row_code, row_experience
-from dsonet.library.saved_fit import keep_clusters, keep_fits, restore_clusters
-from dsonet.library.code_index import Fitted, Refit
+from dsonet.library.saved_fit import restore_clusters
+from dsonet.library.steps import DeferredSteps
 from dsonet.library.row_index import RowIndex
 
 __all__ = ["Library"]
 
 
-class Library:
+class Library(DeferredSteps):
     def __init__(self, path: str | Path, encoder=None, profile: Profile | None = None, capacity: int | None = None,
                  support: np.ndarray | None = None, merge: MergeRule = MergeRule(),
                  trust: Callable[[str], float] | None = None, defer_merge: bool = False,
@@ -61,9 +63,8 @@ class Library:
         ``trusted``: past ``capacity``, signers ``trust`` puts at this or above keep a fair share each,
         the others one share between them, those it puts at 0 go first (this library's own rows
         always last; see `dsonet.library.eviction`).
-        ``defer_merge``: writes leave the merged view to `rebuild_merged` instead of the next
-        read, and the index's refits to `refit_index` (a node that searches while it ingests; see
-        `MergedView` and `dsonet.library.code_index`)."""
+        ``defer_merge``: writes leave the merged view and the index's refits to their steps
+        instead of the next read (a node that searches while it ingests; see `dsonet.library.steps`)."""
         self.path = Path(path).expanduser()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._encoder = encoder
@@ -71,7 +72,6 @@ class Library:
         self.defer_merge = defer_merge
         standing = None if trust is None or trusted is None else (lambda signer: standing_of(trust(signer), trusted))
         self.rows = RowStore(self.path, capacity, standing=standing)
-        self._reference: dict[int, np.ndarray] = {}  # index row -> vector, of the last reference pool
         self.retrievals = Retrievals()  # the ids `search` issued, for `outcome`
         self.profile: Profile | None = None  # known once bound to the file's profile
         try:  # reads the profile and every row's code: where the file's pages are broken, SQLite says so here
@@ -94,6 +94,7 @@ class Library:
         # the clusters the file keeps for unchanged domains; the others are built at their first read
         self.view.touch(set(idx.domains) - restore_clusters(self.view, idx.index, self.rows.db, set(idx.domains)))
         self.merged_hits = MergedHits(idx, self.view, self.rows, trust)
+        self._reference = ReferencePool(idx, self._decoded)
 
     # ------------------------------------------------------------------ setup
 
@@ -245,46 +246,6 @@ class Library:
     def _view_changed(self, domains: set[str]) -> None:
         (self.view.defer if self.defer_merge else self.view.touch)(domains)
 
-    # The merged view and the index's fit, in steps for an owner that writes while it searches
-    # (``defer_merge``, a node): ask what is due and show the result under the lock every other call
-    # on this library holds; compute in between without it (seconds at tens of thousands of rows).
-    # Rows are only ever appended or masked, so the rows present when a job fell due can be read
-    # without the lock (`dsonet.network.ingest` takes the turns).
-
-    def merge_jobs(self) -> dict[str, np.ndarray]:
-        """The domains writes changed since the last rebuild, with the rows to cluster (they count
-        as built from now on)."""
-        return self.view.pending()
-
-    def build_merged(self, jobs: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
-        """Each job's clusters (reads only its rows)."""
-        return {domain: self.view.build(rows) for domain, rows in jobs.items()}
-
-    def install_merged(self, jobs: dict[str, np.ndarray], built: dict[str, list[np.ndarray]]) -> None:
-        """Show built clusters, and keep them for the next open (`dsonet.library.saved_fit`)."""
-        self.view.install(built)
-        for domain, clusters in built.items():
-            self._built(domain, jobs[domain], clusters)
-
-    def _built(self, domain: str, rows: np.ndarray, clusters: list[np.ndarray]) -> None:
-        """A domain's clusters were built from ``rows``: kept in the file, and the rows' ê let go."""
-        keep_clusters(self.rows.db, self.search_index.index, self.view, domain, rows, clusters)
-        self._decoded.merged(rows, self.search_index.index.live)
-
-    def refit_due(self) -> Refit | None:
-        """The index stages (coarse sketch, subspace) the library has outgrown, or None."""
-        return self.search_index.index.refit_due()
-
-    def fit_index(self, due: Refit) -> Fitted:
-        """Fit them again on the rows present when they fell due; searches meanwhile use the previous fit."""
-        return self.search_index.index.fit(due)
-
-    def install_fit(self, due: Refit, fitted: Fitted) -> None:
-        """Show the new fit (the sketch catching up on rows added since) and keep it for the next open."""
-        index = self.search_index.index
-        index.install(fitted)
-        keep_fits(self.rows.db, index, {name for name in ("subspace", "sketch") if getattr(due, name)})
-
     def update(self, exp_id: str, text: str) -> Experience:
         """New text for an experience (UPDATE): re-encoded, same lineage; the old id is tombstoned."""
         old = self.get(exp_id)
@@ -407,30 +368,8 @@ class Library:
         ``min_trust`` is given, the newest rows of signers the library's ``trust`` puts at
         ``min_trust`` or more (their ê), each such signer a quarter of ``limit`` at most
         (`dsonet.library.reference`). None when there are none."""
-        idx = self.search_index
-        rows = idx.own_rows()[-limit:]
-        if len(rows) < limit and min_trust is not None and self.trust is not None:
-            trusted = {s: self.trust(s) >= min_trust for s in {idx.signers[r] for r in idx.live_rows().tolist()}}
-            peers = [r for r in sorted(idx.live_rows().tolist(), reverse=True)
-                     if not idx.own[r] and trusted[idx.signers[r]]]
-            picked = capped_per_signer(peers, idx.signers, limit - len(rows), limit)
-            rows = np.concatenate([rows, np.array(picked, np.int64)])
-        return Reference(self._reference_vectors(rows), tuple(idx.signers[r] for r in rows.tolist()),
-                         idx.index.scales[rows]) if len(rows) else None
-
-    def _reference_vectors(self, rows: np.ndarray) -> np.ndarray:
-        """The rows' vectors, each decoded (or read from the file) once while it stays in the reference,
-        not every round: an index row never changes (a changed row is appended again)."""
-        had = self._reference
-        new = [r for r in rows.tolist() if r not in had]
-        if new:  # a row's float where held, else its ê as the round that stored it decoded it, if kept
-            new = np.array(new, np.int64)
-            held = np.array([self.search_index.held[r] for r in new.tolist()], bool)
-            found = np.empty((len(new), self.profile.dim), np.float32)
-            found[held], found[~held] = self.search_index.vectors(new[held]), self._decoded(new[~held])
-            had = {**had, **dict(zip(new.tolist(), found))}
-        self._reference = {r: had[r] for r in rows.tolist()}  # only the current pool is kept (≤ limit rows)
-        return np.stack(list(self._reference.values()))
+        trusted = None if min_trust is None or self.trust is None else (lambda s: self.trust(s) >= min_trust)
+        return self._reference.pick(limit, trusted)
 
     def vectors(self, ids: list[str]) -> np.ndarray:
         """Each id's vector: the float where held, else its reconstruction ê, (len(ids), d)."""
