@@ -30,6 +30,11 @@ on training data only; the held-out coverage it gives is reported.
 Every answer is cached on disk per (model, full chat, settings, prompt version) (`CachedLLM`), and
 learning runs resume from their state files, so an interrupted run restarts where it stopped.
 The paper's reference (Training-free GRPO): AIME24 80.0 → 82.7 with DeepSeek-V3.1.
+
+These families stay as they were measured (issue 22: no more work on them): node 0's libraries are
+built here with DeltaSoup directly (`NodeZero`), not on the scenario layer's fleet
+(`dsonet.sim.scenario`) that `--family drift` and `dso demo` run on; moving them there would change
+their published figures.
 """
 
 from __future__ import annotations
@@ -98,7 +103,7 @@ def paired(a: np.ndarray, b: np.ndarray) -> dict:
             "p_mcnemar": round(mcnemar(a, b), 4)}
 
 
-class Fleet:
+class NodeZero:
     """Node 0's view of a family: its own library, the fleet library and the poisoned one."""
     def __init__(self, llm, family: str, plan: Plan, seed: int, root: Path, encoder, log=print, reflector=None):
         self.reflector = reflector
@@ -192,20 +197,20 @@ class Fleet:
 def run_family(llm, family: str, plan: Plan, seed: int, root: Path, encoder, log=print, reflector=None) -> dict:
     """Every condition's per-item correctness (and the run's facts) for one family and seed."""
     t0 = time.perf_counter()
-    fleet = Fleet(llm, family, plan, seed, root, encoder, log, reflector)
-    log(f"  {family} seed {seed}: {len(fleet.train.tasks)} train / {len(fleet.val.tasks)} validation / "
-        f"{len(fleet.test.tasks)} held-out; learning on {plan.honest} nodes")
+    zero = NodeZero(llm, family, plan, seed, root, encoder, log, reflector)
+    log(f"  {family} seed {seed}: {len(zero.train.tasks)} train / {len(zero.val.tasks)} validation / "
+        f"{len(zero.test.tasks)} held-out; learning on {plan.honest} nodes")
     learn_retrieval = Retrieval(k=plan.k, min_similarity=0.0)  # rollouts see the node's best lessons
-    libs, stats = fleet.learn(learn_retrieval)
+    libs, stats = zero.learn(learn_retrieval)
     own = libs[0]
-    val_vecs = encoder.encode([t.question for t in fleet.val.tasks], kind="query")
-    best = best_scores(own, [t.question for t in fleet.val.tasks], fleet.val.tasks[0].domain, val_vecs)
+    val_vecs = encoder.encode([t.question for t in zero.val.tasks], kind="query")
+    best = best_scores(own, [t.question for t in zero.val.tasks], zero.val.tasks[0].domain, val_vecs)
     retrieval = Retrieval(k=plan.k, min_similarity=measured_threshold(best))
-    baseline = answer(llm, fleet.val, None, max_tokens=plan.answer_tokens).correct
+    baseline = answer(llm, zero.val, None, max_tokens=plan.answer_tokens).correct
     log(f"  threshold {retrieval.min_similarity} (validation best-lesson scores: median {np.median(best):.3f}); sharing")
-    fleet_lib, fleet_info = fleet.share(own, libs[1:], False, baseline)
-    poisoned_lib, poison_info = fleet.share(own, libs[1:], True, baseline)
-    test = fleet.test
+    fleet_lib, fleet_info = zero.share(own, libs[1:], False, baseline)
+    poisoned_lib, poison_info = zero.share(own, libs[1:], True, baseline)
+    test = zero.test
     vecs = encoder.encode([t.question for t in test.tasks], kind="query")
     tok = plan.answer_tokens
     runs = {"without": answer(llm, test, None, max_tokens=tok)}
@@ -234,7 +239,7 @@ def run_family(llm, family: str, plan: Plan, seed: int, root: Path, encoder, log
                      for i, s in enumerate(stats)],
         "tokens": sum(s.tokens for s in stats) + sum(r.tokens for r in runs.values()),
         "wall_s": round(time.perf_counter() - t0, 1),
-        "rejected_examples": _rejections(fleet.dir / "node0.run" / "log.jsonl"),
+        "rejected_examples": _rejections(zero.dir / "node0.run" / "log.jsonl"),
     }
     if example is not None:
         t, reply = example

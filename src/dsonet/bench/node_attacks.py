@@ -2,8 +2,8 @@
 
 Each attack gets a fresh node (its SQLite library, DeltaSoup at the production defaults, the
 library's merge) on an in-process log: the code path of `dso node start` minus NATS and HTTP,
-as in `dsonet.sim.fleet`. First 12 honest peers publish GSM8K solution sentences (6 batches
-each), and agents report their lessons helped until they are trusted, as long-running peers are
+as in `dsonet.sim.fleet`, a fleet of one (`dsonet.sim.nodes.InProcessFleet`). First 12 honest
+peers publish GSM8K solution sentences (6 batches each), and agents report their lessons helped until they are trusted, as long-running peers are
 (volume alone lifts a key to 0.6, under `trusted`: issue 24); then 20 concurrent clients search
 the node while nothing else happens (the baseline), then again while the attacker publishes,
 interleaved with one more batch from every honest peer. Reported per attack:
@@ -297,11 +297,11 @@ async def _lure_top_hits(node, plan: Plan) -> int:
 async def run_attack(bench: Bench, sizes: Sizes, name: str) -> dict:
     """One attack against a fresh node; see the module doc for what is measured."""
     from dsonet.identity import NodeIdentity
-    from dsonet.network.node import Node, NodeConfig
-    from dsonet.network.transport import InProcessHub, subject_for
+    from dsonet.network.node import NodeConfig
+    from dsonet.network.transport import subject_for
     from dsonet.sim.corpus import DOMAIN
+    from dsonet.sim.nodes import InProcessFleet
 
-    hub = InProcessHub()
     deal = bench.rng.permutation(len(bench.docs))
     n_warm = HONEST_PEERS * WARMUP_BATCHES * sizes.honest_rows
     warm = bench.honest_batches(deal[:n_warm], sizes.honest_rows)
@@ -316,16 +316,17 @@ async def run_attack(bench: Bench, sizes: Sizes, name: str) -> dict:
         config = NodeConfig(Path(tmp), encoder=None, dim=DIM, encoder_id=bench.profile.encoder_id, batch_interval_s=3600)
         if plan.capacity is not None:
             config = replace(config, capacity=plan.capacity)
-        node = await Node.open(config, hub.transport(), NodeIdentity.from_seed(b"node-attacks-observer"),
-                               encoder=bench.encoder, profile=bench.profile)
+        # the attacked node is a fleet of one; the honest peers and the attacker send on its other connection
+        fleet = await InProcessFleet.open([config], [NodeIdentity.from_seed(b"node-attacks-observer")],
+                                          encoder=bench.encoder, profile=bench.profile)
+        node, sender = fleet.nodes[0], fleet.attacker
         honest_keys = {p.node_id for p in bench.honest} | plan.honest_keys
         filtered: set[tuple[str, str]] = set()  # honest rows the round's content filter refused
         node.on_round = lambda r: filtered.update((eid, nid) for nid, eid, _ in r.rejected if nid in honest_keys)
-        await node.start()
-        sender = hub.transport()
+        await fleet.listen()
         for payload in [p for p, _ in warm] + plan.history:
             await sender.publish(payload, subject)
-        await hub.drained([node.durable], timeout_s=600)
+        await fleet.settle(timeout_s=600)
         outcome_searches = await earn_trust(node, bench, deal[:n_warm]) if warm else 0
         trusted = sum(node.soup.reputation.get(p.node_id) >= TRUSTED_FLOOR for p in bench.honest)
         filtered_before = len(filtered)
@@ -347,10 +348,10 @@ async def run_attack(bench: Bench, sizes: Sizes, name: str) -> dict:
             for i in order:
                 await sender.publish(mixed[i][0], subject)
                 if plan.lone:
-                    await hub.drained([node.durable], timeout_s=600)
+                    await fleet.settle(timeout_s=600)
             for tomb in tombstones:
                 await sender.publish(tomb, subject_for("dso", "tombstone", DOMAIN))
-            await hub.drained([node.durable], timeout_s=1800)
+            await fleet.settle(timeout_s=1800)
             attack_s = time.perf_counter() - t
             stop.set()
             loud = await clients
@@ -383,8 +384,7 @@ async def run_attack(bench: Bench, sizes: Sizes, name: str) -> dict:
             result |= {"deferred_batches": n, "deferred_mb": round(size / 2**20, 1)}
         if plan.victim_key is not None:  # the author's row, before the copy and after the copier's tombstone
             result["victim_row_held"] = [plan.victim_key in held_before, plan.victim_key in held]
-        await sender.close()
-        await node.close()
+        await fleet.close()
     return result
 
 
