@@ -105,6 +105,7 @@ def paired(a: np.ndarray, b: np.ndarray) -> dict:
 
 class NodeZero:
     """Node 0's view of a family: its own library, the fleet library and the poisoned one."""
+
     def __init__(self, llm, family: str, plan: Plan, seed: int, root: Path, encoder, log=print, reflector=None):
         self.reflector = reflector
         self.llm, self.family, self.plan, self.seed, self.encoder, self.log = llm, family, plan, seed, encoder, log

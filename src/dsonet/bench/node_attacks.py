@@ -55,8 +55,20 @@ from pathlib import Path
 import msgpack
 import numpy as np
 
+from dsonet.aggregate import DeltaSoupConfig
 from dsonet.bench import trust_attacks
 from dsonet.bench.trust_attacks import Plan
+from dsonet.codec import default_profile, make_batch
+from dsonet.codec.batch import scale_bound
+from dsonet.experience import MAX_TEXT_CHARS, Experience, normalise_text
+from dsonet.identity import NodeIdentity
+from dsonet.network.access import serving
+from dsonet.network.ingest import DEFERRED_BYTES, DEFERRED_KEY_BYTES, DEFERRED_NEW_KEYS_BYTES
+from dsonet.network.node import NodeConfig
+from dsonet.network.tombstone import make_tombstone
+from dsonet.network.transport import subject_for
+from dsonet.sim.corpus import DOMAIN
+from dsonet.sim.nodes import InProcessFleet
 
 DIM = 7680
 HONEST_PEERS = 12
@@ -92,8 +104,6 @@ class BenchEncoder:
         self._mix: dict[str, tuple[int, int, int]] = {}  # text -> (doc, doc mixed in or -1, space)
 
     def learn(self, text: str, doc: int, mixed: int = -1, space: int = 0) -> str:
-        from dsonet.experience import normalise_text
-
         text = normalise_text(text)  # what an experience holds, and so what re-encoding asks for
         self._mix[text] = (doc, mixed, space)
         return text
@@ -121,10 +131,6 @@ class Bench:
     """The shared material: texts, vectors, the profile, honest identities."""
 
     def __init__(self, encoder_id: str, docs: tuple[str, ...], doc_vectors: np.ndarray, query_vectors: np.ndarray):
-        from dsonet.codec import default_profile
-        from dsonet.experience import MAX_TEXT_CHARS
-        from dsonet.identity import NodeIdentity
-
         lifts = [np.linalg.qr(np.random.default_rng(seed).standard_normal((DIM, doc_vectors.shape[1])))[0]
                  .astype(np.float32) for seed in (1234, 4321)]
         lift = lifts[0]
@@ -148,18 +154,11 @@ class Bench:
     def signed(self, identity, vectors: np.ndarray, texts: list[str], confidence: float = 0.7,
                now_ms: int | None = None) -> bytes:
         """One signed batch of ``texts`` with these codes, whatever the texts encode to."""
-        from dsonet.codec import make_batch
-        from dsonet.experience import Experience
-        from dsonet.sim.corpus import DOMAIN
-
         exps = [Experience(t, DOMAIN, confidence) for t in texts]
         return make_batch(exps, vectors, self.profile, identity, timestamp_ms=now_ms).to_msgpack()
 
     def honest_batches(self, docs: np.ndarray, per_batch: int) -> list[tuple[bytes, set[tuple[str, str]]]]:
         """Batches of ``per_batch`` docs dealt round-robin to the honest peers, with the rows each sends."""
-        from dsonet.experience import Experience
-        from dsonet.sim.corpus import DOMAIN
-
         out = []
         for b, start in enumerate(range(0, len(docs), per_batch)):
             peer = self.honest[b % HONEST_PEERS]
@@ -181,8 +180,6 @@ class Bench:
 def poisoned(bench: Bench, identity) -> bytes:
     """A batch signed by ``identity`` whose one row has a scale of 3e38 (no unit vector's code has
     one): built as a valid batch, then its content changed and signed again, as an attacker would."""
-    from dsonet.codec.batch import scale_bound
-
     payload = bench.hostile(identity, 1, "poisoned")
     content, _ = msgpack.unpackb(payload)
     fields = msgpack.unpackb(content)
@@ -198,6 +195,7 @@ class Peak:
     """The process's peak resident memory, sampled every 20 ms on a thread while running."""
 
     def __init__(self):
+        # psutil comes with the bench extra only
         import psutil
 
         self._proc, self.peak, self._stop = psutil.Process(), 0, threading.Event()
@@ -242,11 +240,6 @@ def _ms(latencies: list[float], q: float) -> float:
 
 def _plan(bench: Bench, sizes: Sizes, name: str, deal: np.ndarray, free: int, honest_rows: int) -> Plan:
     """What attack ``name`` sends (see the module doc and `dsonet.bench.trust_attacks`)."""
-    from dsonet.experience import Experience
-    from dsonet.identity import NodeIdentity
-    from dsonet.network.tombstone import make_tombstone
-    from dsonet.sim.corpus import DOMAIN
-
     if name in trust_attacks.TRUST_ATTACKS:
         return trust_attacks.plan(name, bench, sizes, deal, free, honest_rows)
     if name == "volume":
@@ -296,12 +289,6 @@ async def _lure_top_hits(node, plan: Plan) -> int:
 
 async def run_attack(bench: Bench, sizes: Sizes, name: str) -> dict:
     """One attack against a fresh node; see the module doc for what is measured."""
-    from dsonet.identity import NodeIdentity
-    from dsonet.network.node import NodeConfig
-    from dsonet.network.transport import subject_for
-    from dsonet.sim.corpus import DOMAIN
-    from dsonet.sim.nodes import InProcessFleet
-
     deal = bench.rng.permutation(len(bench.docs))
     n_warm = HONEST_PEERS * WARMUP_BATCHES * sizes.honest_rows
     warm = bench.honest_batches(deal[:n_warm], sizes.honest_rows)
@@ -394,12 +381,6 @@ ATTACKS = ("volume", "sybil", "poisoned batch", "takeover", "deferred fill") + t
 def run(quick: bool, docs, doc_vectors: np.ndarray, query_vectors: np.ndarray, encoder_id: str,
         attacks=ATTACKS) -> dict:
     """Every attack in turn; the rows and the limits they are read against."""
-    from dsonet.aggregate import DeltaSoupConfig
-    from dsonet.network.ingest import DEFERRED_BYTES, DEFERRED_KEY_BYTES, DEFERRED_NEW_KEYS_BYTES
-    from dsonet.network.node import NodeConfig
-
-    from dsonet.network.access import serving
-
     sizes = Sizes.of(quick)
     bench = Bench(encoder_id, tuple(docs), doc_vectors, query_vectors)
     with serving() as blas_threads:  # as in a `dso node start` process

@@ -13,6 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from dsonet.data import gsm8k
+from dsonet.encoders.cache import cached_encode
 from dsonet.experience import MAX_TEXT_CHARS, MAX_WORDS
 
 DOMAIN = "math.gsm8k"
@@ -47,8 +48,6 @@ def texts() -> tuple[tuple[str, ...], tuple[str, ...], np.ndarray]:
 
 def load(encoder) -> Corpus:
     """Encode (once, through the shared on-disk cache) and return the corpus."""
-    from dsonet.encoders.cache import cached_encode
-
     questions, docs, owner = texts()
     return Corpus(
         questions, docs, owner,
