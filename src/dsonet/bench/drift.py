@@ -46,7 +46,7 @@ from dsonet.learn.sandbox import Sandbox
 from dsonet.library.policy import default_min_similarity
 from dsonet.sim import adversary
 from dsonet.sim.report import example, hidden, lesson_tokens, measure
-from dsonet.sim.scenario import (DOMAIN, OTHER, REFLECTOR, DriftPlan, Scenario, facts_for, fact_of, learn_config,
+from dsonet.sim.scenario import (OTHER, REFLECTOR, DriftPlan, Scenario, facts_for, fact_of, learn_config,
                                  make_splits, poison_notes, reference_notes, running, taskset)
 
 CONDITIONS = ("without", "own", "neutral", "reference", "poison_only", "fleet", "cross_model", "poisoned",
@@ -91,8 +91,7 @@ async def _conditions(s: Scenario, seed: int, t0: float) -> dict:
     runs["cross_model"] = await s.answer("cross_model", exclude=s.from_nodes(set(fleet.node_ids[plan.agents:])))
 
     byz = adversary.byzantine_nodes(plan.poisoners, "drift-byzantine")
-    poison_texts = await adversary.publish_poison(fleet, byz, facts_for(plan), s.llms[0].name, DOMAIN)
-    await fleet.settle()
+    poison_texts = await s.poison(byz)
     runs["poisoned"] = await s.answer("poisoned")
     outcomes = await s.feedback()
     runs["poisoned_after_feedback"] = await s.answer("poisoned_after_feedback")

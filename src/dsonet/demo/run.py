@@ -153,8 +153,7 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
 
     echo("[6/8] Poison: the Byzantine nodes publish a plausible wrong lesson for every fact, honestly encoded "
          "and signed")
-    poison = await adversary.publish_poison(fleet, byz, scenario.facts_for(plan), agent.name, scenario.DOMAIN)
-    await fleet.settle()
+    poison = await s.poison(byz)
     sent += adversary.poison_sent(fleet.wire(), byz)
     echo(f"      {len(poison)} wrong lessons published")
     runs["poisoned"] = await evaluate("poisoned")

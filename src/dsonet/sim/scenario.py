@@ -17,7 +17,8 @@ task environment, checked by running it in the sandbox. The steps, in the order 
 3. `Scenario.answer`: held-out answers under a condition, item i always answered by honest node
    i mod ``plan.agents``, from its library or with fixed notes;
 4. `Scenario.share`: every honest node publishes what it holds and reads the others';
-5. the attack plans strike and poison the log (`dsonet.sim.adversary`);
+5. the attack plans strike the log (`dsonet.sim.adversary`), and `Scenario.poison`: the Byzantine
+   nodes publish a plausible wrong lesson for every fact, honestly encoded and signed;
 6. `Scenario.feedback`: every honest node's agent solves practice tasks with the lessons its node
    recalls and reports each lesson's outcome, which moves its signer's reputation;
 7. `Scenario.close`: what each honest node holds at the end (`NodeState`).
@@ -45,6 +46,8 @@ from dsonet.learn.grpo import LearnConfig, Learner
 from dsonet.learn.sandbox import Sandbox
 from dsonet.learn.tasks import Task, TaskSet
 from dsonet.library import Hit
+from dsonet.sim import adversary
+from dsonet.sim.attacks import SimNode
 from dsonet.sim.nats_nodes import NatsFleet
 from dsonet.sim.nodes import Fleet, InProcessFleet, NodeState
 
@@ -228,6 +231,12 @@ class Scenario:
         """Every honest node publishes what it holds; returns once every node has read the log."""
         await self.fleet.publish()
         await self.fleet.settle()
+
+    async def poison(self, byz: list[SimNode]) -> list[str]:
+        """The Byzantine nodes publish the poison of every fact in play; returns once every node read it."""
+        texts = await adversary.publish_poison(self.fleet, byz, facts_for(self.plan), self.llms[0].name, DOMAIN)
+        await self.fleet.settle()
+        return texts
 
     async def feedback(self) -> dict:
         """Every honest node's agent solves feedback tasks through its node's agent API, as a careful
