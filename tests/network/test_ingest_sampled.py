@@ -5,6 +5,7 @@ Before: only the batch that failed its sample was refused; the lying rows of its
 stored while only sampled, stayed in the library, each the top hit for the question it hijacked."""
 
 import asyncio
+import logging
 
 import numpy as np
 
@@ -33,7 +34,8 @@ def _batch(node, key, texts: list[str], vectors: np.ndarray | None = None) -> by
     return make_batch([Experience(t, DOMAIN) for t in texts], vectors, node.profile, key).to_msgpack()
 
 
-def test_a_caught_trusted_key_loses_every_row_it_got_in_on_a_samples_word(tmp_path, minilm):
+def test_a_caught_trusted_key_loses_every_row_it_got_in_on_a_samples_word(tmp_path, minilm, caplog):
+    caplog.set_level(logging.WARNING, logger="dsonet.network.ingest")
     author, liar = NodeIdentity.from_seed(b"sampled-author"), NodeIdentity.from_seed(b"sampled-liar")
     lure = minilm.encode(QUESTIONS, kind="document")  # the lying rows carry the codes of common questions
 
@@ -79,6 +81,8 @@ def test_a_caught_trusted_key_loses_every_row_it_got_in_on_a_samples_word(tmp_pa
     assert trusted and slipped == lying  # the premise: trusted by outcomes, and each lie the top hit for its question
     assert not set(after) & set(lying) and not held & set(lying)  # gone before the next round, none searchable
     assert set(lying) <= quarantined  # set aside, where the operator sees them
+    said = [r.getMessage() for r in caplog.records if "set aside" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(f"set aside {len(quarantined)} rows of {liar.node_id[:12]}")
     honest_ids = {Experience(t, DOMAIN).id for t in _lessons("author", 10)}
     history_ids = {Experience(t, DOMAIN).id for t in _lessons("liar", 30)}
     assert honest_ids <= held and history_ids <= held  # the author untouched; the liar's checked rows kept

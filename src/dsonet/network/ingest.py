@@ -287,7 +287,9 @@ class Ingest:
         drops them, `dso node quarantine`), with one log line; rows whose text was checked stay.
         Its reputation fell already (`Reputation.caught`), so from now on every row it sends is checked."""
         with self.state:
-            ids = self.ledger.sampled(key)
+            ids = self.ledger.sampled(key)  # none for a key untrusted so far: every row of it was checked
+            if not ids:
+                return
             seqs = self.library.set_aside([(i, key) for i in ids], f"its signer {key[:12]}… failed a re-encoding "
                                           "sample; stored while only sampled")
             self.ledger.forget_sampled(key)
