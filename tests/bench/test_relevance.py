@@ -1,36 +1,9 @@
-"""`dso bench relevance`: the kept labelled data is what its generator writes, and the pure parts
-(judging, splitting by lesson, injection, the choice of threshold) do what the report says."""
-
-import json
+"""`dso bench relevance`: the pure parts of the calibration (injection, the choice of threshold, a
+second stage) do what the report says."""
 
 import numpy as np
 
-from dsonet.bench.relevance import (PAIRS, Lesson, Query, build_pairs, choose, injection, judge, load_pairs, rescored,
-                                    split)
-
-
-def test_the_kept_pairs_are_what_the_generator_writes():
-    # editing a topic file or a family's lesson without `dso bench relevance --rebuild-pairs` fails here
-    assert json.loads(json.dumps(build_pairs())) == json.loads(PAIRS.read_text())
-
-
-def test_a_question_is_judged_against_other_areas_only_and_never_against_near_ones():
-    git = Lesson("g", "When a merge conflicts...", "git", "agent")
-    dates = Lesson("d", "When storing timestamps...", "dates", "agent")
-    data = Lesson("c", "When a CSV...", "data", "agent")
-    q = Query("Date column is loaded as plain strings", "data", "agent", ("c",))
-    near = {frozenset({"dates", "data"})}
-    assert [judge(q, lesson, near) for lesson in (data, git, dates)] == [1, 0, -1]
-    gsm = Query("Janet sells 16 eggs...", "math.gsm8k", "gsm8k", ())
-    assert judge(gsm, Lesson("f", "When simplifying...", "math.divisibility", "families")) == -1
-
-
-def test_the_split_is_by_lesson_so_held_out_questions_meet_lessons_never_calibrated_on():
-    lessons, queries, _ = load_pairs()
-    (cl, cq), (hl, hq) = split(lessons, queries, seed=3).values()
-    assert not set(cl) & set(hl) and len(cl) + len(hl) == len(lessons)
-    held = {lessons[i].id for i in hl}
-    assert all(queries[i].relevant[0] in held for i in hq) and not any(queries[i].relevant[0] in held for i in cq)
+from dsonet.bench.relevance import choose, injection, rescored
 
 
 def test_injection_counts_the_top_k_above_the_threshold_and_skips_unjudged_lessons():

@@ -33,8 +33,12 @@ import click
 import numpy as np
 
 from dsonet.bench.report import format_table, median_seconds, write_results
+from dsonet.bench.retrieval import Corpus, _lift_map, _real_vectors
 from dsonet.codec import bytes_per_vector, compress, decompress
 from dsonet.codec.batch import DEFAULT_ROTATION_SEED, default_profile
+from dsonet.data import corpus_texts, gsm8k
+from dsonet.encoders import default_encoder, minilm
+from dsonet.encoders.cache import cached_encode
 
 PAPER = {
     "bytes_7680": 964,
@@ -164,9 +168,6 @@ def scale_rows(sizes: list[int], batch: int = 1000) -> list[dict]:
     with the fixed baseline and with the per-batch mean; faiss RaBitQ's reconstruction beside them."""
     import faiss
 
-    from dsonet.bench.retrieval import Corpus, _lift_map, _real_vectors
-    from dsonet.encoders import default_encoder
-
     _, real = _real_vectors()
     corpus, lift_map, encoder = Corpus(real), _lift_map(real.shape[1]), default_encoder()
     spaces = {"minilm-lifted": lambda x: x @ lift_map, "zen": encoder.head.project}
@@ -197,10 +198,6 @@ def scale_rows(sizes: list[int], batch: int = 1000) -> list[dict]:
 
 
 def run(quick: bool = False, repeats: int = 5, sizes: tuple[int, ...] = (10_000, 100_000)) -> dict:
-    from dsonet.data import corpus_texts, gsm8k
-    from dsonet.encoders import default_encoder, minilm
-    from dsonet.encoders.cache import cached_encode
-
     texts = corpus_texts(10_000)
     if quick:
         texts = texts[:2_500]  # the first ~270 GSM8K items: questions, solutions and their sentences

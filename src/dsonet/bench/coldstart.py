@@ -18,6 +18,7 @@ Measured in one run, so the machine's load colours every row alike:
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -33,6 +34,12 @@ import click
 import numpy as np
 
 from dsonet.bench.report import format_table, median_seconds, write_results
+from dsonet.data import corpus_texts
+from dsonet.encoders import default_encoder
+from dsonet.encoders.cache import cache_dir, cached_encode
+from dsonet.encoders.default import zen_minilm, zen_minilm_numpy
+from dsonet.experience import MAX_TEXT_CHARS, MAX_WORDS, Experience
+from dsonet.library import Library
 
 QUERY = "A train travels 120 km in 2 hours; how fast does it go?"
 ROOT = Path(__file__).resolve().parents[3]  # the source tree (pyproject.toml), for the core install
@@ -41,16 +48,9 @@ ROOT = Path(__file__).resolve().parents[3]  # the source tree (pyproject.toml), 
 def library_file(rows: int) -> Path:
     """A library of ``rows`` GSM8K texts (questions, solutions, sentences; longer ones cut to an
     experience's 32 words) encoded by the default encoder, built once and reused."""
-    from dsonet.encoders.cache import cache_dir
-
     path = cache_dir() / "coldstart" / f"library-{rows}.sqlite"
     if path.exists():
         return path
-    from dsonet.data import corpus_texts
-    from dsonet.encoders import default_encoder
-    from dsonet.encoders.cache import cached_encode
-    from dsonet.experience import MAX_TEXT_CHARS, MAX_WORDS, Experience
-    from dsonet.library import Library
 
     texts = list(dict.fromkeys(" ".join(t.split()[:MAX_WORDS])[:MAX_TEXT_CHARS] for t in corpus_texts(rows)))[:rows]
     if len(texts) < rows:
@@ -123,8 +123,6 @@ def import_rows(torch: bool) -> list[dict]:
 
 def open_rows(path: Path, runs: int) -> list[dict]:
     """`Library(path)` in this process (the encoder is not loaded: the file names its profile)."""
-    from dsonet.library import Library
-
     rows = []
     for kept in (False, True):
         seconds = []
@@ -140,9 +138,6 @@ def open_rows(path: Path, runs: int) -> list[dict]:
 
 
 def encode_rows(torch: bool, n: int = 256) -> tuple[list[dict], dict]:
-    from dsonet.data import corpus_texts
-    from dsonet.encoders.default import zen_minilm, zen_minilm_numpy
-
     texts = corpus_texts(n)[:n]
     encoders = {"numpy": zen_minilm_numpy(), **({"torch": zen_minilm()} if torch else {})}
     rows, vectors = [], {}
@@ -201,8 +196,6 @@ def cli(rows: int, runs: int, no_torch: bool, no_install: bool, quick: bool) -> 
       dso bench coldstart
       dso bench coldstart --quick
     """
-    import importlib.util
-
     if quick:
         rows, runs, no_install = 1_000, 2, True
     torch = not no_torch and importlib.util.find_spec("torch") is not None \

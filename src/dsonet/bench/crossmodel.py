@@ -24,6 +24,13 @@ import click
 import numpy as np
 
 from dsonet.bench.report import format_table, median_seconds, write_results
+from dsonet.codec import compress, decompress
+from dsonet.data import gsm8k
+from dsonet.encoders import minilm
+from dsonet.encoders.align import anchor_split, gsm8k_vectors, learn_adapter
+from dsonet.encoders.base import l2_normalise
+from dsonet.encoders.default import zen_minilm
+from dsonet.encoders.wordllama import WordLlamaEncoder
 
 PAPER = {
     "native": {"recall_at_5": 0.947, "recall_at_10": 0.979, "latency_ms": 21.5},
@@ -40,16 +47,11 @@ def recall(queries: np.ndarray, docs: np.ndarray, k: int) -> float:
 
 
 def _compressed(docs: np.ndarray) -> np.ndarray:
-    from dsonet.codec import compress, decompress
-
     return decompress(compress(docs, group_size=docs.shape[1]))
 
 
 def _timings(texts: list[str], native, wordllama, adapter) -> dict[str, dict[str, float]]:
     """Median ms per text of each pipeline step, for the native encoder and aligned WordLlama."""
-    from dsonet.codec import compress
-    from dsonet.encoders.base import l2_normalise
-
     batch = texts[:TIMING_BATCH]
     per = lambda seconds: 1e3 * seconds / len(batch)  # noqa: E731
     st = native.backbone.model
@@ -82,12 +84,6 @@ def cli(quick: bool) -> None:
     Example:
       dso bench crossmodel --quick
     """
-    from dsonet.data import gsm8k
-    from dsonet.encoders import minilm
-    from dsonet.encoders.align import anchor_split, gsm8k_vectors, learn_adapter
-    from dsonet.encoders.default import zen_minilm
-    from dsonet.encoders.wordllama import WordLlamaEncoder
-
     native, wordllama = zen_minilm(), WordLlamaEncoder()  # the torch path: the timings split sentence-transformers' steps
     methods = ("ridge", "procrustes") if quick else ("ridge", "procrustes", "mlp")
     start = time.perf_counter()

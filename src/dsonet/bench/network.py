@@ -29,15 +29,24 @@ import click
 import httpx
 import numpy as np
 
+from dsonet.bench.codec import lift
 from dsonet.bench.report import format_table, write_results
+from dsonet.codec import default_profile, make_batch, profile_of
+from dsonet.data import gsm8k
+from dsonet.encoders import default_encoder, minilm
+from dsonet.encoders.cache import cached_encode
+from dsonet.experience import Experience, Provenance
+from dsonet.identity import NodeIdentity
+from dsonet.network import cluster
+from dsonet.network.cluster_spec import ClusterError, make_spec
+from dsonet.network.procs import NodeProcess
+from dsonet.network.transport import MSG_ID, SENDER
 
 PAPER = {"bytes_per_round_100_at_768": 29 * 1024, "bytes_per_experience_7680": 964}
 NODE_ARGS = ["--batch-interval", "1", "--soup", "rate_limit=1000000", "--log-level", "WARNING"]
 
 
 def _texts(n: int, offset: int = 0) -> list[str]:
-    from dsonet.data import gsm8k
-
     items = gsm8k()
     return [f"When a problem reads like '{' '.join(it.question.split()[:12])}', write its equation first."
             for it in items[offset:offset + n]]
@@ -79,11 +88,6 @@ def _metric(url: str, name: str) -> float:
 
 def wire_sizes(texts: list[str], vectors: np.ndarray) -> list[dict]:
     """Bytes per experience on the wire: our batches of 100 at d = 384, 768, 7680 vs float32 JSON."""
-    from dsonet.bench.codec import lift
-    from dsonet.codec import default_profile, make_batch
-    from dsonet.experience import Experience, Provenance
-    from dsonet.identity import NodeIdentity
-
     ident = NodeIdentity.from_seed(b"bench")
     exps = [Experience(t, "math", 0.8, Provenance(ident.node_id, "bench", 0, 0)) for t in texts]
     rows = []
@@ -103,11 +107,6 @@ BATCH_SIZES = (1, 10, 100)
 
 def wire_by_batch(texts: list[str], vectors: np.ndarray, profile) -> dict:
     """Bytes per experience in the default profile at each batch size, over the same 100 texts."""
-    from dsonet.codec import make_batch
-    from dsonet.experience import Experience, Provenance
-    from dsonet.identity import NodeIdentity
-    from dsonet.network.transport import MSG_ID, SENDER
-
     ident = NodeIdentity.from_seed(b"bench")
     exps = [Experience(t, "math", 0.8, Provenance(ident.node_id, "qwen2.5-coder-0.5b-instruct", 0, 1)) for t in texts]
     out, headers = {}, {}
@@ -123,13 +122,6 @@ def wire_by_batch(texts: list[str], vectors: np.ndarray, profile) -> dict:
 
 
 def run(quick: bool) -> dict:
-    from dsonet.codec import profile_of
-    from dsonet.encoders import default_encoder, minilm
-    from dsonet.encoders.cache import cached_encode
-    from dsonet.network import cluster
-    from dsonet.network.cluster_spec import make_spec
-    from dsonet.network.procs import NodeProcess
-
     n_submit, n_search, n_prop = (40, 60, 8) if quick else (100, 100, 30)
     with tempfile.TemporaryDirectory(prefix="dso-bench-net-") as tmp:
         root = Path(tmp)
@@ -194,11 +186,8 @@ def cli(quick: bool, out: Path) -> None:
     Example:
       dso bench network --quick
     """
-    from dsonet.network.cluster import nats_server_binary
-    from dsonet.network.cluster_spec import ClusterError
-
     try:
-        nats_server_binary()
+        cluster.nats_server_binary()
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from None
     res = run(quick)

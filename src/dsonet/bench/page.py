@@ -22,7 +22,18 @@ import click
 import httpx
 import numpy as np
 
+from dsonet.aggregate import RoundResult
 from dsonet.bench.report import format_table, write_results
+from dsonet.codec import default_profile, make_batch
+from dsonet.data import corpus_texts
+from dsonet.encoders.cache import cache_dir
+from dsonet.experience import MAX_TEXT_CHARS, MAX_WORDS, Experience, Provenance
+from dsonet.identity import NodeIdentity
+from dsonet.library import Library
+from dsonet.network.journal import POINTS, ROUNDS, Journal
+from dsonet.network.node import Node, NodeConfig
+from dsonet.network.transport import InProcessHub
+from dsonet.network.web.rows import read_page
 
 PEERS, DOMAINS = 20, ("math", "math.geometry", "code.python", "code.sql", "general", "rare.topic")
 TARGET_MS = 200.0
@@ -31,16 +42,9 @@ TOKEN = "bench-token"
 
 def library_dir(rows: int) -> Path:
     """A node's data folder holding a library of ``rows`` peers' rows, built once and reused."""
-    from dsonet.encoders.cache import cache_dir
-
     path = cache_dir() / "page" / f"node-{rows}"
     if (path / "library.sqlite").exists():
         return path
-    from dsonet.codec import default_profile, make_batch
-    from dsonet.data import corpus_texts
-    from dsonet.experience import MAX_TEXT_CHARS, MAX_WORDS, Experience, Provenance
-    from dsonet.identity import NodeIdentity
-    from dsonet.library import Library
 
     click.echo(f"building a {rows:,}-row library at {path} (once)")
     partial = path.with_name(path.name + ".partial")
@@ -73,9 +77,6 @@ def library_dir(rows: int) -> Path:
 def _fill_journal(path: Path, batches: list) -> None:
     """The journal at its bounds: every round kept (a batch of each signer's in turn, 10% of its rows
     refused), every peer's points kept."""
-    from dsonet.aggregate import RoundResult
-    from dsonet.network.journal import POINTS, ROUNDS, Journal
-
     journal = Journal(path)
     rng = np.random.default_rng(1)
     now = int(time.time() * 1000)
@@ -93,9 +94,6 @@ def _fill_journal(path: Path, batches: list) -> None:
 
 async def _measure(data: Path, runs: int) -> list[dict]:
     from dsonet.network.api import create_app
-    from dsonet.network.node import Node, NodeConfig
-    from dsonet.network.transport import InProcessHub
-    from dsonet.network.web.rows import read_page
 
     node = await Node.open(NodeConfig(data, encoder=None, dim=7680, batch_interval_s=3600), InProcessHub().transport())
     app = create_app(node, token=TOKEN, manage_node=False)

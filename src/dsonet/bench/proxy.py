@@ -15,14 +15,20 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import click
+import httpx
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+
+from dsonet.encoders.registry import load_encoder
+from dsonet.experience import Experience
+from dsonet.library import Library
 
 RESULTS = Path("bench/results")
 LESSON_TEMPLATES = [
@@ -144,8 +150,6 @@ class Process:
         self.args, self.url, self.probe = args, f"http://127.0.0.1:{port}", probe
 
     def __enter__(self) -> "Process":
-        import httpx
-
         self.proc = subprocess.Popen([sys.executable, *self.args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 300  # the proxy loads its encoder first
         while True:
@@ -166,10 +170,6 @@ class Process:
 
 def _build_library(path: Path, size: int, encoder: str) -> str:
     """A library of ``size`` lessons, one of them about the bench's question; returns its encoder id."""
-    from dsonet.encoders.registry import load_encoder
-    from dsonet.experience import Experience
-    from dsonet.library import Library
-
     with Library(path, encoder=load_encoder(encoder)) as lib:
         if size:
             texts = ["When a ratio and a total are given, divide the total by the sum of the ratio's parts"]
@@ -179,8 +179,6 @@ def _build_library(path: Path, size: int, encoder: str) -> str:
 
 
 def run(n: int = 200, lessons: int = 1000, encoder: str = "default", out: Path | None = None) -> dict:
-    import tempfile
-
     import openai
 
     question = "The ratio of boys to girls in a class is 3:5 and there are 40 pupils. How many girls are there?"

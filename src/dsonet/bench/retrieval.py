@@ -56,7 +56,16 @@ import time
 import click
 import numpy as np
 
-from dsonet.bench.report import format_table, write_results
+from dsonet.bench.report import RESULTS_DIR, format_table, write_results
+from dsonet.codec import Profile, compress, default_profile, make_batch
+from dsonet.codec.batch import DEFAULT_ROTATION_SEED
+from dsonet.data import corpus_texts
+from dsonet.encoders import default_encoder, minilm
+from dsonet.encoders.cache import cached_encode
+from dsonet.experience import Experience
+from dsonet.identity import NodeIdentity
+from dsonet.library import Library
+from dsonet.library.code_index import CodeIndex
 
 DIM = 7680
 BATCH = 1000
@@ -71,10 +80,6 @@ TARGETS = {"p50_ms_100k": 20, "p50_ms_1m": 150, "recall_at_10": 0.95, "bytes_per
 
 
 def _real_vectors() -> tuple[list[str], np.ndarray]:
-    from dsonet.data import corpus_texts
-    from dsonet.encoders import minilm
-    from dsonet.encoders.cache import cached_encode
-
     texts = corpus_texts()
     return texts, cached_encode(minilm(), texts, "document")
 
@@ -148,10 +153,6 @@ def _row(name: str, n: int, times: np.ndarray, recall: float, nbytes: float, **e
 
 def bench_size(n: int, corpus: Corpus, queries384: np.ndarray, lift: np.ndarray) -> list[dict]:
     import faiss
-
-    from dsonet.codec import compress
-    from dsonet.codec.batch import DEFAULT_ROTATION_SEED
-    from dsonet.library.code_index import CodeIndex
 
     truth = _exact_top10(queries384, corpus, n)
     queries = queries384 @ lift  # (Q, DIM)
@@ -240,11 +241,6 @@ def zen_size(n: int, corpus: Corpus, queries384: np.ndarray) -> list[dict]:
     Zen head, coded against the profile's fixed baseline; searched by our index and by faiss's."""
     import faiss
 
-    from dsonet.codec import compress
-    from dsonet.codec.batch import DEFAULT_ROTATION_SEED
-    from dsonet.encoders import default_encoder
-    from dsonet.library.code_index import CodeIndex
-
     encoder = default_encoder()
     head, baseline = encoder.head, encoder.baseline
     queries = head.project(queries384)  # (Q, DIM): MiniLM's query and document encodings are the same
@@ -275,10 +271,6 @@ def zen_size(n: int, corpus: Corpus, queries384: np.ndarray) -> list[dict]:
 
 def _own_row(n: int, corpus: Corpus, queries: np.ndarray, truth: np.ndarray, lift: np.ndarray) -> dict:
     """`Library.rank` over a library this node encoded itself: codes in memory, floats in the file."""
-    from dsonet.codec import default_profile
-    from dsonet.experience import Experience
-    from dsonet.library import Library
-
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "own.sqlite")
         with Library(path, encoder=_NoEncoder(), profile=default_profile(DIM, _NoEncoder.id)) as lib:
@@ -296,11 +288,6 @@ def _own_row(n: int, corpus: Corpus, queries: np.ndarray, truth: np.ndarray, lif
 
 def disk_per_experience(corpus: Corpus, texts: list[str], lift: np.ndarray, n: int) -> float:
     """Build a real SQLite library of n experiences from signed batches; file bytes / n."""
-    from dsonet.codec import Profile, make_batch
-    from dsonet.experience import Experience
-    from dsonet.identity import NodeIdentity
-    from dsonet.library import Library
-
     profile = Profile(DIM, DIM, "st:all-MiniLM-L6-v2+lift7680")
     ident = NodeIdentity.generate()
     with tempfile.TemporaryDirectory() as tmp:
@@ -372,8 +359,6 @@ def cli(quick: bool, sizes: str, threads: int, add_sizes: bool) -> None:
     for r in rows:
         r["load_average"] = round(load, 1)
     if add_sizes and not quick:
-        from dsonet.bench.report import RESULTS_DIR
-
         earlier = json.loads((RESULTS_DIR / "retrieval.json").read_text())["rows"]
         rows = [r for r in earlier if r["n"] not in n_sizes] + rows  # each row keeps the load it was measured under
     path = write_results("retrieval", {"rows": rows, "targets": TARGETS, "threads": threads, "load_average": load,

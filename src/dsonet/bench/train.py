@@ -26,6 +26,9 @@ import click
 import numpy as np
 
 from dsonet.bench.report import format_table, write_results
+from dsonet.encoders import minilm
+from dsonet.train import cpu_recipe
+from dsonet.train.data import TrainData
 
 PAPER = {
     "stage1": {"cosine_to_padded": 0.963},
@@ -37,9 +40,7 @@ PAPER = {
 
 def half_precision(run_dir: str) -> dict:
     """The trained head stored as float16 (as the package ships it) against its float32 self."""
-    from dsonet.encoders import minilm
     from dsonet.encoders.zen import ZenReranker
-    from dsonet.train.data import TrainData
     from dsonet.train.default import held_out_texts, neighbour_agreement
     from dsonet.train.metrics import code_metrics
     from dsonet.train.run import DATA
@@ -71,8 +72,7 @@ def cli(quick: bool, seed: int, run_dir: str | None) -> None:
       dso bench train --quick
       dso bench train --run zen-default/run     # the run `dso train --default --out zen-default` made
     """
-    from dsonet.encoders import minilm
-    from dsonet.train import cpu_recipe, train
+    from dsonet.train.run import train  # torch
 
     config = cpu_recipe().with_overrides(seed=seed)
     if quick:
