@@ -20,7 +20,8 @@ RECENT = 512  # rows kept once merged: the next reference pool takes the newest 
 
 
 class DecodedRows:
-    """Index row -> its ê, with ``reconstruct`` (the index's decoder) for every row not held."""
+    """Index row -> its ê, with ``reconstruct`` (the index's decoder) for every row not held.
+    `keep` and `merged` run under the owner's lock (a node's), calls may come without it."""
 
     def __init__(self, reconstruct: Callable[[np.ndarray], np.ndarray], dim: int, max_bytes: int = MAX_BYTES):
         self._reconstruct, self.dim, self.max_bytes = reconstruct, dim, max_bytes
@@ -46,10 +47,12 @@ class DecodedRows:
             return np.zeros((0, self.dim), np.float32)
         if not self._rows:
             return self._reconstruct(rows)
-        hit = np.fromiter((r in self._rows for r in rows.tolist()), bool, len(rows))
+        # read without the owner's lock (a merge builds without it): one lookup a row, no iteration
+        found = [self._rows.get(r) for r in rows.tolist()]
+        hit = np.fromiter((v is not None for v in found), bool, len(rows))
         if not hit.any():
             return self._reconstruct(rows)
-        kept = np.stack([self._rows[r] for r in rows[hit].tolist()])
+        kept = np.stack([v for v in found if v is not None])
         if hit.all():
             return kept
         out = np.empty((len(rows), self.dim), np.float32)
