@@ -284,3 +284,12 @@ def test_a_module_that_loads_torch_when_imported_counts_as_heavy():
     heavy = _heavy_modules()
     assert {"dsonet.encoders.zen", "dsonet.train.run", "dsonet.train.stages"} <= heavy
     assert not {"dsonet.encoders.registry", "dsonet.learn.llm", "dsonet.codec"} & heavy
+
+
+def test_the_clean_benches_load_no_optional_dependency_when_imported():
+    # `dso bench NAME --help` imports the bench, with the core install too; the static check above cannot see
+    # a package's lazy `__getattr__` (`from dsonet.train import train` loads torch), a fresh interpreter does
+    names = ", ".join(f"dsonet.bench.{name}" for name in CLEAN_BENCHES)
+    code = f"import json, sys, {names}; print(json.dumps(sorted(sys.modules)))"
+    loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert not sorted({m.split(".")[0] for m in loaded} & HEAVY)
