@@ -5,7 +5,12 @@ import asyncio
 import shutil
 from pathlib import Path
 
-from dsonet.codec import default_profile
+import numpy as np
+import pytest
+
+from dsonet.codec import default_profile, make_batch
+from dsonet.experience import Experience
+from dsonet.identity import NodeIdentity
 from dsonet.library import Library
 from dsonet.network.ledger import Ledger
 from dsonet.network.node import Node, NodeConfig
@@ -54,7 +59,29 @@ def test_the_outbox_keeps_messages_in_order_until_each_is_sent(tmp_path):
 def test_a_library_alone_writes_no_ledger_tables(tmp_path):
     with Library(tmp_path / "lib.sqlite", encoder=None, profile=_profile()) as lib:
         names = {n for (n,) in lib.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert not names & {"deferred", "outbox", "seen"}
+    assert not names & {"deferred", "outbox", "seen", "sampled"}
+
+
+def test_rows_stored_on_a_samples_word_are_marked_in_their_rows_transaction_or_not_at_all(tmp_path):
+    key = NodeIdentity.from_seed(b"ledger-sampled")
+    x = np.random.default_rng(0).standard_normal((3, DIM)).astype(np.float32)
+    exps = [Experience(f"When ledger case {i} comes, do {i}.", "math") for i in range(3)]
+    batch = make_batch(exps, x / np.linalg.norm(x, axis=1, keepdims=True), _profile(), key)
+    with Library(tmp_path / "lib.sqlite", encoder=None, profile=_profile()) as lib:
+        ledger = Ledger(lib.db)
+        record = ledger.seen_by(batch, [exps[1].id, exps[2].id])
+
+        def failing() -> None:  # the rows' transaction fails after the ledger wrote: nothing stays
+            record()
+            raise OSError("disk full")
+
+        with pytest.raises(OSError):
+            lib.ingest(batch, within=failing)
+        assert (len(lib), ledger.seen(0), ledger.sampled(key.node_id)) == (0, {}, [])
+        lib.ingest(batch, within=record)
+        assert len(lib) == 3 and batch.hash in ledger.seen(0)
+        assert sorted(ledger.sampled(key.node_id)) == sorted([exps[1].id, exps[2].id])
+        assert ledger.forget_sampled(key.node_id) == 2 and ledger.sampled(key.node_id) == []
 
 
 def test_a_file_written_before_the_ledger_moved_keeps_its_queue_outbox_and_hashes(tmp_path):
