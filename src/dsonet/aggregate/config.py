@@ -63,10 +63,11 @@ class DeltaSoupConfig:
     reencode_per_batch: int = 2  # at least this many texts per batch of a trusted sender re-encoded; 0: off
     # ... and this share of its rows. A trusted key that hides k lying rows among n is caught in a batch
     # with probability ≈ 1 − (1 − k/n)^(share·n) ≈ 1 − e^(−share·k) (63% for k = 10), and one catch drops
-    # it under `trusted` (0.9 · rep), after which every row it sends is checked: it lands about
-    # (1 − share)/share ≈ 9 lying rows before that, in expectation. The cost: a trusted key at its full
-    # rate (100 batches of 1,000 rows an hour) makes the node encode 10,000 texts an hour, ~50 s of CPU
-    # with MiniLM; an honest learner's tens of rows an hour cost nothing.
+    # it to `volume_ceiling` (`Reputation.caught`), after which every row it sends is checked: it lands
+    # about (1 − share)/share ≈ 9 lying rows before that, in expectation, and a node sets aside every row
+    # it stored from that key unchecked once the catch comes (`dsonet.network.ingest`). The cost: a
+    # trusted key at its full rate (100 batches of 1,000 rows an hour) makes the node encode 10,000
+    # texts an hour, ~50 s of CPU with MiniLM; an honest learner's tens of rows an hour cost nothing.
     reencode_share: float = 0.1
     trusted: float = 0.7  # a sender under this reputation (new keys start at rep_initial) has every row re-encoded
     reencode_min_cosine: float = 0.9  # cos(ê, code of our encoding of its text) below this: the batch lied
