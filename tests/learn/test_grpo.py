@@ -215,3 +215,52 @@ def test_a_reflector_writes_the_lessons_while_the_agent_answers(tmp_path):
     assert not any(c.startswith("Several attempts") for c in agent.calls)
     assert sum(c.startswith("Several attempts") for c in teacher.calls) == 3
     assert not any(c.startswith("Double #") for c in teacher.calls)
+
+
+class FactLLM(ScriptedLLM):
+    """Validation answers are right where the system message holds the lesson for the task's parity:
+    "fact even" fixes even tasks, "fact odd" odd ones (two lessons about different things)."""
+
+    def generate(self, chats, n=1, temperature=0.7, max_tokens=128, seed=None):
+        out = super().generate(chats, n, temperature, max_tokens, seed)
+        fixed = []
+        for chat, o in zip(chats, out):
+            text = chat[-1]["content"]
+            if text.startswith(("Several attempts", "You keep a short list")):
+                fixed.append(o)
+                continue
+            number = int(text.split("#")[1].split()[0])
+            knows = f"fact {'even' if number % 2 == 0 else 'odd'}" in chat[0]["content"]
+            fixed.append(Completion((f"Answer: {number * 2}" if knows else "Answer: 0",) * n, 10, 5 * n))
+        return fixed
+
+
+EVEN, ODD = "When the number is even, use fact even.", "When the number is odd, use fact odd."
+
+
+def test_an_update_that_does_not_beat_the_lesson_it_replaces_is_added_beside_it(tmp_path):
+    store = DictStore()
+    old = store.add(EVEN, "math.doubling")
+    llm = FactLLM(lesson_reply=ODD, op_reply=f'[{{"candidate": "C1", "op": "UPDATE", "id": "E1", "text": "{ODD}"}}]')
+    learner = Learner(llm, store, LearnConfig(group_size=4, epochs=1, batch_size=1), tmp_path)
+    learner.use_validation(_tasks(4))
+    learner.learn_groups([Group("Double #1 please", "math.doubling", ["Answer: 0", "Answer: 2"], [0.0, 1.0])])
+    # on both lessons' items the odd lesson fixes #1 and #3, the even one #2 and #4: a tie, so both stay
+    assert sorted(e.text for e in store.all()) == sorted([EVEN, ODD]) and store.get(old.id) is not None
+    log = [json.loads(l) for l in (tmp_path / "log.jsonl").read_text().splitlines()]
+    (check,) = [r for r in log if r["type"] == "update_gate"]
+    assert (check["accuracy_old"], check["accuracy_new"], check["update"]) == (0.5, 0.5, False)
+
+
+def test_a_candidate_the_update_reply_garbles_is_judged_by_the_gate_not_lost(tmp_path):
+    store = DictStore()
+    store.add(EVEN, "math.doubling")
+    llm = FactLLM(lesson_reply=ODD, op_reply='[{"candidate": "C1", "op": "UPDATE", "id": "E5", "text": "When ..., ..."}]')
+    learner = Learner(llm, store, LearnConfig(group_size=4, epochs=1, batch_size=1), tmp_path)
+    learner.use_validation(_tasks(4))
+    learner.learn_groups([Group("Double #1 please", "math.doubling", ["Answer: 0", "Answer: 2"], [0.0, 1.0])])
+    assert sorted(e.text for e in store.all()) == sorted([EVEN, ODD]) and learner.stats.skipped == 1
+    no_gate = Learner(llm, DictStore(), LearnConfig(group_size=4, epochs=1, batch_size=1), tmp_path / "b")
+    no_gate.store.add(EVEN, "math.doubling")
+    no_gate.learn_groups([Group("Double #1 please", "math.doubling", ["Answer: 0", "Answer: 2"], [0.0, 1.0])])
+    assert [e.text for e in no_gate.store.all()] == [EVEN]  # without a gate nothing judges it: skipped, as before

@@ -33,7 +33,7 @@ log.jsonl (every rollout, reward, summary, proposal, rejection, operation and ga
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -244,6 +244,12 @@ class Learner:
             for reason in skipped:
                 self._skip("operation", reason, reply.texts[0])
             ops += decided
+            if self.validation is not None:
+                # A candidate the reply garbled (an id never shown, no operation) was not judged, only lost:
+                # with a gate, it is added and judged by execution. The drift bench lost an error line's
+                # np.trapezoid lesson to an "UPDATE E5" when E1-E2 were shown.
+                answered = {op.proposal for op in decided}
+                ops += [Operation("ADD", p) for p in props if p not in answered]
         return ops
 
     def gate(self, ops: Sequence[Operation]) -> list[Operation]:
@@ -257,6 +263,8 @@ class Learner:
             if op.op not in ("ADD", "UPDATE"):
                 kept[index] = (0.0, op)
                 continue
+            if op.op == "UPDATE":
+                op = self._update_or_add(op, text)
             items = self._gate_items(text)
             with_ = self.validation_correct(own=[text], items=items)[0]
             without = float(self._baseline[items].mean())
@@ -278,6 +286,21 @@ class Learner:
             else:
                 self.stats.gated_out += 1
         return [op for _, op in kept.values()]
+
+    def _update_or_add(self, op: Operation, text: str) -> Operation:
+        """An UPDATE replaces a lesson, so it must beat that lesson on both lessons' gate items; one that
+        does not is an ADD beside it (judged like any), so a lesson the gate kept is never traded away
+        (the drift bench: a verified nx.from_numpy_array lesson rewritten into one about pivot)."""
+        old = self.store.get(op.target)
+        if old is None:
+            return op
+        items = np.union1d(self._gate_items(old.text), self._gate_items(text))
+        before = float(self.validation_correct(own=[old.text], items=items)[0].mean())
+        after = float(self.validation_correct(own=[text], items=items)[0].mean())
+        self._log("update_gate", text=text, target=op.target, items=[self.validation.tasks[i].id for i in items],
+                  accuracy_old=round(before, 4), accuracy_new=round(after, 4), update=after > before)
+        return op if after > before else Operation("ADD", op.proposal if op.proposal.text == text else
+                                                   replace(op.proposal, text=text))
 
     def _gate_items(self, lesson: str) -> np.ndarray:
         """Indices of the validation items a lesson is judged on: all, or (``gate_items``) the nearest to it
