@@ -70,10 +70,12 @@ async def run_seed(agent, other, reflector, plan: DriftPlan, seed: int, root: Pa
     with Sandbox(preload=drift.PRELOAD) as sandbox:
         tasks = taskset(splits, sandbox)
         async with running(False, plan.honest, workdir, agent.name) as fleet:
-            threshold = plan.min_similarity if plan.min_similarity is not None else default_min_similarity(fleet.encoder)
+            threshold = plan.min_similarity
+            if threshold is None:
+                threshold = default_min_similarity(fleet.encoder)
             llms = [agent] * plan.agents + [other] * plan.other_agents
-            scenario = Scenario(fleet, tasks, splits, plan, llms, reflector, Retrieval(k=plan.k, min_similarity=threshold),
-                                workdir, log)
+            scenario = Scenario(fleet, tasks, splits, plan, llms, reflector,
+                                Retrieval(k=plan.k, min_similarity=threshold), workdir, log)
             return await _conditions(scenario, seed, t0)
 
 

@@ -3,10 +3,11 @@
 Each attack gets a fresh node (its SQLite library, DeltaSoup at the production defaults, the
 library's merge) on an in-process log: the code path of `dso node start` minus NATS and HTTP,
 as in `dsonet.sim.fleet`, a fleet of one (`dsonet.sim.nodes.InProcessFleet`). First 12 honest
-peers publish GSM8K solution sentences (6 batches each), and agents report their lessons helped until they are trusted, as long-running peers are
-(volume alone lifts a key to 0.6, under `trusted`: issue 24); then 20 concurrent clients search
-the node while nothing else happens (the baseline), then again while the attacker publishes,
-interleaved with one more batch from every honest peer. Reported per attack:
+peers publish GSM8K solution sentences (6 batches each), and agents report their lessons helped
+until they are trusted, as long-running peers are (volume alone lifts a key to 0.6, under
+`trusted`: issue 24); then 20 concurrent clients search the node while nothing else happens
+(the baseline), then again while the attacker publishes, interleaved with one more batch from
+every honest peer. Reported per attack:
 
 - ``attacker_rows``: rows of the attacker's keys in the library once the node has read everything;
 - ``honest_rows_lost``: honest (id, signer) rows sent and not in the library, other than those the

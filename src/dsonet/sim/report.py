@@ -82,7 +82,8 @@ def example(held: TaskSet, runs: dict) -> dict | None:
     for i, task in enumerate(held.tasks):
         if runs["without"].correct[i] < 1 and runs["fleet"].correct[i] >= 1 and runs["fleet"].hits[i]:
             return {"task": task.question, "fact": task.entry["fact"],
-                    "without": runs["without"].texts[i], "without_feedback": held.explain(task, runs["without"].texts[i]),
+                    "without": runs["without"].texts[i],
+                    "without_feedback": held.explain(task, runs["without"].texts[i]),
                     "fleet": runs["fleet"].texts[i],
                     "lessons": [{"text": h.experience.text, "author": h.experience.provenance.node_id[:8]}
                                 for h in runs["fleet"].hits[i]]}

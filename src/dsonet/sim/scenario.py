@@ -69,7 +69,8 @@ class DriftPlan:
     held_out_per_control: int = 2
     feedback_tasks: int = 30  # per honest node, drawn from training and validation instances
     group_size: int = 4
-    candidates: int = 1  # reflector proposals per group without a rule lesson (greedy); 2+ are sampled, the gate keeps the best
+    candidates: int = 1  # reflector proposals per group without a rule lesson (greedy); 2+ are sampled, the gate
+    # keeps the best
     gate_items: int = 2  # validation items nearest a lesson it is judged on (+ 1 other)
     answer_tokens: int = 48  # one line, fenced or not; longer replies are explanations the check ignores
     k: int = 3
