@@ -5,7 +5,8 @@ land no lying row, evict no honest row and punish no honest key."""
 import pytest
 
 from dsonet.aggregate import DeltaSoupConfig
-from dsonet.bench import node_attacks, trust_attacks
+from dsonet.bench import node_attacks
+from dsonet.sim.node_attacks import FILL_KEYS, SLEEPER_HISTORY
 from dsonet.network.ingest import DEFERRED_KEY_BYTES, DEFERRED_NEW_KEYS_BYTES
 
 pytestmark = pytest.mark.slow
@@ -30,12 +31,12 @@ def test_the_quick_attacks_lose_no_honest_row_and_admit_only_what_the_limits_all
     assert rows["takeover"]["victim_row_held"] == [True, True]  # the author's row survived the copy and the tombstone
     fill = rows["deferred fill"]  # held back in bytes: at most a share a key, never all it sent
     share = max(DEFERRED_KEY_BYTES, DEFERRED_NEW_KEYS_BYTES)
-    assert 0 < fill["deferred_mb"] * 2**20 <= node_attacks.FILL_KEYS * share + 2**20
-    assert fill["deferred_batches"] < node_attacks.FILL_KEYS * sizes.fill_batches
+    assert 0 < fill["deferred_mb"] * 2**20 <= FILL_KEYS * share + 2**20
+    assert fill["deferred_batches"] < FILL_KEYS * sizes.fill_batches
     assert all(r["searches_during"] > 0 for r in rows.values())  # search kept answering through every attack
     # before issue 24: 9 of 10 lying rows stored, each the top hit for its question
     assert rows["sleeper"]["lying_rows_admitted"] == 0 == rows["sleeper"]["lying_top_hits"]
-    assert rows["sleeper"]["attacker_rows"] == 2 * trust_attacks.SLEEPER_HISTORY  # its lying batch went whole
+    assert rows["sleeper"]["attacker_rows"] == 2 * SLEEPER_HISTORY  # its lying batch went whole
     for name in ("eviction (untrusted)", "eviction (volume-trusted)"):  # before: 40 and 765 honest rows evicted
         assert rows[name]["attacker_rows"] > 0 and rows[name]["honest_rows_lost"] == 0
     shift = rows["reference shift"]  # before: 50 of 80 rows filtered, 30 refused at the floor, reputation 0.295

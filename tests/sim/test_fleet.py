@@ -4,7 +4,7 @@ import pytest
 from dsonet.aggregate import DeltaSoupConfig
 from dsonet.encoders.cache import cached_encode
 from dsonet.sim import corpus as corpus_mod
-from dsonet.sim.attacks import ATTACKS
+from dsonet.sim.attacks import attack
 from dsonet.sim.fleet import Contender, FleetSpec, MemoEncoder, SimulatedFleet
 from dsonet.sim.texts import garbage_texts, harmful_texts
 
@@ -27,8 +27,8 @@ def small(minilm):
 @pytest.mark.slow
 def test_hijack_breaks_the_median_but_not_deltasoup_with_its_defences(small):
     fleet, own = small
-    clean = fleet.run(fleet.traffic(ATTACKS["withholding"](), 0.3), Contender("mean", "mean", DeltaSoupConfig.paper(seed=0)))
-    traffic = fleet.traffic(ATTACKS["hijack"](), 0.3)
+    clean = fleet.run(fleet.traffic(attack("withholding"), 0.3), Contender("mean", "mean", DeltaSoupConfig.paper(seed=0)))
+    traffic = fleet.traffic(attack("hijack"), 0.3)
     median = fleet.run(traffic, Contender("median", "median", DeltaSoupConfig.paper(seed=0)), encoder=own)
     ours = fleet.run(traffic, Contender("deltasoup", "deltasoup", DeltaSoupConfig(seed=0)), encoder=own)
     assert clean.accuracy >= 0.8
@@ -40,5 +40,5 @@ def test_hijack_breaks_the_median_but_not_deltasoup_with_its_defences(small):
 def test_forged_tampered_and_replayed_batches_are_never_admitted(small):
     fleet, own = small
     for name in ("forgery", "tampering", "replay"):
-        out = fleet.run(fleet.traffic(ATTACKS[name](), 0.3), Contender("mean", "mean", DeltaSoupConfig.paper(seed=0)))
+        out = fleet.run(fleet.traffic(attack(name), 0.3), Contender("mean", "mean", DeltaSoupConfig.paper(seed=0)))
         assert (out.forged_admitted, out.tampered_admitted, out.replayed_admitted) == (0, 0, 0)

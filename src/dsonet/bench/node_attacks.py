@@ -39,13 +39,16 @@ The attacks:
   finding's 5 keys) and read whole at every pass. Reported: ``deferred_batches`` and
   ``deferred_mb`` held once the node has read everything;
 - sleeper, eviction (untrusted), eviction (volume-trusted), reference shift: issue 24's attacks on
-  trust, see `dsonet.bench.trust_attacks`.
+  trust.
+
+What each attack sends is its plan in `dsonet.sim.node_attacks` (with how the trust attacks work),
+chosen by name from the one registry of attacks (`dsonet.sim.attacks.attack`, level ``node``);
+this module delivers the plan to the node and measures.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import tempfile
 import threading
@@ -57,26 +60,24 @@ import msgpack
 import numpy as np
 
 from dsonet.aggregate import DeltaSoupConfig
-from dsonet.bench import trust_attacks
-from dsonet.bench.trust_attacks import Plan
 from dsonet.codec import default_profile, make_batch
-from dsonet.codec.batch import scale_bound
 from dsonet.experience import MAX_TEXT_CHARS, Experience, normalise_text
 from dsonet.identity import NodeIdentity
 from dsonet.network.access import serving
 from dsonet.network.ingest import DEFERRED_BYTES, DEFERRED_KEY_BYTES, DEFERRED_NEW_KEYS_BYTES
 from dsonet.network.node import NodeConfig
-from dsonet.network.tombstone import make_tombstone
 from dsonet.network.transport import subject_for
+from dsonet.sim.attacks import attack, names
 from dsonet.sim.corpus import DOMAIN
+from dsonet.sim.node_attacks import NodeView
 from dsonet.sim.nodes import InProcessFleet
+from dsonet.sim.plan import Plan
 
 DIM = 7680
 HONEST_PEERS = 12
 WARMUP_BATCHES = 6  # batches per honest peer before the attack; outcomes then make them trusted (`earn_trust`)
 CLIENTS = 20
 TRUSTED_FLOOR = 0.7
-FILL_KEYS = 5
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class Sizes:
     sybil_keys: int
     honest_rows: int  # rows per honest warm-up batch
     baseline_s: float  # how long the clients search with no attack
-    fill_batches: int  # batches of `volume_rows` rows from each of `FILL_KEYS` keys in the deferred fill
+    fill_batches: int  # batches of `volume_rows` rows from each of the deferred fill's keys (`FILL_KEYS`)
 
     @classmethod
     def of(cls, quick: bool) -> "Sizes":
@@ -178,20 +179,6 @@ class Bench:
         return self.batch(identity, list(zip(a.tolist(), b.tolist())), texts, confidence=1.0)
 
 
-def poisoned(bench: Bench, identity) -> bytes:
-    """A batch signed by ``identity`` whose one row has a scale of 3e38 (no unit vector's code has
-    one): built as a valid batch, then its content changed and signed again, as an attacker would."""
-    payload = bench.hostile(identity, 1, "poisoned")
-    content, _ = msgpack.unpackb(payload)
-    fields = msgpack.unpackb(content)
-    code = bytearray(fields["rows"][0][5])
-    n_scales = int(scale_bound(bench.profile).size)
-    code[len(code) - 4 * n_scales:] = np.full(n_scales, 3e38, "<f4").tobytes()
-    fields["rows"][0][5] = bytes(code)
-    content = msgpack.packb(fields, use_bin_type=True)
-    return msgpack.packb([content, identity.sign(hashlib.sha256(content).hexdigest().encode())], use_bin_type=True)
-
-
 class Peak:
     """The process's peak resident memory, sampled every 20 ms on a thread while running."""
 
@@ -239,32 +226,6 @@ def _ms(latencies: list[float], q: float) -> float:
     return round(1000 * float(np.quantile(latencies, q)), 1) if latencies else float("nan")
 
 
-def _plan(bench: Bench, sizes: Sizes, name: str, deal: np.ndarray, free: int, honest_rows: int) -> Plan:
-    """What attack ``name`` sends (see the module doc and `dsonet.bench.trust_attacks`)."""
-    if name in trust_attacks.TRUST_ATTACKS:
-        return trust_attacks.plan(name, bench, sizes, deal, free, honest_rows)
-    if name == "volume":
-        attackers = [NodeIdentity.from_seed(f"volume-{i}".encode()) for i in range(sizes.volume_keys)]
-        return Plan(attackers, [bench.hostile(a, sizes.volume_rows, f"v{i}") for i, a in enumerate(attackers)])
-    if name == "sybil":
-        attackers = [NodeIdentity.from_seed(f"sybil-{i}".encode()) for i in range(sizes.sybil_keys)]
-        return Plan(attackers, [bench.hostile(a, 1, f"s{i}") for i, a in enumerate(attackers)])
-    if name == "poisoned batch":  # it and the 12 honest batches go out together: one read
-        attacker = NodeIdentity.from_seed(b"poisoner")
-        return Plan([attacker], [poisoned(bench, attacker)], in_order=True)
-    if name == "takeover":
-        attacker, victim = NodeIdentity.from_seed(b"taker"), int(deal[0])  # sent by honest peer 0 in the warm-up
-        exp = Experience(bench.docs[victim], DOMAIN)
-        return Plan([attacker], [bench.batch(attacker, [(victim, -1)], [bench.docs[victim]], confidence=1.0)],
-                    tombstones=[make_tombstone([exp.id], attacker).to_msgpack()],
-                    victim_key=(exp.id, bench.honest[0].node_id))
-    if name == "deferred fill":  # each key's first batch first: admitted once, then the rest over its rate
-        attackers = [NodeIdentity.from_seed(f"fill-{i}".encode()) for i in range(FILL_KEYS)]
-        return Plan(attackers, [bench.hostile(a, sizes.volume_rows, f"f{i}-{j}") for j in range(sizes.fill_batches)
-                                for i, a in enumerate(attackers)], in_order=True)
-    raise ValueError(f"attack: {name!r} is not one of {ATTACKS}")
-
-
 async def earn_trust(node, bench: Bench, docs: np.ndarray) -> int:
     """Agents search for what the honest peers taught and report their lessons helped (through
     `Node.record_outcome`, as `POST /outcomes` does), until every honest peer is trusted: trust
@@ -294,7 +255,8 @@ async def run_attack(bench: Bench, sizes: Sizes, name: str) -> dict:
     n_warm = HONEST_PEERS * WARMUP_BATCHES * sizes.honest_rows
     warm = bench.honest_batches(deal[:n_warm], sizes.honest_rows)
     during = bench.honest_batches(deal[n_warm : n_warm + HONEST_PEERS], 1)  # one more single-row batch each
-    plan = _plan(bench, sizes, name, deal, n_warm + HONEST_PEERS, n_warm + HONEST_PEERS)
+    free = n_warm + HONEST_PEERS  # the first doc no honest peer sends, and how many they send
+    plan = attack(name, "node").plan(NodeView(bench, sizes, deal, free, free))
     if not plan.warm_up:
         warm, during = [], []
     hostile, tombstones = plan.hostile, plan.tombstones
@@ -376,7 +338,7 @@ async def run_attack(bench: Bench, sizes: Sizes, name: str) -> dict:
     return result
 
 
-ATTACKS = ("volume", "sybil", "poisoned batch", "takeover", "deferred fill") + trust_attacks.TRUST_ATTACKS
+ATTACKS = names("node")
 
 
 def run(quick: bool, docs, doc_vectors: np.ndarray, query_vectors: np.ndarray, encoder_id: str,

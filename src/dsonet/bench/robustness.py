@@ -2,7 +2,7 @@
 
 A fleet of N = 100 simulated nodes (`dsonet.sim.fleet`): real signed batches, real MiniLM
 embeddings of GSM8K solution sentences (honest experiences) and questions (held-out queries),
-and f ∈ {0, 10, 20, 30, 40, 49}% of the nodes running one attack from `dsonet.sim.attacks`.
+and f ∈ {0, 10, 20, 30, 40, 49}% of the nodes running one fleet attack from `dsonet.sim.attacks`.
 Accuracy = share of held-out questions whose top-5 holds a sentence of their own solution and
 no attacker experience. ``clean_accuracy`` = the same honest nodes sending the same batches with
 the attackers silent and nothing filtered ("mean"), the reference each row is read against (how
@@ -21,7 +21,7 @@ fixed random orthonormal map, as in `dso bench codec`.
 
 Then the attacks that go around DeltaSoup, against one real node while 20 clients search it
 (`dsonet.bench.node_attacks`): a volume attack, a Sybil flood, a poisoned batch among honest
-ones, a takeover attempt, a deferred fill, and the attacks on trust (`dsonet.bench.trust_attacks`:
+ones, a takeover attempt, a deferred fill, and the attacks on trust (`dsonet.sim.node_attacks`:
 a sleeper, eviction by volume, a reference shift); honest rows lost, attacker and lying rows
 admitted, the honest keys' reputation, memory and search latency.
 """
@@ -39,6 +39,7 @@ import click
 import numpy as np
 
 from dsonet.bench.report import RESULTS_DIR, format_table, write_results
+from dsonet.sim.attacks import attack, names
 
 PAPER = {"clean": 0.947, "median_at_30": 0.921, "mean_at_30": 0.70}  # zip-002 §6
 FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.49)
@@ -143,7 +144,7 @@ def node_section(quick: bool, attacks: tuple[str, ...] = ()) -> dict:
     corpus = corpus_mod.load(encoder)
     t = time.perf_counter()
     out = node_attacks.run(quick, corpus.docs, corpus.d_vectors, corpus.q_vectors, encoder.id,
-                           attacks=attacks or node_attacks.ATTACKS)
+                           attacks=attacks or names("node"))
     click.echo(f"  attacks on the node: {time.perf_counter() - t:.0f} s", err=True)
     return out
 
@@ -153,7 +154,6 @@ def run(quick: bool, repeats: int) -> dict:
     from dsonet.encoders.cache import cached_encode
     from dsonet.sim import corpus as corpus_mod
     from dsonet.sim import texts as attack_texts
-    from dsonet.sim.attacks import ATTACKS
     from dsonet.sim.fleet import FleetSpec, MemoEncoder, SimulatedFleet
 
     encoder = minilm()
@@ -178,20 +178,20 @@ def run(quick: bool, repeats: int) -> dict:
     fleet = SimulatedFleet(corpus, spec, encoder.id, harmful, garbage, garbage_vecs)
     fractions = (0.0, 0.3) if quick else FRACTIONS
     rules = contenders(full=not quick)
-    base = fleet.traffic(ATTACKS["withholding"](), 0.0)  # f = 0: no attacker, the same for every attack
+    base = fleet.traffic(attack("withholding"), 0.0)  # f = 0: no attacker, the same for every attack
     at_zero = {c.label: fleet.run(base, c, encoder=own).accuracy for c in rules}
     mean = next(c for c in rules if c.label == "mean")
     # the reference at each f: the same honest nodes and batches, attackers silent, nothing filtered
-    clean_at = {f: at_zero["mean"] if f == 0.0 else fleet.run(fleet.traffic(ATTACKS["withholding"](), f), mean).accuracy
+    clean_at = {f: at_zero["mean"] if f == 0.0 else fleet.run(fleet.traffic(attack("withholding"), f), mean).accuracy
                 for f in fractions}
     rows, special = [], {"forged": 0, "tampered": 0, "replayed": 0}
-    for name, attack_cls in ATTACKS.items():
+    for name in names("fleet"):
         t = time.perf_counter()
         for f in fractions:
             if f == 0.0:
                 rows += [_row(name, c.label, f, at_zero[c.label], clean_at[f], 0.0) for c in rules]
                 continue
-            traffic = fleet.traffic(attack_cls(), f)
+            traffic = fleet.traffic(attack(name), f)
             for c in rules + (ablations() if abs(f - 0.3) < 1e-9 else []):
                 out = fleet.run(traffic, c, encoder=own)
                 rows.append(_row(name, c.label, f, out.accuracy, clean_at[f], out.attacker_admitted))
@@ -226,14 +226,14 @@ def plot(result: dict, path) -> None:
     cols = 4
     fig, axes = plt.subplots(-(-len(attacks) // cols), cols, figsize=(4 * cols, 3 * -(-len(attacks) // cols)),
                              sharex=True, sharey=True, squeeze=False)
-    for ax, attack in zip(axes.flat, attacks):
+    for ax, name in zip(axes.flat, attacks):
         for rule in rules:
             pts = sorted((r["byzantine_fraction"], r["accuracy"]) for r in result["rows"]
-                         if r["attack"] == attack and r["rule"] == rule)
+                         if r["attack"] == name and r["rule"] == rule)
             ax.plot([100 * p[0] for p in pts], [100 * p[1] for p in pts], marker="o", ms=3, label=rule,
                     lw=2.5 if rule == "deltasoup" else 1.2)
         ax.axhline(100 * result["rows"][0]["clean_accuracy"], color="grey", ls=":", lw=1)
-        ax.set_title(attack, fontsize=10)
+        ax.set_title(name, fontsize=10)
         ax.set_ylim(0, 100)
     for ax in axes.flat[len(attacks):]:
         ax.axis("off")
@@ -282,11 +282,10 @@ def cli(quick: bool, repeats: int, node_only: bool, attacks: tuple[str, ...]) ->
       dso bench robustness --node-only
       dso bench robustness --node-only --attack sleeper --attack "reference shift"
     """
-    from dsonet.bench.node_attacks import ATTACKS
-
-    unknown = [a for a in attacks if a not in ATTACKS]
+    known = names("node")
+    unknown = [a for a in attacks if a not in known]
     if unknown or (attacks and not node_only):
-        raise click.BadParameter(f"{unknown[0]!r} is not an attack on the node; choose from {', '.join(ATTACKS)}"
+        raise click.BadParameter(f"{unknown[0]!r} is not an attack on the node; choose from {', '.join(known)}"
                                  if unknown else "goes with --node-only", param_hint="--attack")
     start = time.perf_counter()
     if node_only:
@@ -299,8 +298,8 @@ def cli(quick: bool, repeats: int, node_only: bool, attacks: tuple[str, ...]) ->
         if attacks:  # the other attacks' rows stay as last measured
             ran = {r["attack"] for r in section["rows"]}
             old = [r for r in kept.get("node_attacks", {}).get("rows", []) if r["attack"] not in ran]
-            section["rows"] = sorted(old + section["rows"], key=lambda r: ATTACKS.index(r["attack"])
-                                     if r["attack"] in ATTACKS else len(ATTACKS))
+            section["rows"] = sorted(old + section["rows"], key=lambda r: known.index(r["attack"])
+                                     if r["attack"] in known else len(known))
         path = write_results("robustness", {**kept, "node_attacks": section}, quick=quick)
         click.echo(f"wrote {path}")
         return

@@ -25,7 +25,8 @@ from dsonet.codec.batch import claims
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
 from dsonet.network.transport import MSG_ID, SENDER, Message, Transport, subject_for
-from dsonet.sim.attacks import Attack, Forgery, RandomSignsScales, Replay, SimNode, Tampering, TargetedHijack, View
+from dsonet.sim.attacks import SimNode, View, attack
+from dsonet.sim.plan import Attack
 from dsonet.sim.nodes import is_batch
 from dsonet.sim.texts import harmful_texts
 
@@ -58,10 +59,13 @@ def poison_sent(wire: list[Message], byz: list[SimNode]) -> list[Sent]:
     return out
 
 
-def classic_plan(byz: list[SimNode]) -> list[tuple[SimNode, Attack]]:
-    """Today's attacks, dealt out among the Byzantine nodes."""
-    attacks = [TargetedHijack(), RandomSignsScales(), Forgery(), Tampering(), Replay()]
-    return [(node, attack) for j, node in enumerate(byz) for attack in attacks[j::len(byz)]]
+CLASSIC = ("hijack", "random_signs", "forgery", "tampering", "replay")  # fleet attacks of `dsonet.sim.attacks`
+
+
+def classic_plan(byz: list[SimNode], names: tuple[str, ...] = CLASSIC) -> list[tuple[SimNode, Attack]]:
+    """The attacks called ``names`` (today's classic wave), dealt out among the Byzantine nodes."""
+    attacks = [attack(name) for name in names]
+    return [(node, chosen) for j, node in enumerate(byz) for chosen in attacks[j::len(byz)]]
 
 
 def view(wire: list[Message], honest: dict[str, bytes], encoder, profile: Profile, questions: list[str],
@@ -80,16 +84,16 @@ def view(wire: list[Message], honest: dict[str, bytes], encoder, profile: Profil
 async def strike(transport: Transport, plan: list[tuple[SimNode, Attack]], seen: View, domain: str) -> list[Sent]:
     """Publish every payload of the plan on the fleet's log."""
     sent = []
-    for node, attack in plan:
-        if (attack.replayed or attack.tampered) and not seen.honest_payloads:
+    for node, chosen in plan:
+        if (chosen.replayed or chosen.tampered) and not seen.honest_payloads:
             continue  # nothing honest on the wire to replay or tamper with
-        for payload in attack.payloads(node, seen, min(10, len(seen.honest_vectors))):
-            msg_id = f"{node.name}-{attack.name}-{seen.now_ms}-{len(sent)}"
+        for payload in chosen.plan(seen.at(node, min(10, len(seen.honest_vectors)))).hostile:
+            msg_id = f"{node.name}-{chosen.name}-{seen.now_ms}-{len(sent)}"
             seq = await transport.publish(payload, subject_for("dso", "batch", domain),
                                           {SENDER: node.node_id, MSG_ID: msg_id})
             claimed = claims(payload)  # what it claims to carry; None when it does not parse
             texts = claimed.texts if claimed else ()
-            sent.append(Sent(node.node_id, attack.name, seq, len(payload), len(texts), frozenset(texts)))
+            sent.append(Sent(node.node_id, chosen.name, seq, len(payload), len(texts), frozenset(texts)))
     return sent
 
 

@@ -37,7 +37,8 @@ from dsonet.identity import NodeIdentity
 from dsonet.library import Hit
 from dsonet.network.node import Node, NodeConfig
 from dsonet.network.transport import InProcessHub, subject_for
-from dsonet.sim.attacks import Attack, SimNode, View
+from dsonet.sim.attacks import SimNode, View
+from dsonet.sim.plan import Attack
 from dsonet.sim.corpus import DOMAIN, Corpus
 from dsonet.sim.nodes import InProcessFleet
 
@@ -157,7 +158,7 @@ class SimulatedFleet:
                         self.corpus.q_vectors[self.items], self.harmful, self.garbage, self.garbage_vectors,
                         self.profile, now, np.random.default_rng(spec.seed + 100 + r))
             size = int(np.median(sizes))
-            bad = [p for node in self.nodes[:n_byz] for p in attack.payloads(node, view, size)]
+            bad = [p for node in self.nodes[:n_byz] for p in attack.plan(view.at(node, size)).hostile]
             mixed = [(p, False) for p in honest_payloads] + [(p, True) for p in bad]
             rounds.append([mixed[i] for i in rng.permutation(len(mixed))])
         return Traffic(rounds, attack)
