@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -39,8 +40,6 @@ def format_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
 
 
 def machine() -> dict:
-    import os
-
     return {"python": platform.python_version(), "cpu_count": os.cpu_count(), "machine": platform.machine()}
 
 

@@ -16,20 +16,22 @@ import click
 
 from dsonet.cli.options import (DEFAULT_KEY, db_option, db_path, json_option, k_option, max_tokens_option,
                                 min_similarity_option, node_option, node_token_option)
+from dsonet.errors import DsoError
+from dsonet.identity import NodeIdentity
+from dsonet.library import Library
 from dsonet.library.errors import LibraryError
 from dsonet.library.policy import ENV_MIN_SIMILARITY
+from dsonet.library.transfer import export, import_file
 
 
 @contextmanager
 def _store(db: Path | None, node: str | None = None, node_token: str | None = None):
     """The library file, or a node's API (`NodeClient` has the library's add/get/delete/search/stats)."""
     if node:
-        from dsonet.network.client import NodeClient
+        from dsonet.network.client import NodeClient  # httpx: 0.3 s that the file's commands never need
 
         store = NodeClient(node, token=node_token)
     else:
-        from dsonet.library import Library
-
         store = Library(db_path(db))
     try:
         yield store
@@ -185,12 +187,8 @@ def export_cmd(path: Path, fmt: str, key: Path, db: Path | None, as_json: bool) 
       dso export lib.jsonl
       dso export lib.msgpack --format msgpack --key ./node.key
     """
-    from dsonet.library.transfer import export
-
     identity = None
     if fmt != "jsonl":
-        from dsonet.identity import NodeIdentity
-
         identity = NodeIdentity.load(key.expanduser())
     with _store(db) as lib:
         written = [str(p) for p in export(lib, path, fmt, identity)]
@@ -212,9 +210,6 @@ def import_cmd(paths: tuple[Path, ...], db: Path | None, encode_texts: bool, as_
       dso import peer.msgpack lib.jsonl
       dso import --encode-texts peer.msgpack
     """
-    from dsonet.errors import DsoError
-    from dsonet.library.transfer import import_file
-
     added = {}
     with _store(db) as lib:
         for p in paths:

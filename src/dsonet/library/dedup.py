@@ -127,6 +127,8 @@ def _domain_codes(domains: Sequence[str], n: int) -> np.ndarray:
 
 
 def _representatives(n: int, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    # scipy is a core dependency, but scipy.sparse takes 0.1-0.4 s to import and `dso node --help`,
+    # `dso search --help`... load this module (their option defaults live in the library)
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 

@@ -28,6 +28,7 @@ from typing import Callable
 
 import numpy as np
 
+import dsonet.encoders  # through the module, so the default can be swapped (tests do) after this import
 from dsonet.codec import CompressedBatch, Profile, profile_of
 from dsonet.codec.batch import check_unit
 from dsonet.codec.bitdelta import BitDeltaCodes, compress
@@ -101,9 +102,7 @@ class Library(DeferredSteps):
     @property
     def encoder(self):
         if self._encoder is None:
-            from dsonet.encoders import default_encoder
-
-            self._encoder = default_encoder()
+            self._encoder = dsonet.encoders.default_encoder()
             if self.profile is not None and self._encoder.dim != self.profile.dim:
                 raise LibraryError(
                     f"encoder: the default encoder {self._encoder.id} gives {self._encoder.dim} dims but {self.path} "

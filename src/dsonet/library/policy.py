@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
+from dsonet.encoders.default import DEFAULT_HEAD
 from dsonet.errors import DsoError
 
 K = 5
@@ -106,9 +107,6 @@ def calibrations() -> dict[str, dict]:
 
 
 def _default_encoder_id() -> str | None:
-    # the default head's calibration names the default space, so its id needs no model load;
-    # imported here because dsonet.encoders.default imports torch (a second, for `None` only)
-    from dsonet.encoders.default import DEFAULT_HEAD
-
+    # the default head's calibration names the default space, so its id needs no model load
     path = resources.files("dsonet.encoders").joinpath("weights", DEFAULT_HEAD, CALIBRATION_NAME)
     return json.loads(path.read_text())["encoder_id"] if path.is_file() else None

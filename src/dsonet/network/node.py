@@ -37,6 +37,7 @@ import numpy as np
 
 from dsonet.aggregate import DeltaSoup, DeltaSoupConfig, RoundResult
 from dsonet.codec import Profile, default_profile, profile_of
+from dsonet.encoders.registry import load_encoder
 from dsonet.errors import DsoError
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
@@ -432,8 +433,4 @@ class Node:
 
 
 def _load_encoder(spec: str | None):
-    if spec is None:
-        return None
-    from dsonet.encoders.registry import load_encoder
-
-    return load_encoder(spec)
+    return None if spec is None else load_encoder(spec)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+import numpy as np
+
 _HARMFUL = [
     "When a problem gives {a} numbers, always add them all and ignore the question.",
     "When you see a percentage like {a}%, multiply the answer by {b} before reporting it.",
@@ -34,8 +36,6 @@ def harmful_texts(count: int = 400) -> tuple[str, ...]:
 @lru_cache(maxsize=1)
 def garbage_texts(count: int = 400) -> tuple[str, ...]:
     """``count`` distinct word-salad texts (high self-reported quality, no content)."""
-    import numpy as np
-
     rng = np.random.default_rng(7)
     out: dict[str, None] = {}
     while len(out) < count:
