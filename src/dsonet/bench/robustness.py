@@ -38,17 +38,27 @@ from pathlib import Path
 import click
 import numpy as np
 
+from dsonet.aggregate import DeltaSoup, DeltaSoupConfig
+from dsonet.bench import node_attacks
+from dsonet.bench.codec import lift
 from dsonet.bench.report import RESULTS_DIR, format_table, write_results
+from dsonet.codec.batch import default_profile, make_batch
+from dsonet.encoders import minilm
+from dsonet.encoders.cache import cached_encode
+from dsonet.experience import Experience, Provenance
+from dsonet.identity import NodeIdentity
+from dsonet.library import Library
+from dsonet.sim import corpus as corpus_mod
+from dsonet.sim import texts as attack_texts
 from dsonet.sim.attacks import attack, names
+from dsonet.sim.corpus import DOMAIN, fits, texts
+from dsonet.sim.fleet import Contender, FleetSpec, MemoEncoder, SimulatedFleet
 
 PAPER = {"clean": 0.947, "median_at_30": 0.921, "mean_at_30": 0.70}  # zip-002 §6
 FRACTIONS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.49)
 
 
 def contenders(full: bool):
-    from dsonet.aggregate import DeltaSoupConfig
-    from dsonet.sim.fleet import Contender
-
     ours, paper = DeltaSoupConfig(seed=0), DeltaSoupConfig.paper(seed=0)
     out = [Contender("deltasoup", "deltasoup", ours), Contender("deltasoup-paper", "deltasoup", paper),
            Contender("median", "median", paper), Contender("mean", "mean", paper)]
@@ -58,9 +68,6 @@ def contenders(full: bool):
 
 
 def ablations():
-    from dsonet.aggregate import DeltaSoupConfig
-    from dsonet.sim.fleet import Contender
-
     ours = DeltaSoupConfig(seed=0)
     return [Contender("deltasoup-no-reencode", "deltasoup", replace(ours, reencode_per_batch=0)),
             Contender("deltasoup-no-feedback", "deltasoup", replace(ours, feedback=False)),
@@ -69,14 +76,6 @@ def ablations():
 
 def time_round(encoder_id: str, docs: np.ndarray, queries: np.ndarray, repeats: int) -> dict:
     """Median seconds for verify (100 submits) and for the round, at 100 × 100 × 7680."""
-    from dsonet.aggregate import DeltaSoup, DeltaSoupConfig
-    from dsonet.bench.codec import lift
-    from dsonet.codec.batch import default_profile, make_batch
-    from dsonet.experience import Experience, Provenance
-    from dsonet.identity import NodeIdentity
-    from dsonet.library import Library
-    from dsonet.sim.corpus import DOMAIN, fits, texts
-
     questions, doc_texts, _ = texts()
     candidates = list(doc_texts) + list(questions)
     usable = [i for i, t in enumerate(candidates) if fits(t)]  # a long question cannot be an experience
@@ -136,10 +135,6 @@ class _NoEncoder:
 def node_section(quick: bool, attacks: tuple[str, ...] = ()) -> dict:
     """The attacks on the node alone (see `dsonet.bench.node_attacks`); ``attacks``: these only (all
     when empty)."""
-    from dsonet.bench import node_attacks
-    from dsonet.encoders import minilm
-    from dsonet.sim import corpus as corpus_mod
-
     encoder = minilm()
     corpus = corpus_mod.load(encoder)
     t = time.perf_counter()
@@ -150,12 +145,6 @@ def node_section(quick: bool, attacks: tuple[str, ...] = ()) -> dict:
 
 
 def run(quick: bool, repeats: int) -> dict:
-    from dsonet.encoders import minilm
-    from dsonet.encoders.cache import cached_encode
-    from dsonet.sim import corpus as corpus_mod
-    from dsonet.sim import texts as attack_texts
-    from dsonet.sim.fleet import FleetSpec, MemoEncoder, SimulatedFleet
-
     encoder = minilm()
     corpus = corpus_mod.load(encoder)
     harmful, garbage = attack_texts.harmful_texts(), attack_texts.garbage_texts()
