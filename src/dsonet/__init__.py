@@ -7,7 +7,9 @@ lazily only (1) a heavy optional dependency (a module only an extra installs, as
 `dsonet.cli.main.EXTRAS`: torch, transformers, cyllama, mcp...; or uvicorn, langchain_core,
 huggingface_hub) or a dsonet module that loads one when imported, so that the core install
 works without them and does not pay for them; (2) in `dsonet.cli`, a module that
-`dso --help` does not load already, so that each command starts fast. No module imports
+`dso --help` does not load already, so that each command starts fast; (3) scipy's sparse
+graph tools in `library.dedup` (a core dependency, but 0.3-0.5 s to import, and `dso node
+--help` and `dso search --help` load the library for their defaults). No module imports
 itself back through others. `tests/test_import_layers.py` checks all three.
 """
 
