@@ -7,6 +7,7 @@ from dsonet.codec import default_profile, make_batch
 from dsonet.errors import BatchError
 from dsonet.experience import Experience
 from dsonet.identity import NodeIdentity
+from dsonet.sim.adversary import byzantine_nodes, classic_plan
 from dsonet.sim.attacks import SimNode, View, attack, names
 from dsonet.sim.node_attacks import NodeView
 from dsonet.sim.texts import garbage_texts, harmful_texts
@@ -98,7 +99,7 @@ def test_one_registry_names_every_attack_by_level_in_the_benches_order():
 
 
 def test_an_unknown_attack_or_level_is_refused_with_the_choices():
-    with pytest.raises(ValueError, match=r"attack: 'volume' is not an attack at the fleet level; choose from random_signs"):
+    with pytest.raises(ValueError, match=r"attack: 'volume' is not an attack at the fleet level; choose from random"):
         attack("volume")
     with pytest.raises(ValueError, match=r"level: 'wire' is not a level of attack; choose from fleet, node"):
         attack("hijack", "wire")
@@ -123,3 +124,11 @@ def test_a_node_attack_plan_is_what_its_name_says(view):
     assert [e.text for e in copy.experiences] == list(Material.docs) and copy.node_id == plan.attackers[0].node_id
     assert copy.experiences[0].confidence == 1.0 and len(plan.tombstones) == 1
     assert plan.victim_key == (copy.experiences[0].id, Material.honest[0].node_id)
+
+
+def test_the_demos_classic_wave_deals_the_registrys_attacks_by_name_among_the_byzantine_nodes():
+    byz = byzantine_nodes(2)
+    plan = classic_plan(byz)
+    assert [(node.name, chosen.name) for node, chosen in plan] == [
+        ("byz0", "hijack"), ("byz0", "forgery"), ("byz0", "replay"), ("byz1", "random_signs"), ("byz1", "tampering")]
+    assert all(type(chosen) is type(attack(chosen.name)) for _, chosen in plan)
