@@ -44,7 +44,9 @@ class DemoConfig:
     train_per_fact: int = 1  # training instances per fact, practised by the one node the fact is dealt to
     eval_per_fact: int = 15  # held-out instances per change fact: 8 x 15 = 120 for without and fleet, 60 for the rest
     eval_per_control: int = 2
-    feedback_tasks: int = 10  # per honest node: tasks solved with the poisoned fleet's lessons, outcomes reported
+    # per honest node: tasks solved with the poisoned fleet's lessons, outcomes reported. 10 gave a signer 1-3
+    # harmful outcomes a node, under the 5 (none helpful) that convict it; 20 is every practice instance.
+    feedback_tasks: int = 20
     rollouts: int = 4  # G per training instance
     candidates: int = 1  # lesson proposals per group; more are sampled and the execution gate keeps the best
     gate_items: int = 2  # validation instances nearest a lesson that it is judged on (+ one other)
