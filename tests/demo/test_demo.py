@@ -161,3 +161,18 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def test_dso_demo_defaults_are_the_demo_configs():
+    """`make demo` runs `dso demo`: a default changed in one place only (the CLI kept 10 feedback
+    tasks when DemoConfig went to 20) would make the command and the Python API run different demos."""
+    from dataclasses import fields
+
+    from dsonet.cli.demo import demo
+    from dsonet.demo import DemoConfig
+
+    config = DemoConfig()
+    names = {f.name for f in fields(DemoConfig)}
+    shared = {p.name: p.default for p in demo.params if p.name in names and not getattr(p, "is_flag", False)}
+    assert len(shared) >= 10
+    assert {k: v for k, v in shared.items() if v is not None and v != getattr(config, k)} == {}
