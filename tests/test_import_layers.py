@@ -236,10 +236,7 @@ HEAVY = {*EXTRAS, "uvicorn", "langchain_core", "huggingface_hub"}
 # A core dependency slow to import: scipy.sparse takes 0.1-0.4 s, and `dso node --help`, `dso search --help`...
 # load the library (their option defaults live there), so the library's duplicate clusters import it when run.
 SLOW_CORE = {"scipy"}
-# The whole package is held to it but the modules the attack-plan rework (issue 25, item 4) is rewriting.
-NOT_YET = {"sim/attacks.py", "sim/adversary.py", "bench/node_attacks.py", "bench/robustness.py"}
-CLEAN_BENCHES = tuple(sorted(path.stem for path in (SRC / "bench").glob("*.py")
-                             if path.stem != "__init__" and f"bench/{path.name}" not in NOT_YET))
+CLEAN_BENCHES = tuple(sorted(path.stem for path in (SRC / "bench").glob("*.py") if path.stem != "__init__"))
 
 
 def _heavy_modules() -> set[str]:
@@ -259,11 +256,10 @@ def _heavy_modules() -> set[str]:
 
 
 def _lazy_imports() -> list[tuple[str, int, str]]:
-    """(file, line, imported module) for every import inside a function of the package, NOT_YET aside."""
+    """(file, line, imported module) for every import inside a function of the package."""
     modules = _module_names(SRC, "dsonet")
     by_path = {path: name for name, path in modules.items()}
     return [(str(path.relative_to(SRC)), node.lineno, target) for path in sorted(SRC.rglob("*.py"))
-            if str(path.relative_to(SRC)) not in NOT_YET
             for node, in_function in _import_nodes(ast.parse(path.read_text()))
             if in_function and not isinstance(node, ast.Call)
             for target in _imported(node, by_path[path], path.name == "__init__.py", modules)]

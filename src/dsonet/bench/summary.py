@@ -276,7 +276,7 @@ def _node_attacks_section(section: dict) -> str:
             f"{limits.get('deferred_key_bytes', 0) / 2**20:.0f} MiB a key not yet trusted, "
             f"{limits.get('deferred_new_keys_bytes', 0) / 2**20:.0f} MiB for all keys never admitted, "
             f"{limits.get('deferred_bytes', 0) / 2**20:.0f} MiB in all.\n\n"
-            "The attacks on trust (issue 24; `dsonet.bench.trust_attacks`): honest peers are trusted by agents' "
+            "The attacks on trust (issue 24; `dsonet.sim.node_attacks`): honest peers are trusted by agents' "
             "outcomes, volume lifts a key to 0.6 at most (`honest_min_reputation`: the lowest honest key at the end). "
             "Sleeper: five honest batches, then 980 honest rows and 10 whose code is a searched question's code "
             "(`lying_rows_admitted`). Eviction: a 1,000-row flood at confidence 1.0, from a fresh key and from one "
