@@ -235,7 +235,7 @@ def plot(rows: list[dict], path: Path) -> None:
         mid = np.array([row[f"accuracy_{'with' if c == 'own' else c}"] for c in CONDITIONS])
         lo_hi = np.array([row["wilson"][c] for c in CONDITIONS])
         ax.bar(xs, mid, width, yerr=[mid - lo_hi[:, 0], lo_hi[:, 1] - mid], capsize=2,
-               label=f"{row['llm']} (n={row['n_eval']}x{row['seeds']})")
+               label=f"{row['llm']} (n={row['n_eval']}, {row['seeds']} seeds pooled)")
     ax.set_xticks(np.arange(len(CONDITIONS)), [c.replace("_", " ") for c in CONDITIONS], fontsize=7, rotation=20)
     ax.set_ylabel("held-out accuracy (Wilson 95%)")
     ax.set_title("drift: one line against the installed libraries, checked by execution", fontsize=9)

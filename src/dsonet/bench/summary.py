@@ -148,7 +148,7 @@ def headline(results: Path) -> str:
         rows.append(["submit → searchable elsewhere, p50", "–", f"{net['propagation_p50_ms']:.0f} ms", "–", "network"])
     drift = _load(results, "learn-drift")
     for r in (drift or {}).get("rows", []):
-        rows.append([f"library drift, held-out, without → own → fleet ({r['llm']}, n = {r['n_eval']} × {r['seeds']})",
+        rows.append([f"library drift, held-out, without → own → fleet ({r['llm']}, n = {r['n_eval']} pooled over {r['seeds']} seed(s))",
                      "GitChameleon (other tasks and models): GPT-4o pass@10 39.9%, 43.7% with error feedback",
                      f"{100 * r['accuracy_without']:.1f}% → {100 * r['accuracy_with']:.1f}% → "
                      f"{100 * r['accuracy_fleet']:.1f}% (fleet − without, paired 95%: {_points(r['ci95_fleet'])}; "
