@@ -103,10 +103,12 @@ def test_the_library_takes_no_lock_from_its_caller():
 # leads to `dsonet.codec.kernels` and `from dsonet.library import Library` to `dsonet.library`.
 
 def _module_names(root: Path, package: str) -> dict[str, Path]:
-    """Every module of ``package`` (rooted at ``root``) by dotted name, compiled extensions included."""
+    """Every module of ``package`` (rooted at ``root``) by dotted name, compiled extensions included, built or
+    not (a C source is the extension it builds: an install without the kernels must not show a circle)."""
     names = {}
     for path in root.rglob("*"):
-        suffix = next((s for s in (".py", *importlib.machinery.EXTENSION_SUFFIXES) if path.name.endswith(s)), None)
+        suffix = next((s for s in (".py", *importlib.machinery.EXTENSION_SUFFIXES, ".c") if path.name.endswith(s)),
+                      None)
         if suffix is None:
             continue
         parts = [package, *path.relative_to(root).parts[:-1], path.name[:-len(suffix)]]
