@@ -7,12 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from lib_helpers import experiences, unit
+from lib_helpers import experiences, small_index_thresholds, subspace_vectors
 
 from dsonet.codec import Profile
 from dsonet.library import Library
-from dsonet.library import code_index
-from dsonet.library import index_stages
 from dsonet.library.code_index import CodeIndex
 
 PROFILE = Profile(96, 32, "test:fits", rotation_seed=7)
@@ -21,24 +19,12 @@ OLD_FILE = Path(__file__).parent / "data" / "library-v1.sqlite"
 
 @pytest.fixture(autouse=True)
 def small_thresholds(monkeypatch):
-    """Both stages due at a few hundred rows of 96 dims (the real thresholds need 16k rows, 1024 dims)."""
-    monkeypatch.setattr(code_index, "SKETCH_MIN_ROWS", 1024)
-    monkeypatch.setattr(code_index, "SUBSPACE_MIN_ROWS", 512)
-    monkeypatch.setattr(code_index, "SUBSPACE_MIN_DIM", 64)
-    monkeypatch.setattr(index_stages, "SUBSPACE_DIM", 8)
-    monkeypatch.setattr(index_stages, "SKETCH_DIM", 8)
-
-
-def _vectors(n: int, seed: int) -> np.ndarray:
-    """Unit vectors in 8 directions of 96 coordinates: the subspace stage holds their signal."""
-    lift = np.linalg.qr(np.random.default_rng(1).standard_normal((96, 8)))[0].T.astype(np.float32)
-    x = unit(n, seed, dim=8) @ lift
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
+    small_index_thresholds(monkeypatch)
 
 
 def _library(path: Path, n: int = 1200) -> np.ndarray:
     """A file of n rows (both stages due); returns the vectors, ids are experiences(n, seed=1)'s."""
-    x = _vectors(n, 1)
+    x = subspace_vectors(n, 1)
     with Library(path, profile=PROFILE) as lib:
         lib.add_vectors(experiences(n, seed=1), x)
     return x
@@ -58,7 +44,7 @@ def _no_fit(monkeypatch):
 
 def test_an_unchanged_library_opens_without_fitting_and_searches_the_same(tmp_path, monkeypatch):
     _library(tmp_path / "lib.sqlite")
-    queries = _vectors(20, 2)
+    queries = subspace_vectors(20, 2)
     with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:  # fits once (the rows were fitted live) and keeps it
         assert lib.search_index.fits == {"subspace": "fitted", "sketch": "fitted"}
         before = _ranking(lib, queries)
@@ -77,7 +63,7 @@ def test_rows_added_past_the_fit_keep_it_until_the_refit_rule_says(tmp_path, mon
     _library(tmp_path / "lib.sqlite")
     Library(tmp_path / "lib.sqlite", profile=PROFILE).close()  # fit and keep
     with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:
-        lib.add_vectors(experiences(50, seed=3), _vectors(50, 3))  # 1250 < 4 × 1200: no refit due
+        lib.add_vectors(experiences(50, seed=3), subspace_vectors(50, 3))  # 1250 < 4 × 1200: no refit due
     _no_fit(monkeypatch)
     with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:
         assert lib.search_index.fits == {"subspace": "restored", "sketch": "restored"}
@@ -119,13 +105,13 @@ def test_the_schema_1_file_still_opens_and_searches(tmp_path):
 def test_the_merged_views_clusters_are_kept_and_rebuilt_only_for_a_changed_domain(tmp_path, monkeypatch):
     from dsonet.library.merge import MergedView
 
-    x = _vectors(300, 4)
-    near = x[:5] + 0.01 * _vectors(5, 5)  # five near-duplicates: five clusters of two
+    x = subspace_vectors(300, 4)
+    near = x[:5] + 0.01 * subspace_vectors(5, 5)  # five near-duplicates: five clusters of two
     exps = experiences(300, seed=4) + experiences(5, seed=5, prefix="When near case")
     with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:
         lib.add_vectors(exps[:300], x)
         lib.add_vectors(exps[300:], near / np.linalg.norm(near, axis=1, keepdims=True))
-        lib.add_vectors(experiences(20, domain="other", seed=6), _vectors(20, 6))
+        lib.add_vectors(experiences(20, domain="other", seed=6), subspace_vectors(20, 6))
         built = {d: sorted(map(tuple, (c.tolist() for c in lib.view.clusters(d)))) for d in ("general", "other")}
     assert sum(len(c) == 2 for c in built["general"]) == 5
     rebuilt = []
@@ -134,7 +120,7 @@ def test_the_merged_views_clusters_are_kept_and_rebuilt_only_for_a_changed_domai
     with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:
         kept = {d: sorted(map(tuple, (c.tolist() for c in lib.view.clusters(d)))) for d in ("general", "other")}
         assert kept == built and rebuilt == []
-        lib.add_vectors(experiences(1, domain="other", seed=7), _vectors(1, 7))
+        lib.add_vectors(experiences(1, domain="other", seed=7), subspace_vectors(1, 7))
     with Library(tmp_path / "lib.sqlite", profile=PROFILE) as lib:
         assert len(lib.view.clusters("general")) == 300 and len(lib.view.clusters("other")) == 21
         assert rebuilt == [21]  # the changed domain only
@@ -144,7 +130,7 @@ def test_a_nodes_deferred_rebuild_and_refit_are_kept_too(tmp_path, monkeypatch):
     from dsonet.library.merge import MergedView
 
     with Library(tmp_path / "lib.sqlite", profile=PROFILE, defer_merge=True) as lib:
-        lib.add_vectors(experiences(1200, seed=1), _vectors(1200, 1))
+        lib.add_vectors(experiences(1200, seed=1), subspace_vectors(1200, 1))
         due = lib.refit_due()
         assert due.subspace and due.sketch  # both stages fell due: fitted apart, installed and kept
         lib.install_fit(due, lib.fit_index(due))

@@ -6,26 +6,14 @@ import numpy as np
 import pytest
 
 from dsonet.codec import compress
-from dsonet.library import Library, code_index, index_stages
+from dsonet.library import Library, code_index
 from dsonet.library.code_index import CodeIndex
-from lib_helpers import experiences, unit
+from lib_helpers import experiences, small_index_thresholds, subspace_vectors, unit
 
 
 @pytest.fixture
 def small_thresholds(monkeypatch):
-    """Both stages due at a few hundred rows of 96 dims (the real thresholds need 16k rows, 1024 dims)."""
-    monkeypatch.setattr(code_index, "SKETCH_MIN_ROWS", 1024)
-    monkeypatch.setattr(code_index, "SUBSPACE_MIN_ROWS", 512)
-    monkeypatch.setattr(code_index, "SUBSPACE_MIN_DIM", 64)
-    monkeypatch.setattr(index_stages, "SUBSPACE_DIM", 8)
-    monkeypatch.setattr(index_stages, "SKETCH_DIM", 8)
-
-
-def _vectors(n: int, seed: int) -> np.ndarray:
-    """Unit vectors in 8 directions of 96 coordinates: the subspace stage holds their signal."""
-    lift = np.linalg.qr(np.random.default_rng(1).standard_normal((96, 8)))[0].T.astype(np.float32)
-    x = unit(n, seed, dim=8) @ lift
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
+    small_index_thresholds(monkeypatch)
 
 
 def _add(index: CodeIndex, x: np.ndarray) -> None:
@@ -34,7 +22,7 @@ def _add(index: CodeIndex, x: np.ndarray) -> None:
 
 
 def test_a_deferred_refit_installs_what_an_eager_one_fits(small_thresholds):
-    x, queries = _vectors(1500, 2), _vectors(20, 3)
+    x, queries = subspace_vectors(1500, 2), subspace_vectors(20, 3)
     eager, deferred = CodeIndex(96, 32, 7), CodeIndex(96, 32, 7, defer_refit=True)
     _add(eager, x)
     _add(deferred, x)
@@ -57,9 +45,9 @@ def test_a_deferred_refit_installs_what_an_eager_one_fits(small_thresholds):
 
 def test_rows_written_while_the_fit_runs_are_sketched_when_it_is_installed(small_thresholds):
     index = CodeIndex(96, 32, 7, defer_refit=True)
-    _add(index, _vectors(1100, 4))
+    _add(index, subspace_vectors(1100, 4))
     due = index.refit_due()
-    late = _vectors(300, 5)
+    late = subspace_vectors(300, 5)
     _add(index, late)  # a write between "due" and the fit: a new baseline and 300 rows
     fitted = index.fit(due)
     assert fitted.sketch.n == 1100 and fitted.sketch.fitted_at == 1100
@@ -102,8 +90,8 @@ def test_a_subspace_stage_that_is_off_is_fitted_again_only_where_the_codes_drift
         assert (index.subspace.codes is not first.codes) is drifted
         assert first.still_fits(index, 2400) is not drifted
     index = CodeIndex(96, 32, 7)
-    _add(index, _vectors(600, 5))
+    _add(index, subspace_vectors(600, 5))
     first = index.subspace
-    _add(index, _vectors(1800, 6))
+    _add(index, subspace_vectors(1800, 6))
     assert first.on and not first.still_fits(index, 2400)
     assert index.subspace.fitted_at == 2400 and index.subspace.codes is not first.codes
