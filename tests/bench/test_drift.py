@@ -24,13 +24,26 @@ def test_a_row_pools_seeds_and_reports_every_condition():
     seed = {"items": items, "correct": correct, "injected": {c: [1] * 6 for c in bench_drift.CONDITIONS},
             "facts": {"poison_rows_hidden": 1.0, "honest_rows_hidden": 0.0, "lesson_tokens": 20.0, "wall_s": 1.0}}
     row = bench_drift.summarise("m", [seed, seed])
-    assert row["n_eval"] == 8 and row["n_control"] == 4 and row["seeds"] == 2
+    assert row["n_eval"] == 4 and row["n_answers"] == 8 and row["n_control"] == 2 and row["seeds"] == 2
     assert row["accuracy_without"] == 0.25 and row["accuracy_fleet"] == 0.75 and row["accuracy_reference"] == 1.0
-    assert row["recovered"] == pytest.approx(2 / 3, abs=1e-3)
-    assert row["ci95_fleet"][0] > 0 and row["accuracy_control_without"] == 1.0
-    assert row["by_library"]["numpy"]["n_eval"] == 8
+    assert row["recovered"] == pytest.approx(2 / 3, abs=1e-3) and row["accuracy_control_without"] == 1.0
+    assert row["by_library"]["numpy"]["n_eval"] == 4 and row["per_fact"]["numpy-trapz"]["n"] == 4
     for c in bench_drift.CONDITIONS[1:]:
         assert f"ci95_{'with' if c == 'own' else c}" in row
+
+
+def test_a_seed_repeated_is_not_more_evidence_than_the_seed_alone():
+    """Every seed answers the same held-out items: pooling a seed with itself must leave every interval
+    and p as one seed gives them (resampling answers instead of items would narrow them)."""
+    items = [{"id": f"i{k}", "fact": "numpy-trapz", "library": "numpy", "control": False} for k in range(12)]
+    correct = {c: [0] * 12 for c in bench_drift.CONDITIONS}
+    correct["fleet"] = [1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+    seed = {"items": items, "correct": correct, "injected": {c: [1] * 12 for c in bench_drift.CONDITIONS},
+            "facts": {"poison_rows_hidden": 1.0, "honest_rows_hidden": 0.0, "lesson_tokens": 20.0, "wall_s": 1.0}}
+    one, three = bench_drift.summarise("m", [seed]), bench_drift.summarise("m", [seed] * 3)
+    for key in ("ci95_fleet", "wilson", "p_mcnemar", "ci95_fleet_vs_own", "by_library"):
+        assert one[key] == three[key], key
+    assert one["ci95_fleet"][0] == 0.0  # 3 gains in 12 items: not yet clear of 0, however many seeds repeat it
 
 
 @needs_env

@@ -47,7 +47,8 @@ def test_a_summary_row_pools_seeds_and_compares_every_condition_with_no_lessons(
     row = summarise("m", "letter_counting", [seed, seed])
     assert row["n_eval"] == 100 and row["seeds"] == 2 and row["accuracy_with"] == 1.0
     assert row["accuracy_without"] == 0.5 and row["accuracy_poison_only"] == 0.0
-    assert 0.4 < row["ci95"][0] < 0.5 < row["ci95"][1] < 0.6 and row["p_mcnemar"] < 1e-10 and row["coverage"] == 1.0
+    assert 0.35 < row["ci95"][0] < 0.5 < row["ci95"][1] < 0.65 and row["p_mcnemar"] < 1e-10 and row["coverage"] == 1.0
+    assert row["ci95"] == summarise("m", "letter_counting", [seed])["ci95"]  # the same tasks again: no new evidence
     assert row["ci95_neutral"] == [0.0, 0.0] and row["p_mcnemar_all"]["neutral"] == 1.0
     assert row["own_vs_neutral"]["diff"] == 0.5 and row["tokens"] == 10
     assert set(row["wilson"]) == set(CONDITIONS) and row["parse_failures"]["own"] == 0

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from dsonet.learn.evaluate import EvalResult, Run, mcnemar, paired_bootstrap, wilson
+from dsonet.learn.evaluate import EvalResult, Run, mcnemar, paired_bootstrap, task_wilson, wilson
 
 
 def test_wilson_matches_the_textbook_value_and_stays_inside_zero_one():
@@ -17,6 +17,22 @@ def test_paired_bootstrap_is_zero_width_for_identical_runs_and_excludes_zero_for
     better[a == 0] = 1
     lo, hi = paired_bootstrap(better, a)
     assert 0 < lo <= 0.5 <= hi <= 0.75
+
+
+def test_paired_bootstrap_and_mcnemar_resample_a_repeated_task_once():
+    """One task's repeated answers (the same held-out item in several seeds) are one resampled unit:
+    the same data repeated gives the same interval, while truly new tasks narrow it."""
+    a = np.array([1, 0, 1, 1, 0, 0, 1, 0] * 5, float)
+    b = np.zeros_like(a)
+    tasks = np.arange(a.size)
+    twice = np.concatenate([tasks, tasks])
+    once, repeated = paired_bootstrap(a, b, tasks=tasks), paired_bootstrap(np.tile(a, 2), np.tile(b, 2), tasks=twice)
+    assert once == paired_bootstrap(a, b) and repeated == pytest.approx(once, abs=1e-12)
+    assert np.diff(paired_bootstrap(np.tile(a, 2), np.tile(b, 2))) < np.diff(once)  # as if 80 tasks
+    assert mcnemar(np.tile(a, 2), np.tile(b, 2), twice) == mcnemar(a, b)
+    # a task whose seeds split (one gained, one lost) is no discordant pair
+    assert mcnemar(np.array([1, 0]), np.array([0, 1]), np.array([7, 7])) == 1.0
+    assert task_wilson(np.tile(a, 3), np.tile(tasks, 3)) == wilson(a.sum(), a.size)
 
 
 def _run(correct, parsed=None, injected=None):

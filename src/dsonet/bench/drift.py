@@ -115,40 +115,44 @@ async def _conditions(s: Scenario, seed: int, t0: float) -> dict:
 
 # -- statistics over seeds --------------------------------------------------------------------------
 
-def _pairs(a: np.ndarray, b: np.ndarray) -> list[float]:
-    lo, hi = paired_bootstrap(a, b)
-    return [round(lo, 4), round(hi, 4)]
-
-
 def summarise(llm_name: str, per_seed: list[dict]) -> dict:
-    """One bench row pooled over seeds (each seed's items as pairs): accuracies on the change facts,
-    intervals, the controls, per library, poison hidden, what the fleet recovered of the reference."""
+    """One bench row pooled over seeds: accuracies on the change facts, intervals, the controls, per
+    library, poison hidden, what the fleet recovered of the reference. Every seed answers the same
+    held-out items, so an item is one task however many seeds answered it: the intervals resample
+    items with all their seeds' answers (``n_eval`` counts items, ``n_answers`` their answers)."""
     items = [it for s in per_seed for it in s["items"]]
     cat = {c: np.concatenate([np.array(s["correct"][c], float) for s in per_seed]) for c in CONDITIONS}
+    ids = np.array([it["id"] for it in items])
     control = np.array([it["control"] for it in items], bool)
     change = ~control
-    conditions = {c: measure(c, v[change], cat["without"][change]) for c, v in cat.items()}
+
+    def pairs(a: str, b: str, mask: np.ndarray) -> list[float]:
+        lo, hi = paired_bootstrap(cat[a][mask], cat[b][mask], tasks=ids[mask])
+        return [round(lo, 4), round(hi, 4)]
+
+    conditions = {c: measure(c, v[change], cat["without"][change], tasks=ids[change]) for c, v in cat.items()}
     acc = {c: m.accuracy for c, m in conditions.items()}
-    n = int(change.sum())
     name = lambda c: "with" if c == "own" else c  # noqa: E731  (the rows' existing name for own lessons)
-    row = {"llm": llm_name, "task": "drift", "n_eval": n, "n_control": int(control.sum()), "seeds": len(per_seed)}
+    row = {"llm": llm_name, "task": "drift", "n_eval": conditions["without"].n, "n_answers": int(change.sum()),
+           "n_control": int(np.unique(ids[control]).size), "seeds": len(per_seed)}
     row.update({f"accuracy_{name(c)}": acc[c] for c in CONDITIONS})
     row["wilson"] = {c: list(conditions[c].wilson95) for c in CONDITIONS}
     for c in CONDITIONS[1:]:
         row[f"ci95_{name(c)}"] = list(conditions[c].minus_without_ci95)
-    row["p_mcnemar"] = {c: round(mcnemar(cat[c][change], cat["without"][change]), 4) for c in CONDITIONS[1:]}
-    row["ci95_fleet_vs_own"] = _pairs(cat["fleet"][change], cat["own"][change])
-    row["ci95_with_vs_neutral"] = _pairs(cat["own"][change], cat["neutral"][change])
-    row["ci95_after_feedback_vs_fleet"] = _pairs(cat["poisoned_after_feedback"][change], cat["fleet"][change])
+    row["p_mcnemar"] = {c: round(mcnemar(cat[c][change], cat["without"][change], ids[change]), 4)
+                        for c in CONDITIONS[1:]}
+    row["ci95_fleet_vs_own"] = pairs("fleet", "own", change)
+    row["ci95_with_vs_neutral"] = pairs("own", "neutral", change)
+    row["ci95_after_feedback_vs_fleet"] = pairs("poisoned_after_feedback", "fleet", change)
     if control.any():
         row["accuracy_control_without"] = round(float(cat["without"][control].mean()), 4)
         row["accuracy_control_fleet"] = round(float(cat["fleet"][control].mean()), 4)
-        row["ci95_control"] = _pairs(cat["fleet"][control], cat["without"][control])
+        row["ci95_control"] = pairs("fleet", "without", control)
     libs = np.array([it["library"] for it in items])
-    row["by_library"] = {lib: {"n_eval": int((m := change & (libs == lib)).sum()),
+    row["by_library"] = {lib: {"n_eval": int(np.unique(ids[m := change & (libs == lib)]).size),
                                "accuracy_without": round(float(cat["without"][m].mean()), 4),
                                "accuracy_fleet": round(float(cat["fleet"][m].mean()), 4),
-                               "ci95_fleet": _pairs(cat["fleet"][m], cat["without"][m])}
+                               "ci95_fleet": pairs("fleet", "without", m)}
                          for lib in sorted(set(libs[change]))}
     row["coverage"] = {c: round(float(np.concatenate([s["injected"][c] for s in per_seed]).mean()), 4)
                        for c in ("own", "fleet", "cross_model", "poisoned", "poisoned_after_feedback")}
@@ -157,19 +161,18 @@ def summarise(llm_name: str, per_seed: list[dict]) -> dict:
     gap = acc["reference"] - acc["without"]
     row["recovered"] = round((acc["fleet"] - acc["without"]) / gap, 4) if gap > 0 else None
     row["lesson_prompt_tokens"] = round(float(np.mean([s["facts"]["lesson_tokens"] for s in per_seed])), 1)
-    row["per_fact"] = _per_fact([it["fact"] for it in items], cat)
+    row["per_fact"] = _per_fact([it["fact"] for it in items], ids, cat)
     row["per_seed"] = [s["facts"] | {"accuracy": {c: round(float(np.mean(s["correct"][c])), 4) for c in CONDITIONS}}
                        for s in per_seed]
     row["wall_s"] = round(sum(s["facts"]["wall_s"] for s in per_seed), 1)
     return row
 
 
-def _per_fact(facts: list[str], cat: dict) -> dict:
-    """Every fact's held-out accuracy per condition (none dropped)."""
-    ids = np.array(facts)
-    return {f: {"n": int((m := ids == f).sum()), **{c: round(float(cat[c][m].mean()), 4) for c in CONDITIONS}}
-            for f in dict.fromkeys(ids)}
-
+def _per_fact(facts: list[str], ids: np.ndarray, cat: dict) -> dict:
+    """Every fact's held-out accuracy per condition (none dropped), over its items' answers in every seed."""
+    of = np.array(facts)
+    return {f: {"n": int(np.unique(ids[m := of == f]).size), **{c: round(float(cat[c][m].mean()), 4) for c in CONDITIONS}}
+            for f in dict.fromkeys(of)}
 
 
 # -- running and combining ---------------------------------------------------------------------------
@@ -235,7 +238,7 @@ def plot(rows: list[dict], path: Path) -> None:
         mid = np.array([row[f"accuracy_{'with' if c == 'own' else c}"] for c in CONDITIONS])
         lo_hi = np.array([row["wilson"][c] for c in CONDITIONS])
         ax.bar(xs, mid, width, yerr=[mid - lo_hi[:, 0], lo_hi[:, 1] - mid], capsize=2,
-               label=f"{row['llm']} (n={row['n_eval']}, {row['seeds']} seeds pooled)")
+               label=f"{row['llm']} (n={row['n_eval']} items x {row['seeds']} seed(s))")
     ax.set_xticks(np.arange(len(CONDITIONS)), [c.replace("_", " ") for c in CONDITIONS], fontsize=7, rotation=20)
     ax.set_ylabel("held-out accuracy (Wilson 95%)")
     ax.set_title("drift: one line against the installed libraries, checked by execution", fontsize=9)

@@ -60,7 +60,7 @@ from dsonet.identity import NodeIdentity
 from dsonet.learn.cache import CachedLLM
 from dsonet.learn.context import Retrieval, best_scores, measured_threshold, messages, split_own
 from dsonet.learn.control import neutral_notes
-from dsonet.learn.evaluate import answer, mcnemar, paired_bootstrap, wilson
+from dsonet.learn.evaluate import answer, mcnemar, paired_bootstrap, task_wilson
 from dsonet.learn.grpo import LearnConfig, Learner
 from dsonet.learn.llm import open_llm
 from dsonet.learn.tasks import FAMILIES, family_splits
@@ -97,10 +97,10 @@ def _workdir(model: str, quick: bool) -> Path:
     return cache_dir() / "bench-learn" / (model.replace("/", "_") + ("-quick" if quick else ""))
 
 
-def paired(a: np.ndarray, b: np.ndarray) -> dict:
-    lo, hi = paired_bootstrap(a, b)
+def paired(a: np.ndarray, b: np.ndarray, tasks: np.ndarray | None = None) -> dict:
+    lo, hi = paired_bootstrap(a, b, tasks=tasks)
     return {"diff": round(float(a.mean() - b.mean()), 4), "ci95": [round(lo, 4), round(hi, 4)],
-            "p_mcnemar": round(mcnemar(a, b), 4)}
+            "p_mcnemar": round(mcnemar(a, b, tasks), 4)}
 
 
 class NodeZero:
@@ -267,12 +267,14 @@ CONDITIONS = ("without", "own", "neutral", "fleet", "poisoned", "poison_only", "
 
 
 def summarise(llm_name: str, family: str, per_seed: list[dict]) -> dict:
-    """One row of learn.json: the family's conditions pooled over seeds (items × seeds as pairs)."""
+    """One row of learn.json: the family's conditions pooled over seeds. Every seed answers the same
+    held-out tasks, so the intervals resample tasks with all their seeds' answers."""
     cat = {c: np.concatenate([s["runs"][c].correct for s in per_seed]) for c in CONDITIONS}
     acc = {c: round(float(cat[c].mean()), 4) for c in CONDITIONS}
     cov = {c: round(float(np.mean(np.concatenate([s["runs"][c].injected for s in per_seed]))), 4) for c in CONDITIONS}
-    vs = {c: paired(cat[c], cat["without"]) for c in CONDITIONS[1:]}
     n = int(per_seed[0]["runs"]["without"].correct.size)
+    tasks = np.tile(np.arange(n), len(per_seed))
+    vs = {c: paired(cat[c], cat["without"], tasks) for c in CONDITIONS[1:]}
     return {
         "llm": llm_name, "task": f"rg:{family}", "n_eval": n, "seeds": len(per_seed),
         "accuracy_without": acc["without"], "accuracy_with": acc["own"], "accuracy_neutral": acc["neutral"],
@@ -282,8 +284,8 @@ def summarise(llm_name: str, family: str, per_seed: list[dict]) -> dict:
         "ci95_poisoned": vs["poisoned"]["ci95"], "ci95_poison_only": vs["poison_only"]["ci95"],
         "ci95_reference": vs["reference"]["ci95"],
         "p_mcnemar": vs["own"]["p_mcnemar"], "p_mcnemar_all": {c: vs[c]["p_mcnemar"] for c in vs},
-        "own_vs_neutral": paired(cat["own"], cat["neutral"]), "fleet_vs_own": paired(cat["fleet"], cat["own"]),
-        "wilson": {c: [round(x, 4) for x in wilson(float(cat[c].sum()), int(cat[c].size))] for c in CONDITIONS},
+        "own_vs_neutral": paired(cat["own"], cat["neutral"], tasks), "fleet_vs_own": paired(cat["fleet"], cat["own"], tasks),
+        "wilson": {c: [round(x, 4) for x in task_wilson(cat[c], tasks)] for c in CONDITIONS},
         "coverage": cov["own"], "coverage_all": cov,
         "parse_failures": {c: int(sum(s["runs"][c].parse_failures for s in per_seed)) for c in CONDITIONS},
         "experiences": int(np.mean([len(s["facts"]["lessons"]) for s in per_seed])),

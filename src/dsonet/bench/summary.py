@@ -148,7 +148,7 @@ def headline(results: Path) -> str:
         rows.append(["submit → searchable elsewhere, p50", "–", f"{net['propagation_p50_ms']:.0f} ms", "–", "network"])
     drift = _load(results, "learn-drift")
     for r in (drift or {}).get("rows", []):
-        rows.append([f"library drift, held-out, without → own → fleet ({r['llm']}, n = {r['n_eval']} pooled over {r['seeds']} seed(s))",
+        rows.append([f"library drift, held-out, without → own → fleet ({r['llm']}, n = {r['n_eval']} items, each answered in {r['seeds']} seed(s))",
                      "GitChameleon (other tasks and models): GPT-4o pass@10 39.9%, 43.7% with error feedback",
                      f"{100 * r['accuracy_without']:.1f}% → {100 * r['accuracy_with']:.1f}% → "
                      f"{100 * r['accuracy_fleet']:.1f}% (fleet − without, paired 95%: {_points(r['ci95_fleet'])}; "
@@ -182,8 +182,8 @@ def _drift_notes(drift: dict) -> str:
     lines = ["Held-out change facts, greedy, the same items and prompts in every condition but the notes; 95% paired "
              "bootstrap intervals of each condition minus without unless named. Plot: `results/learn-drift.png`."]
     for r in drift["rows"]:
-        lines.append(f"- **{r['llm']}** (n = {r['n_eval']} change items + {r.get('n_control')} controls, {r['seeds']} "
-                     f"seed(s)): " + ", ".join(f"{k.removeprefix('ci95_')} {r.get(k)}" for k in keys) +
+        lines.append(f"- **{r['llm']}** (n = {r['n_eval']} change items + {r.get('n_control')} controls, each answered in "
+                     f"{r['seeds']} seed(s); the intervals resample items with all their seeds' answers): " + ", ".join(f"{k.removeprefix('ci95_')} {r.get(k)}" for k in keys) +
                      f"; controls without {r.get('accuracy_control_without')} → fleet {r.get('accuracy_control_fleet')} "
                      f"({r.get('ci95_control')}); per library (without → fleet): " +
                      ", ".join(f"{lib} {v['accuracy_without']} → {v['accuracy_fleet']} {v['ci95_fleet']}"

@@ -60,27 +60,46 @@ def wilson(successes: float, n: int, z: float = 1.959964) -> tuple[float, float]
     return float(max(0.0, centre - half)), float(min(1.0, centre + half))
 
 
+def _by_task(values: np.ndarray, tasks: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per task: the sum of ``values`` and how many rows it has (one row each where ``tasks`` is None)."""
+    if tasks is None:
+        return values, np.ones(values.size)
+    _, inverse = np.unique(np.asarray(tasks), return_inverse=True)
+    return np.bincount(inverse, weights=values), np.bincount(inverse).astype(float)
+
+
 def paired_bootstrap(with_: np.ndarray, without: np.ndarray, resamples: int = 10_000,
-                     seed: int = 0) -> tuple[float, float]:
-    """95% interval of mean(with_ − without), resampling tasks (the pairs stay together)."""
-    diff = np.asarray(with_, float) - np.asarray(without, float)  # (n,)
+                     seed: int = 0, tasks: np.ndarray | None = None) -> tuple[float, float]:
+    """95% interval of mean(with_ − without), resampling tasks (the pairs stay together). ``tasks``:
+    each pair's task, where one task was answered several times (a held-out item in every learning
+    seed): its pairs are resampled together, so a repeat never counts as one more task."""
+    diff = np.asarray(with_, float) - np.asarray(without, float)  # (rows,)
     if diff.size == 0:
         return 0.0, 0.0
-    idx = np.random.default_rng(seed).integers(0, diff.size, size=(resamples, diff.size))  # (B, n)
-    means = diff[idx].mean(axis=1)  # (B,)
+    sums, counts = _by_task(diff, tasks)  # (n,) each
+    idx = np.random.default_rng(seed).integers(0, sums.size, size=(resamples, sums.size))  # (B, n)
+    means = sums[idx].sum(axis=1) / counts[idx].sum(axis=1)  # (B,)
     return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
-def mcnemar(with_: np.ndarray, without: np.ndarray) -> float:
+def mcnemar(with_: np.ndarray, without: np.ndarray, tasks: np.ndarray | None = None) -> float:
     """Exact two-sided McNemar p: of the b + c discordant pairs, how unlikely a split this uneven is
-    under 'each condition wins a discordant pair half the time' (binomial(b + c, 1/2))."""
+    under 'each condition wins a discordant pair half the time' (binomial(b + c, 1/2)). With ``tasks``
+    (see `paired_bootstrap`) the pairs are tasks: a task wins where its repeats gained more than lost."""
     a, b = np.asarray(with_) >= 0.5, np.asarray(without) >= 0.5
-    wins, losses = int((a & ~b).sum()), int((~a & b).sum())
+    gain, _ = _by_task(a.astype(float) - b.astype(float), tasks)
+    wins, losses = int((gain > 0).sum()), int((gain < 0).sum())
     n = wins + losses
     if n == 0:
         return 1.0
     tail = sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2 ** n
     return float(min(1.0, 2 * tail))
+
+
+def task_wilson(correct: np.ndarray, tasks: np.ndarray | None = None) -> tuple[float, float]:
+    """`wilson` of a share over tasks: a task answered several times counts once, as its mean."""
+    sums, counts = _by_task(np.asarray(correct, float), tasks)
+    return wilson(float((sums / counts).sum()), int(sums.size))
 
 
 # -- answering a task set under one condition ---------------------------------------------------

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dsonet.learn.evaluate import Run, paired_bootstrap, wilson
+from dsonet.learn.evaluate import Run, paired_bootstrap, task_wilson
 from dsonet.learn.tasks import TaskSet
 from dsonet.sim.nodes import NodeState
 
@@ -21,7 +21,7 @@ from dsonet.sim.nodes import NodeState
 @dataclass(frozen=True)
 class Condition:
     name: str  # "without", "own", "fleet", ...
-    n: int  # held-out tasks answered (change facts; controls apart)
+    n: int  # held-out tasks answered (change facts; controls apart), each counted once however many seeds
     accuracy: float
     wilson95: tuple[float, float] | None  # the accuracy's 95% interval; None where a result file lacks it
     minus_without: float | None  # paired: the same tasks, answered by the same node without lessons
@@ -32,11 +32,15 @@ class Condition:
 
 
 def measure(name: str, correct: np.ndarray, without: np.ndarray, injected: np.ndarray | None = None,
-            from_attackers: list[bool] | None = None, no_code: int | None = None) -> Condition:
-    """``correct`` and ``without``: per task (the same tasks, in order), 1 where the answer passed."""
+            from_attackers: list[bool] | None = None, no_code: int | None = None,
+            tasks: np.ndarray | None = None) -> Condition:
+    """``correct`` and ``without``: per answer (the same answers, in order), 1 where it passed; ``tasks``:
+    each answer's task where a task was answered more than once (pooled seeds), which the intervals
+    resample as one."""
     correct, without = np.asarray(correct, float), np.asarray(without, float)
-    return Condition(name, int(correct.size), _r(correct.mean()), _r2(wilson(float(correct.sum()), int(correct.size))),
-                     _r(correct.mean() - without.mean()), _r2(paired_bootstrap(correct, without)),
+    n = correct.size if tasks is None else np.unique(tasks).size
+    return Condition(name, int(n), _r(correct.mean()), _r2(task_wilson(correct, tasks)),
+                     _r(correct.mean() - without.mean()), _r2(paired_bootstrap(correct, without, tasks=tasks)),
                      None if injected is None else _r(np.mean(injected)),
                      None if from_attackers is None else _r(np.mean(from_attackers)), no_code)
 
