@@ -22,8 +22,12 @@ def test_a_row_pools_seeds_and_reports_every_condition():
     correct["fleet"] = [1, 1, 1, 0, 1, 1]
     correct["reference"] = [1, 1, 1, 1, 1, 1]
     seed = {"items": items, "correct": correct, "injected": {c: [1] * 6 for c in bench_drift.CONDITIONS},
-            "facts": {"poison_rows_hidden": 1.0, "honest_rows_hidden": 0.0, "lesson_tokens": 20.0, "wall_s": 1.0}}
+            "facts": {"poison_rows_hidden": 1.0, "honest_rows_hidden": 0.0, "lesson_tokens": 20.0, "wall_s": 1.0,
+                      "feedback": {"poisoners_convicted_after": [[12], [31]]}}}
     row = bench_drift.summarise("m", [seed, seed])
+    assert row["feedback_tasks_to_convict"] == 31  # the most any node needed
+    never = {**seed, "facts": {**seed["facts"], "feedback": {"poisoners_convicted_after": [[12], [None]]}}}
+    assert bench_drift.summarise("m", [seed, never])["feedback_tasks_to_convict"] is None
     assert row["n_eval"] == 4 and row["n_answers"] == 8 and row["n_control"] == 2 and row["seeds"] == 2
     assert row["accuracy_without"] == 0.25 and row["accuracy_fleet"] == 0.75 and row["accuracy_reference"] == 1.0
     assert row["recovered"] == pytest.approx(2 / 3, abs=1e-3) and row["accuracy_control_without"] == 1.0
@@ -39,7 +43,8 @@ def test_a_seed_repeated_is_not_more_evidence_than_the_seed_alone():
     correct = {c: [0] * 12 for c in bench_drift.CONDITIONS}
     correct["fleet"] = [1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]
     seed = {"items": items, "correct": correct, "injected": {c: [1] * 12 for c in bench_drift.CONDITIONS},
-            "facts": {"poison_rows_hidden": 1.0, "honest_rows_hidden": 0.0, "lesson_tokens": 20.0, "wall_s": 1.0}}
+            "facts": {"poison_rows_hidden": 1.0, "honest_rows_hidden": 0.0, "lesson_tokens": 20.0, "wall_s": 1.0,
+                      "feedback": {}}}
     one, three = bench_drift.summarise("m", [seed]), bench_drift.summarise("m", [seed] * 3)
     for key in ("ci95_fleet", "wilson", "p_mcnemar", "ci95_fleet_vs_own", "by_library"):
         assert one[key] == three[key], key
@@ -62,6 +67,7 @@ def test_one_seed_of_the_scenario_runs_every_condition_on_real_nodes(tmp_path):
     assert np.all(out["injected"]["reference"]) and sum(out["injected"]["poison_only"]) == 2
     facts = out["facts"]
     assert len(facts["poison"]) == 2 and facts["feedback"]["tasks_per_node"] == 2
+    assert len(facts["feedback"]["poisoners_convicted_after"]) == 2  # per honest node: after how many tasks, or None
     assert 0.0 <= facts["poison_rows_hidden"] <= 1.0 and len(facts["poison_rows_hidden_per_node"]) == 2
     trained = [len(part) for part in make_splits(plan, 0).train]
     assert [node["rollouts"] for node in facts["learning"]] == [plan.group_size * t for t in trained]

@@ -34,6 +34,13 @@ from __future__ import annotations
 from math import comb
 
 
+def harm_p(helped: int, harmed: int) -> float:
+    """One-sided sign test: under even odds, the chance of ``harmed`` or more harmful outcomes among
+    ``helped + harmed`` (five harmful and none helpful: 1/32; eleven of thirteen: 0.011; four of five: 0.19)."""
+    n = helped + harmed
+    return sum(comb(n, k) for k in range(harmed, n + 1)) / 2 ** n
+
+
 class Reputation:
     """rep ← decay · rep + (1 − decay) · r, r ∈ {0, 1}; keys under ``floor`` are skipped; admitted
     batches lift a key to ``volume_ceiling`` at most (None: no ceiling, the paper's reading)."""
@@ -105,13 +112,12 @@ class Reputation:
 
     def convicted(self, node_id: str) -> bool:
         """Agents' reports say the key's lessons harm more often than they help, beyond chance: under
-        even odds, as many harmful outcomes or more would come up with probability < ``conviction_p``
-        (five harmful and none helpful: 1/32; eleven of thirteen: 0.011; four of five: 0.19, not yet)."""
+        even odds, as many harmful outcomes or more would come up with probability (`harm_p`) under
+        ``conviction_p``."""
         helped, harmed = self.outcomes(node_id)
-        n = helped + harmed
         if self.conviction_p is None or harmed <= helped:
             return False
-        return sum(comb(n, k) for k in range(harmed, n + 1)) / 2 ** n < self.conviction_p
+        return harm_p(helped, harmed) < self.conviction_p
 
     def skipped(self, node_id: str) -> bool:
         """Under the floor, or convicted by outcomes: its batches are refused and its rows hidden."""

@@ -96,6 +96,8 @@ async def _conditions(s: Scenario, seed: int, t0: float) -> dict:
     poison_texts = await s.poison(byz)
     runs["poisoned"] = await s.answer("poisoned")
     outcomes = await s.feedback()
+    # per honest node, after how many feedback tasks its outcomes convicted each poisoner (None: never)
+    outcomes["poisoners_convicted_after"] = [[c.get(b.node_id) for b in byz] for c in outcomes["convicted_after"]]
     runs["poisoned_after_feedback"] = await s.answer("poisoned_after_feedback")
     counted = hidden(await s.close(), {b.node_id for b in byz})
     s.log(f"    poison rows hidden (least of the honest nodes) {counted['poison_rows_hidden']:.2f}, "
@@ -158,6 +160,9 @@ def summarise(llm_name: str, per_seed: list[dict]) -> dict:
                        for c in ("own", "fleet", "cross_model", "poisoned", "poisoned_after_feedback")}
     row["poison_rows_hidden"] = min(s["facts"]["poison_rows_hidden"] for s in per_seed)
     row["honest_rows_hidden"] = max(s["facts"]["honest_rows_hidden"] for s in per_seed)
+    needed = [n for s in per_seed for node in s["facts"]["feedback"].get("poisoners_convicted_after", [[None]])
+              for n in node]
+    row["feedback_tasks_to_convict"] = None if None in needed else max(needed)  # the most any node needed
     gap = acc["reference"] - acc["without"]
     row["recovered"] = round((acc["fleet"] - acc["without"]) / gap, 4) if gap > 0 else None
     row["lesson_prompt_tokens"] = round(float(np.mean([s["facts"]["lesson_tokens"] for s in per_seed])), 1)

@@ -103,6 +103,7 @@ class Signer:
     helped: int  # outcomes its agent reported on tasks where the signer's lessons were given: passed
     harmful: int  # ... failed
     dropped: bool  # skipped (under the floor, or convicted by outcomes): its rows are hidden from the node's searches
+    convicted_after: int | None = None  # feedback tasks after which the node's outcomes convicted it (None: never)
 
 
 @dataclass(frozen=True)
@@ -278,16 +279,18 @@ def attack_rows(sent: list[Sent], final: list[NodeState]) -> list[AttackRow]:
     return rows
 
 
-def poison_rows(final: list[NodeState], byz: list[SimNode], names: dict[str, str], outcomes: list[dict],
+def poison_rows(final: list[NodeState], byz: list[SimNode], names: dict[str, str], feedback: dict,
                 sent: list[Sent], floor: float = DeltaSoupConfig().rep_floor) -> Poison:
     """Which poison rows each honest node holds and hides, and why: the node skips their signer, its
-    reputation moved by the outcomes its agent reported (``outcomes``: per node, signer -> [helped,
-    harmed]) under the floor, or those outcomes harmful beyond chance (`Reputation.convicted`)."""
+    reputation moved by the outcomes its agent reported (`Scenario.feedback`'s ``by_signer``: per node,
+    signer -> [helped, harmed]) under the floor, or those outcomes harmful beyond chance
+    (`Reputation.convicted`; ``convicted_after``: after how many feedback tasks)."""
     rows = [PoisonRow(f"p{j + 1}", names[s.node_id], text) for j, (s, text) in
             enumerate((s, t) for s in sent if s.attack == "poison" for t in sorted(s.texts))]
     row_id = {(r.signer, r.text): r.id for r in rows}
     nodes = []
-    for state, counts in zip(final, outcomes):
+    convicted_after = feedback.get("convicted_after") or [{} for _ in final]
+    for state, counts, convicted in zip(final, feedback["by_signer"], convicted_after):
         rep = {p["node_id"]: p["reputation"] for p in state.peers}
         skipped = {p["node_id"] for p in state.peers if p["skipped"]}
         signers = []
@@ -296,7 +299,8 @@ def poison_rows(final: list[NodeState], byz: list[SimNode], names: dict[str, str
                            if e.provenance.node_id == b.node_id and (b.name, e.text) in row_id}, key=_row_order)
             reputation = rep.get(b.node_id, DeltaSoupConfig().rep_initial)
             helped, harmed = counts.get(b.node_id, (0, 0))
-            signers.append(Signer(b.name, mine, round(reputation, 4), helped, harmed, b.node_id in skipped))
+            signers.append(Signer(b.name, mine, round(reputation, 4), helped, harmed, b.node_id in skipped,
+                                  convicted.get(b.node_id)))
         nodes.append(NodePoison(names[state.node_id], sum(len(s.rows) for s in signers),
                                 sorted((r for s in signers if s.dropped for r in s.rows), key=_row_order), signers))
     summary = hidden(final, {b.node_id for b in byz})

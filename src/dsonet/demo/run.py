@@ -44,9 +44,11 @@ class DemoConfig:
     train_per_fact: int = 1  # training instances per fact, practised by the one node the fact is dealt to
     eval_per_fact: int = 15  # held-out instances per change fact: 8 x 15 = 120 for without and fleet, 60 for the rest
     eval_per_control: int = 2
-    # per honest node: tasks solved with the poisoned fleet's lessons, outcomes reported. 10 gave a signer 1-3
-    # harmful outcomes a node, under the 5 (none helpful) that convict it; 20 is every practice instance.
-    feedback_tasks: int = 20
+    # per honest node: tasks solved with the poisoned fleet's lessons, outcomes reported. The 20 training and
+    # validation instances gave a signer 3-4 harmful outcomes and 0-1 helpful a node, under the 5 (none helpful)
+    # or 7 (one helpful) that convict it; 3 practice instances a fact more make 50, every one of them.
+    feedback_tasks: int = 50
+    practice_per_fact: int = 3  # training instances per fact used only as feedback tasks, never learned from
     rollouts: int = 4  # G per training instance
     candidates: int = 1  # lesson proposals per group; more are sampled and the execution gate keeps the best
     gate_items: int = 2  # validation instances nearest a lesson that it is judged on (+ one other)
@@ -68,15 +70,17 @@ class DemoConfig:
         for name in ("train_per_fact", "eval_per_fact", "eval_per_control", "rollouts", "candidates", "max_tokens"):
             if getattr(self, name) < 1:
                 raise DsoError(f"{name}: {getattr(self, name)}; must be at least 1")
-        if self.feedback_tasks < 0 or self.gate_items < 0:
-            raise DsoError(f"feedback_tasks ({self.feedback_tasks}) and gate_items ({self.gate_items}) must be >= 0")
+        for name in ("feedback_tasks", "practice_per_fact", "gate_items"):
+            if getattr(self, name) < 0:
+                raise DsoError(f"{name}: {getattr(self, name)}; must be at least 0")
 
     def plan(self, min_similarity: float | None) -> scenario.DriftPlan:
         """The bench's plan for these sizes: every honest node runs the same agent model."""
         return scenario.DriftPlan(
             agents=self.nodes - self.byzantine, other_agents=0, poisoners=self.byzantine, facts=self.facts,
             train_per_fact=self.train_per_fact, validation_per_fact=1, held_out_per_fact=self.eval_per_fact,
-            held_out_per_control=self.eval_per_control, feedback_tasks=self.feedback_tasks, group_size=self.rollouts,
+            held_out_per_control=self.eval_per_control, feedback_tasks=self.feedback_tasks,
+            practice_per_fact=self.practice_per_fact, group_size=self.rollouts,
             candidates=self.candidates, gate_items=self.gate_items, answer_tokens=self.max_tokens,
             min_similarity=min_similarity, seeds=(self.seed,))
 
@@ -185,7 +189,7 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
         example=report.example(held, runs, fleet.node_ids, names),
         nodes=report.node_rows(names, learned, final, wire, sent),
         attacks=report.attack_rows(sent, final),
-        poison=report.poison_rows(final, byz, names, feedback["by_signer"], sent),
+        poison=report.poison_rows(final, byz, names, feedback, sent),
         feedback=feedback,
         wire=wire_row,
         fidelity=fidelity,

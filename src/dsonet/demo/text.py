@@ -80,7 +80,8 @@ def _poison_lines(p: Poison) -> list[str]:
                    else "with no outcome reported on its lessons")
             verdict = (f"kept: reputation {s.reputation:.3f} >= {p.floor}" if not s.dropped else
                        f"dropped: reputation {s.reputation:.3f} < {p.floor}" if s.reputation < p.floor else
-                       f"dropped: convicted by its outcomes (reputation {s.reputation:.3f})")
+                       f"dropped: convicted by its outcomes after {s.convicted_after} feedback tasks "
+                       f"(reputation {s.reputation:.3f})")
             lines.append(f"      {s.name}'s {len(s.rows)} rows {verdict}, {why} on {node.node}'s tasks")
     lines.append(f"  poison rows hidden (least over honest nodes) {100 * p.poison_rows_hidden:.0f}%, "
                  "honest peers' rows "

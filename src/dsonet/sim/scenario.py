@@ -37,6 +37,7 @@ from typing import AsyncIterator, Callable
 
 import numpy as np
 
+from dsonet.aggregate import DeltaSoupConfig, Reputation
 from dsonet.learn import drift
 from dsonet.learn.code_lessons import refutes
 from dsonet.learn.context import Retrieval, split_own
@@ -67,7 +68,12 @@ class DriftPlan:
     validation_per_fact: int = 1
     held_out_per_fact: int = 5  # change facts: 5 x 61 = 305 held-out items, the issue's >= 300
     held_out_per_control: int = 2
-    feedback_tasks: int = 30  # per honest node, drawn from training and validation instances
+    # per honest node, drawn from training and validation instances; 30 convicted the poisoner on 7 of 8
+    # node-seeds (the eighth: 6 harmful outcomes, 2 helpful, p = 0.14)
+    feedback_tasks: int = 60
+    # training instances per fact used only as feedback tasks (never learned from): drawn after the held-out
+    # ones, so adding them leaves every held-out instance as it was
+    practice_per_fact: int = 0
     group_size: int = 4
     candidates: int = 1  # reflector proposals per group without a rule lesson (greedy); 2+ are sampled, the gate
     # keeps the best
@@ -88,6 +94,7 @@ class Splits:
     validation: list[Task]
     held_out: list[Task]
     feedback: list[Task] = field(default_factory=list)  # training and validation instances, for outcomes
+    practice: list[Task] = field(default_factory=list)  # the training instances no node learns from (in feedback)
 
 
 def facts_for(plan: DriftPlan) -> list:
@@ -111,20 +118,23 @@ def _by_library_in_turn(facts: list) -> list:
 
 def make_splits(plan: DriftPlan, seed: int) -> Splits:
     """Instances per fact cut into training / validation / held-out (the same for every learning seed);
-    the facts dealt out among the honest nodes, rotated by ``seed``."""
+    the facts dealt out among the honest nodes, rotated by ``seed``; the feedback tasks shuffled from
+    the training (practice instances included) and validation instances."""
     train: list[list[Task]] = [[] for _ in range(plan.honest)]
-    validation, held_out = [], []
+    validation, held_out, practice = [], [], []
     for j, fact in enumerate(facts_for(plan)):
         held = plan.held_out_per_control if fact.change == "control" else plan.held_out_per_fact
         n_train, n_val = plan.train_per_fact, plan.validation_per_fact
-        items = [replace(t, domain=DOMAIN) for t in drift.instances(fact, n_train + n_val + held, seed=0)]
+        items = [replace(t, domain=DOMAIN)
+                 for t in drift.instances(fact, n_train + n_val + held + plan.practice_per_fact, seed=0)]
         train[(j + seed) % plan.honest] += items[:n_train]
         validation += items[n_train:n_train + n_val]
-        held_out += items[n_train + n_val:]
-    pool = [t for part in train for t in part] + validation
+        held_out += items[n_train + n_val:n_train + n_val + held]
+        practice += items[n_train + n_val + held:]
+    pool = [t for part in train for t in part] + validation + practice
     rng = np.random.default_rng(seed)
     feedback = [pool[i] for i in rng.permutation(len(pool))]
-    return Splits(train, validation, held_out, feedback)
+    return Splits(train, validation, held_out, feedback, practice)
 
 
 def fact_of(task: Task):
@@ -133,7 +143,8 @@ def fact_of(task: Task):
 
 def taskset(splits: Splits, sandbox: Sandbox) -> TaskSet:
     """Every instance of the splits, checked by running answers in ``sandbox``."""
-    return drift.drift_taskset(splits.validation + splits.held_out + [t for p in splits.train for t in p], sandbox)
+    return drift.drift_taskset(splits.validation + splits.held_out + [t for p in splits.train for t in p]
+                               + splits.practice, sandbox)
 
 
 def learn_config(plan: DriftPlan, retrieval: Retrieval, seed: int) -> LearnConfig:
@@ -247,13 +258,15 @@ class Scenario:
         without it or where the attempt wrote what the lesson advised and the environment refused it
         (`code_lessons.refutes`: the 0.5B often fails without the lesson too, so leave-one-out alone
         rarely convicts a poison), nothing where it made no difference. Outcomes move the lessons'
-        signers' reputation (``by_signer``: per node, each peer signer's [helped, harmed] outcomes).
-        (Crediting every lesson of a retrieval with its task's result cannot tell a wrong lesson from
-        the right one beside it.)"""
+        signers' reputation (``by_signer``: per node, each peer signer's [helped, harmed] outcomes;
+        ``convicted_after``: per node, after how many tasks its outcomes convicted each signer they
+        convict, by the reputation model's sign test). (Crediting every lesson of a retrieval with its
+        task's result cannot tell a wrong lesson from the right one beside it.)"""
         fleet, tasks, splits, plan, retrieval = self.fleet, self.tasks, self.splits, self.plan, self.retrieval
-        passed, reported, harmed, by_signer = [], [], 0, []
+        passed, reported, harmed, by_signer, convicted_after = [], [], 0, [], []
         for i, (node_id, llm) in enumerate(zip(fleet.node_ids, self.llms)):
             judged: dict[str, list[int]] = {}  # peer signer -> [helped, harmed] outcomes this node's agent reported
+            mirror, convicted = Reputation(conviction_p=DeltaSoupConfig().conviction_p), {}
             start = i * plan.feedback_tasks % len(splits.feedback)
             part = tasks.subset((splits.feedback * 2)[start:start + plan.feedback_tasks])
             recalled = {t.id: await fleet.recall(i, t.question, retrieval.k, retrieval.min_similarity)
@@ -268,7 +281,7 @@ class Scenario:
                                           plan.answer_tokens)
             without = {(t.id, j): ok for (t, j), ok in zip(out, loo.correct)}
             n = 0
-            for task, ok, reply in zip(part.tasks, run.correct, run.texts):
+            for number, (task, ok, reply) in enumerate(zip(part.tasks, run.correct, run.texts), 1):
                 rid, hits = recalled[task.id]
                 error = "" if ok else part.explain(task, reply)
                 verdicts = {h.experience.id: bool(ok) for j, h in enumerate(hits)
@@ -279,13 +292,16 @@ class Scenario:
                     for h in hits:
                         for signer in set(h.sources) - {node_id} if h.experience.id in verdicts else ():
                             judged.setdefault(signer, [0, 0])[not verdicts[h.experience.id]] += 1
+                            mirror.outcome(signer, verdicts[h.experience.id])
+                convicted |= {signer: number for signer in judged if signer not in convicted and mirror.convicted(signer)}
             passed.append(round(run.accuracy, 4))
             reported.append(n)
             by_signer.append(judged)
+            convicted_after.append(convicted)
         self.log(f"    feedback phase: {plan.feedback_tasks} tasks a node, passed {passed}, lesson outcomes reported "
                  f"{reported} ({harmed} harmed)")
         return {"tasks_per_node": plan.feedback_tasks, "passed": passed, "outcomes_reported": reported,
-                "harmed": harmed, "by_signer": by_signer}
+                "harmed": harmed, "by_signer": by_signer, "convicted_after": convicted_after}
 
     async def close(self) -> list[NodeState]:
         """Stop every node; what each honest node holds (a second call returns the same)."""
