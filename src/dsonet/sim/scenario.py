@@ -11,7 +11,8 @@ task environment, checked by running it in the sandbox. The steps, in the order 
 
 1. `make_splits`: instances per fact cut into training, validation and held-out, never repeated;
    the facts dealt out among the honest nodes (the seed rotates the deal), so each practises on its
-   own facts and the held-out instances cover every fact and the controls;
+   own facts and the held-out instances cover every fact and the controls (training instances that
+   no node learns from, ``practice_per_fact``, only widen the feedback phase's pool);
 2. `Scenario.learn`: each honest node's agent makes G rollouts per training instance, the reflector
    proposes lessons from what running them showed, the execution gate keeps what fixes something;
 3. `Scenario.answer`: held-out answers under a condition, item i always answered by honest node
