@@ -34,6 +34,11 @@ async def settle(seconds: float = 0.3):
     await asyncio.sleep(seconds)
 
 
+async def caught_up(hub: InProcessHub, *nodes: Node) -> None:
+    """Every node has read and handled the whole log (a fixed sleep left a node behind at a load of 10)."""
+    await hub.drained([n.durable for n in nodes], timeout_s=60)
+
+
 def run(coro):
     return asyncio.run(coro)
 
@@ -44,7 +49,7 @@ def test_flush_publishes_to_every_other_node_and_search_finds_it(tmp_path, minil
         a, b, c = await open_nodes(tmp_path, hub)
         exps = [await a.submit(t, domain="math") for t in TEXTS]
         assert await a.flush() == 3
-        await settle()
+        await caught_up(hub, b, c)
         found = [[h.experience.id for h in await n.search(TEXTS[1], min_similarity=0.5)] for n in (b, c)]
         got = [await n.get(exps[0].id) for n in (b, c)]
         for n in (a, b, c):
@@ -116,7 +121,7 @@ def test_close_flushes_pending_and_a_restarted_node_resumes_from_its_durable(tmp
         await a2.submit(TEXTS[1])
         await a2.flush()
         b2, = await open_nodes(tmp_path, hub, "b")  # same data dir, same durable: resumes
-        await settle()
+        await caught_up(hub, a2, b2)
         sizes = [len(b2.library), len(a2.library)]
         for n in (a2, b2):
             await n.close()
@@ -131,10 +136,10 @@ def test_delete_replicates_only_for_the_author(tmp_path, minilm):
         a, b, c = await open_nodes(tmp_path, hub)
         e0, e1 = await a.submit(TEXTS[0]), await a.submit(TEXTS[1])
         await a.flush()
-        await settle()
+        await caught_up(hub, a, b, c)
         assert await a.delete(e0.id)  # the author retracts: gone everywhere
         assert await c.delete(e1.id)  # not the author: gone at C only
-        await settle()
+        await caught_up(hub, a, b, c)
         state = [[await n.get(e.id) is not None for e in (e0, e1)] for n in (a, b, c)]
         for n in (a, b, c):
             await n.close()
