@@ -2,6 +2,7 @@
 
 import pytest
 
+from dsonet.learn import parse
 from dsonet.learn.code_lessons import from_error, refutes
 
 TRAPZ = ("The code below has run.\n```python\nimport numpy as np\nw = np.linspace(0, 3, 7)\nsamples = 3 * w**2\n```\n"
@@ -36,14 +37,41 @@ FRAME = ("The code below has run.\n```python\nimport pandas as pd\ndf = pd.DataF
 ])
 def test_the_error_names_what_is_refused_and_the_reference_what_works(problem, code, error, reference, lesson):
     out = from_error(problem, code, error, reference)
-    assert out is not None and lesson in out and out.startswith("When ") and len(out.split()) <= 32
-    assert "samples" not in out and " df" not in out  # no task's variable
+    assert out and lesson in out[0]
+    for form in out:
+        assert form.startswith("When ") and len(form.split()) <= 32
+        assert "samples" not in form and " df" not in form  # no task's variable
+
+
+def test_each_phrasing_says_less_of_the_task_than_the_one_before():
+    """The task, then the call as the reference makes it, then the name alone: the learner keeps the first
+    that restates nothing of the one problem (here its number 0.9, which only the name alone leaves out)."""
+    problem = ("The code below has run.\n```python\nimport networkx as nx\nH = nx.path_graph(4)\n```\n"
+               "Write one line of Python that assigns to r the PageRank of H with damping factor 0.9.")
+    out = from_error(problem, "r = nx.page_rank(H, alpha=0.9)",
+                     "AttributeError: module 'networkx' has no attribute 'page_rank'", "r = nx.pagerank(H, alpha=0.9)")
+    assert out == [
+        "When computing the PageRank of H with damping factor 0.9, use nx.pagerank(H, alpha=0.9), not nx.page_rank: "
+        "this environment refuses nx.page_rank (AttributeError).",
+        "When your code would use nx.page_rank, use nx.pagerank(H, alpha=0.9) instead: this environment refuses "
+        "nx.page_rank (AttributeError).",
+        "When your code would use nx.page_rank, use nx.pagerank instead: this environment refuses nx.page_rank "
+        "(AttributeError)."]
+    assert [bool(parse.specific_to(form, problem, "r = nx.pagerank(H, alpha=0.9)")) for form in out] == [True, True, False]
+
+
+def test_a_dotted_class_name_or_a_constant_is_the_librarys_vocabulary_not_the_problems():
+    problem = "The code below has run.\n```python\nG = nx.Graph()\n```\nWrite one line that assigns to r the Graph's matrix."
+    assert not parse.specific_to("When your code would use Graph.adjacency_matrix, use nx.to_numpy_array instead: "
+                                 "this environment refuses Graph.adjacency_matrix (AttributeError).", problem)
+    assert not parse.specific_to("When checking arrays, pass ensure_all_finite=True, not ensure_finite True.", problem)
+    assert parse.specific_to("When a Graph holds weights, sum them.", problem)  # the word itself still counts
 
 
 @pytest.mark.parametrize("error", ["r = 3.0, expected a different value", "no Python code found in the reply",
                                    "NameError: name 'foo' is not defined"])
 def test_a_wrong_value_or_an_error_naming_nothing_the_reference_fixes_gives_no_lesson(error):
-    assert from_error(TRAPZ, "r = np.trapz(samples, w)", error, "r = np.trapezoid(samples, w)") is None
+    assert from_error(TRAPZ, "r = np.trapz(samples, w)", error, "r = np.trapezoid(samples, w)") == []
 
 
 @pytest.mark.parametrize("error, code, lesson, refuted", [

@@ -26,40 +26,49 @@ _TASK = re.compile(r"assigns to r (.+?)\.?\s*$", re.DOTALL)
 _ASSIGNED = re.compile(r"^[ \t]*([A-Za-z_]\w*)\s*=(?!=)", re.MULTILINE)
 
 
-def from_error(problem: str, code: str, error: str, reference: str) -> str | None:
-    """A lesson from one failed attempt (``code`` and its ``error`` line) and the instance's ``reference``
-    line; None when the error names nothing the attempt wrote or the reference does not show the fix."""
+def from_error(problem: str, code: str, error: str, reference: str) -> list[str]:
+    """The lessons one failed attempt (``code`` and its ``error`` line) and the instance's ``reference``
+    line spell out, the most specific first: the task and the call as the reference makes it ("When
+    computing ..., use np.trapezoid(x, w), not np.trapz: ..."), then the call alone, then the name alone
+    ("When your code would use np.trapz, use np.trapezoid instead: ..."). The learner keeps the first
+    that restates nothing of this one problem. Empty when the error names nothing the attempt wrote or
+    the reference does not show the fix."""
     if not error or ":" not in error.split()[0]:
-        return None  # not "SomeError: ...": a wrong value or no code carries no name to go by
+        return []  # not "SomeError: ...": a wrong value or no code carries no name to go by
     kind = error.split(":")[0].split(".")[-1]
     variables = set(_ASSIGNED.findall(problem))
-    old, new = _refused(code, error, reference, variables)
+    old, new, bare = _refused(code, error, reference, variables)
     if not old or not new or old == new:
-        return None
+        return []
     task = _task(problem)
-    long = f"When computing {task}, use {new}, not {old}: this environment refuses {old} ({kind})."
-    short = f"When your code would use {old}, use {new} instead: this environment refuses {old} ({kind})."
-    lesson = long if task and len(long.split()) <= MAX_WORDS else short if len(short.split()) <= MAX_WORDS else None
-    return _letters(lesson, variables) if lesson else None
+    refuses = f"this environment refuses {old} ({kind})."
+    forms = [f"When computing {task}, use {new}, not {old}: {refuses}" if task else "",
+             f"When your code would use {old}, use {new} instead: {refuses}",
+             f"When your code would use {old}, use {bare} instead: {refuses}"]
+    return [_letters(f, variables) for f in dict.fromkeys(forms) if f and len(f.split()) <= MAX_WORDS]
 
 
-def _refused(code: str, error: str, reference: str, variables: set[str]) -> tuple[str | None, str | None]:
-    """(what the attempt used that the error refuses, what the reference uses instead)."""
+def _refused(code: str, error: str, reference: str,
+             variables: set[str]) -> tuple[str | None, str | None, str | None]:
+    """(what the attempt used that the error refuses, what the reference uses instead as it calls it, and
+    by name alone)."""
     culprits = [q for q in _QUOTED.findall(error) if re.search(rf"\b{re.escape(q.split('.')[-1])}\b", code)]
     attempt_kw, reference_kw = dict(_KWARG.findall(code)), dict(_KWARG.findall(reference))
     for culprit in culprits:
         name = culprit.split(".")[-1]
         added = [k for k in reference_kw if k not in attempt_kw]
         if name in attempt_kw and added:  # an argument the call refuses: the reference passes another
-            return f"{name}={_literal(attempt_kw[name])}", f"{added[0]}={_literal(reference_kw[added[0]])}"
+            new = f"{added[0]}={_literal(reference_kw[added[0]])}"
+            return f"{name}={_literal(attempt_kw[name])}", new, new
         for kw, value in attempt_kw.items():  # a value the argument refuses: the reference passes another
             if value.strip("'\"") == name and kw in reference_kw and reference_kw[kw] != value:
-                return f"{kw}={value}", f"{kw}={reference_kw[kw]}"
+                return f"{kw}={value}", f"{kw}={reference_kw[kw]}", f"{kw}={reference_kw[kw]}"
         used = sorted((d for d in _names(code) if d.split(".")[-1] == name), key=_dotted_first)
         theirs = sorted(_names(reference) - _names(code), key=_dotted_first)
         if used and theirs:  # a function or attribute that is gone: the reference uses another, shown as called
-            return _general(used[0], error, variables), _general(_call(reference, theirs[0]), error, variables)
-    return None, None
+            return (_general(used[0], error, variables), _general(_call(reference, theirs[0]), error, variables),
+                    _general(theirs[0], error, variables))
+    return None, None, None
 
 
 def _literal(value: str) -> str:

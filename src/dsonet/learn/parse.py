@@ -64,7 +64,9 @@ _QUOTED = re.compile(r"[\"“”']([^\"“”']{1,40})[\"“”']")
 _NUM = re.compile(r"\d+(?:\.\d+)?")
 _COMMON = {"0", "1", "2"}
 _NAME = re.compile(r"\b[A-Z][a-z]+\b")  # not GCD or ASCII
-_CAPITALISED = re.compile(r"(?<=\s)[A-Z][a-z]+\b")  # as _NAME, but not a lesson's first word ("When")
+# as _NAME, but not a lesson's first word ("When"), nor code: a class or module a dotted name starts with
+# ("Graph.adjacency_matrix", "DataFrame.append") or a Python constant, which are the library's vocabulary
+_CAPITALISED = re.compile(r"(?<=\s)(?!(?:True|False|None)\b)[A-Z][a-z]+\b(?!\.\w)")
 _ASSIGNED = re.compile(r"^[ \t>]*([A-Za-z_]\w+)\s*=(?!=)", re.MULTILINE)  # a code problem's variables (2+ chars)
 
 
