@@ -150,3 +150,20 @@ def test_rule_first_asks_the_reflector_only_where_the_error_line_spells_out_no_l
     stats = Learner(llm, DictStore(), config, tmp_path).run(_tasks(2), False, validation=_tasks(2, start=10))
     assert not [c for c in llm.calls if c[0].startswith("Several attempts")]  # every group's error named the fix
     assert stats.proposals == 2 and len([r for r in _log(tmp_path) if r["type"] == "rule_lesson"]) == 2
+
+
+def test_an_error_lines_lesson_that_would_restate_the_problem_is_kept_in_a_plainer_phrasing(tmp_path):
+    """The reference's call carries the problem's number (7, 8): phrased with it, the lesson was refused and its
+    group went without one (rule_first asks no reflector where the error line spells one out)."""
+    tasks = [Task(f"t{i}", f"The code below has run:\nvalues_{i} = [{i}.5]\nRound values_{i} with mylib to {7 + i} "
+                  "places, assign to r.", f"r = mylib.round_half(values, {7 + i})", "code.python") for i in range(2)]
+    llm = CodeLLM()
+    config = LearnConfig(group_size=4, epochs=1, batch_size=4, rule_lessons=True, rule_first=True,
+                         retrieval=Retrieval(min_similarity=0.5))
+    Learner(llm, DictStore(), config, tmp_path).run(TaskSet("rounding", tasks, _verify, "Reply with the line only.",
+                                                            "text", _explain), False)
+    rules = [r["text"] for r in _log(tmp_path) if r["type"] == "rule_lesson"]
+    assert rules == ["When your code would use mylib.rnd, use mylib.round_half instead: this environment refuses "
+                     "mylib.rnd (AttributeError)."] * 2
+    assert not [r for r in _log(tmp_path) if r["type"] == "skipped" and r.get("raw") in rules]
+    assert not [c for c in llm.calls if c[0].startswith("Several attempts")]
