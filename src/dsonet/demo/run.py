@@ -46,9 +46,10 @@ class DemoConfig:
     eval_per_control: int = 2
     # per honest node: tasks solved with the poisoned fleet's lessons, outcomes reported. The 20 training and
     # validation instances gave a signer 3-4 harmful outcomes and 0-1 helpful a node, under the 5 (none helpful)
-    # or 7 (one helpful) that convict it; 3 practice instances a fact more make 50, every one of them.
-    feedback_tasks: int = 50
-    practice_per_fact: int = 3  # training instances per fact used only as feedback tasks, never learned from
+    # or 7 (one helpful) that convict it; 5 practice instances a fact more make 70, every one of them (with 50,
+    # byz1 kept the trust of 3 of the 4 honest nodes; with 70, of 1: 4 harmful outcomes, none helpful, p = 1/16).
+    feedback_tasks: int = 70
+    practice_per_fact: int = 5  # training instances per fact used only as feedback tasks, never learned from
     rollouts: int = 4  # G per training instance
     candidates: int = 1  # lesson proposals per group; more are sampled and the execution gate keeps the best
     gate_items: int = 2  # validation instances nearest a lesson that it is judged on (+ one other)
