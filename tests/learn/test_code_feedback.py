@@ -167,3 +167,43 @@ def test_an_error_lines_lesson_that_would_restate_the_problem_is_kept_in_a_plain
                      "mylib.rnd (AttributeError)."] * 2
     assert not [r for r in _log(tmp_path) if r["type"] == "skipped" and r.get("raw") in rules]
     assert not [c for c in llm.calls if c[0].startswith("Several attempts")]
+
+
+class StubbornLLM(CodeLLM):
+    """As CodeLLM, but its greedy answers keep the old name whatever the prompt says: no lesson shows a gain."""
+
+    def generate(self, chats, n=1, temperature=0.7, max_tokens=128, seed=None):
+        out = super().generate(chats, n, temperature, max_tokens, seed)
+        return [Completion(("r = mylib.rnd(v)",), c.prompt_tokens, c.completion_tokens) if n == 1 else c for c in out]
+
+
+@pytest.mark.parametrize("repair_check, kept", [(False, 0), (True, 1)])
+def test_an_error_lines_lesson_whose_swap_fixes_its_own_attempt_needs_only_a_tie(tmp_path, repair_check, kept):
+    """rnd -> round_half, made in the failed attempt, passes its check: the lesson fixed that instance by
+    execution, so the gate asks it only to do no harm (the agent here ignores every lesson: a tie)."""
+    config = LearnConfig(group_size=4, epochs=1, batch_size=4, rule_lessons=True, rule_first=True, gate_gain=1e-9,
+                         repair_check=repair_check, retrieval=Retrieval(min_similarity=0.5))
+    store = DictStore()
+    Learner(StubbornLLM(), store, config, tmp_path).run(_tasks(1), False, validation=_tasks(2, start=10))
+    assert len(store.items) == kept
+    assert [r["repaired"] for r in _log(tmp_path) if r["type"] == "rule_lesson"] == [repair_check]
+    gate = [r for r in _log(tmp_path) if r["type"] == "gate"]
+    assert [(r["accuracy_with"], r["accuracy_without"], r["repaired"], r["kept"]) for r in gate] == \
+        [(0.0, 0.0, repair_check, repair_check)]
+
+
+def test_where_no_error_line_spells_out_a_lesson_the_reference_does_and_no_reflector_is_asked(tmp_path):
+    def explain(task, reply):
+        return "r = 4" if "round_half" in reply else "r = 5, expected a different value"
+
+    tasks = [Task(f"t{i}", f"The code below has run:\nvalues_{i} = [{i}.5]\nWrite one line of Python that assigns to "
+                  "r the values rounded half to even.", "r = mylib.round_half(values)", "code.python") for i in range(2)]
+    llm = CodeLLM()
+    config = LearnConfig(group_size=4, epochs=1, batch_size=4, rule_lessons=True, rule_first=True,
+                         retrieval=Retrieval(min_similarity=0.5))
+    Learner(llm, DictStore(), config, tmp_path).run(TaskSet("rounding", tasks, _verify, "Reply with the line only.",
+                                                            "text", explain), False)
+    rules = [r for r in _log(tmp_path) if r["type"] == "rule_lesson"]
+    assert [(r["text"], r["source"]) for r in rules] == \
+        [("When computing the values rounded half to even, use mylib.round_half(values).", "reference")] * 2
+    assert not [c for c in llm.calls if c[0].startswith("Several attempts")]

@@ -3,7 +3,7 @@
 import pytest
 
 from dsonet.learn import parse
-from dsonet.learn.code_lessons import from_error, refutes
+from dsonet.learn.code_lessons import from_error, from_reference, refutes, repair
 
 TRAPZ = ("The code below has run.\n```python\nimport numpy as np\nw = np.linspace(0, 3, 7)\nsamples = 3 * w**2\n```\n"
          "Write one line of Python that assigns to r the integral of samples over w computed with the trapezoidal rule.")
@@ -41,6 +41,42 @@ def test_the_error_names_what_is_refused_and_the_reference_what_works(problem, c
     for form in out:
         assert form.startswith("When ") and len(form.split()) <= 32
         assert "samples" not in form and " df" not in form  # no task's variable
+
+
+@pytest.mark.parametrize("code, error, reference, repaired", [
+    ("```python\nr = np.trapz(samples, w)\n```", "AttributeError: module 'numpy' has no attribute 'trapz'",
+     "r = np.trapezoid(samples, w)", "```python\nr = np.trapezoid(samples, w)\n```"),
+    ("r = AdaBoostClassifier(base_estimator=DecisionTreeClassifier(max_depth=1))",
+     "TypeError: AdaBoostClassifier.__init__() got an unexpected keyword argument 'base_estimator'",
+     "r = AdaBoostClassifier(estimator=DecisionTreeClassifier())",
+     "r = AdaBoostClassifier(estimator=DecisionTreeClassifier(max_depth=1))"),
+    ("r = DecisionTreeRegressor(criterion='mse')",
+     "InvalidParameterError: The 'criterion' parameter of DecisionTreeRegressor must be a str among "
+     "{'squared_error'}. Got 'mse' instead.", "r = DecisionTreeRegressor(criterion='squared_error')",
+     "r = DecisionTreeRegressor(criterion='squared_error')"),
+    ("from scipy.integrate import simps; r = simps(y, x)", "ImportError: cannot import name 'simps' from 'scipy.integrate'",
+     "from scipy.integrate import simpson; r = simpson(y, x)", "from scipy.integrate import simpson; r = simpson(y, x)"),
+    ("r = df.append(other)", "AttributeError: 'DataFrame' object has no attribute 'append'",
+     "r = pd.concat([df, other])", "r = pd.concat(other)"),  # the swap alone: running it shows it is not the fix
+])
+def test_repair_makes_the_one_swap_the_error_lines_lesson_advises(code, error, reference, repaired):
+    assert repair(FRAME, code, error, reference) == repaired
+
+
+def test_repair_is_none_where_the_error_line_spells_out_no_lesson():
+    assert repair(TRAPZ, "r = np.trapz(samples, w)", "r = 3.0, expected a different value", "r = np.trapezoid(samples, w)") is None
+    assert repair(TRAPZ, "r = np.trapz(samples, w)", "NameError: name 'foo' is not defined", "r = np.trapezoid(samples, w)") is None
+
+
+def test_where_the_error_names_nothing_the_reference_spells_out_the_lesson():
+    problem = ("The code below has run.\n```python\nimport numpy as np\narr = np.arange(5)\nvals = [1, 3]\n```\n"
+               "Write one line of Python that assigns to r a boolean array saying, for each element of arr, "
+               "whether it occurs anywhere in vals.")
+    assert from_reference(problem, "r = [a in vals for a in arr]", "r = np.isin(arr, vals)") == [
+        "When computing a boolean array saying, for each element of x, whether it occurs anywhere in y, use np.isin(x, y).",
+        "When computing a boolean array saying, for each element of x, whether it occurs anywhere in y, use np.isin."]
+    assert from_reference(problem, "r = np.isin(arr, vals).tolist()", "r = np.isin(arr, vals)") == []  # nothing new
+    assert from_reference("Round it.", "r = 1", "r = np.round(v)") == []  # no task to say when
 
 
 def test_each_phrasing_says_less_of_the_task_than_the_one_before():

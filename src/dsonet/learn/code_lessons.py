@@ -1,4 +1,5 @@
-"""Lessons read off an error line: a proposer that needs no model.
+"""Lessons read off an error line, or off the reference where the error names nothing: a proposer that
+needs no model.
 
 A failed attempt at a code task comes with its own explanation: ``AttributeError: module 'numpy' has
 no attribute 'trapz'``, ``TypeError: ... got an unexpected keyword argument 'base_estimator'``,
@@ -37,7 +38,7 @@ def from_error(problem: str, code: str, error: str, reference: str) -> list[str]
         return []  # not "SomeError: ...": a wrong value or no code carries no name to go by
     kind = error.split(":")[0].split(".")[-1]
     variables = set(_ASSIGNED.findall(problem))
-    old, new, bare = _refused(code, error, reference, variables)
+    old, new, bare, _ = _refused(code, error, reference, variables)
     if not old or not new or old == new:
         return []
     task = _task(problem)
@@ -48,10 +49,42 @@ def from_error(problem: str, code: str, error: str, reference: str) -> list[str]
     return [_letters(f, variables) for f in dict.fromkeys(forms) if f and len(f.split()) <= MAX_WORDS]
 
 
-def _refused(code: str, error: str, reference: str,
-             variables: set[str]) -> tuple[str | None, str | None, str | None]:
+def from_reference(problem: str, code: str, reference: str) -> list[str]:
+    """Where an attempt failed with nothing to refuse (a wrong value, a name it never defined, no code),
+    the lessons its instance's reference spells out, the most specific first: the task and the reference's
+    right-hand side ("When computing ..., use np.isin(x, y)."), then the task and the library name the
+    reference calls and the attempt did not (dotted first). Empty without a task or such a name."""
+    task = _task(problem)
+    theirs = sorted(_names(reference) - _names(code), key=_dotted_first)
+    if not task or not theirs:
+        return []
+    variables = set(_ASSIGNED.findall(problem))
+    rhs = reference.split("=", 1)[1].strip() if _ASSIGNED.match(reference) else ""
+    forms = [f"When computing {task}, use {rhs}." if rhs and "\n" not in rhs else "",
+             f"When computing {task}, use {theirs[0]}."]
+    return [_letters(f, variables) for f in dict.fromkeys(forms) if f and len(f.split()) <= MAX_WORDS]
+
+
+def repair(problem: str, code: str, error: str, reference: str) -> str | None:
+    """The failed attempt ``code`` with the one swap the lesson of its ``error`` line advises (the
+    reference's name for the refused one, its argument for the refused argument), or None where the
+    error spells out no lesson. Running it checks the lesson on the attempt it came from: np.trapz ->
+    np.trapezoid passes; a swap the error line only seemed to suggest (an estimator's name -> predict)
+    does not."""
+    if not error or ":" not in error.split()[0]:
+        return None
+    swap = _refused(code, error, reference, set(_ASSIGNED.findall(problem)))[3]
+    if swap is None:
+        return None
+    pattern, replacement = swap
+    repaired = re.sub(pattern, lambda _: replacement, code)
+    return repaired if repaired != code else None
+
+
+def _refused(code: str, error: str, reference: str, variables: set[str]
+             ) -> tuple[str | None, str | None, str | None, tuple[str, str] | None]:
     """(what the attempt used that the error refuses, what the reference uses instead as it calls it, and
-    by name alone)."""
+    by name alone; the swap that makes the attempt follow it: a pattern of ``code`` and its replacement)."""
     culprits = [q for q in _QUOTED.findall(error) if re.search(rf"\b{re.escape(q.split('.')[-1])}\b", code)]
     attempt_kw, reference_kw = dict(_KWARG.findall(code)), dict(_KWARG.findall(reference))
     for culprit in culprits:
@@ -59,16 +92,21 @@ def _refused(code: str, error: str, reference: str,
         added = [k for k in reference_kw if k not in attempt_kw]
         if name in attempt_kw and added:  # an argument the call refuses: the reference passes another
             new = f"{added[0]}={_literal(reference_kw[added[0]])}"
-            return f"{name}={_literal(attempt_kw[name])}", new, new
+            swap = (rf"\b{re.escape(name)}\s*=\s*{re.escape(attempt_kw[name])}", f"{added[0]}={reference_kw[added[0]]}")
+            return f"{name}={_literal(attempt_kw[name])}", new, new, swap
         for kw, value in attempt_kw.items():  # a value the argument refuses: the reference passes another
             if value.strip("'\"") == name and kw in reference_kw and reference_kw[kw] != value:
-                return f"{kw}={value}", f"{kw}={reference_kw[kw]}", f"{kw}={reference_kw[kw]}"
+                swap = (rf"\b{re.escape(kw)}\s*=\s*{re.escape(value)}", f"{kw}={reference_kw[kw]}")
+                return f"{kw}={value}", f"{kw}={reference_kw[kw]}", f"{kw}={reference_kw[kw]}", swap
         used = sorted((d for d in _names(code) if d.split(".")[-1] == name), key=_dotted_first)
         theirs = sorted(_names(reference) - _names(code), key=_dotted_first)
         if used and theirs:  # a function or attribute that is gone: the reference uses another, shown as called
+            written = re.search(rf"(?<![\w.]){re.escape(used[0])}\b", code)  # else imported: swap the bare names
+            swap = ((rf"(?<![\w.]){re.escape(used[0])}\b", theirs[0]) if written else
+                    (rf"(?<![\w.]){re.escape(name)}\b", theirs[0].split(".")[-1]))
             return (_general(used[0], error, variables), _general(_call(reference, theirs[0]), error, variables),
-                    _general(theirs[0], error, variables))
-    return None, None, None
+                    _general(theirs[0], error, variables), swap)
+    return None, None, None, None
 
 
 def _literal(value: str) -> str:

@@ -66,11 +66,15 @@ class LearnConfig:
     # (where retrieval would inject it) plus N // 2 others drawn at random (harm elsewhere); needs an encoder
     all_failed: bool = False  # also reflect on groups where every attempt failed, against the reference: where
     # running the code explains each failure (an error line), a group that never passed still shows what to change
-    rule_lessons: bool = False  # code groups: also propose the lesson an error line spells out beside the reference
-    # (`learn.code_lessons`), a candidate the gate judges like the reflector's
+    rule_lessons: bool = False  # code groups: also propose the lesson an error line spells out beside the reference,
+    # or where it names nothing the reference alone (`learn.code_lessons`), a candidate the gate judges like the reflector's
     rule_first: bool = False  # with rule_lessons: ask the reflector only where the error line spells out no lesson.
     # In the drift pilot the lessons that fixed held-out tasks were the error line's; the 1.5B's were wrong or idle
     # ("use integrate.quad", "u.reshape(-1)") and cost about a minute a group on two cores
+    repair_check: bool = False  # with rule_lessons: make the swap an error line's lesson advises in the attempt it
+    # came from and run it (`code_lessons.repair`); a lesson whose swap passes fixed that instance by execution and
+    # needs only to tie at the gate. On three gate items the 0.5B follows a correct lesson too rarely to show a gain
+    # (`dso bench gate`: 14 of 72 hand-checked correct lessons kept); what no attempt verified still needs gate_gain
     gate_gain: float = 0.0  # validation accuracy a lesson must add over max(without, neutral text): 0 admits ties;
     # above 0, only lessons that fix something (on tasks where lessons are facts, a tie is a lesson that did nothing)
     summary_words: int = 30  # rollouts longer than this are summarised by the LLM; shorter ones are their own
@@ -111,6 +115,7 @@ class Learner:
         self._baseline: np.ndarray | None = None  # validation correctness without lessons
         self._neutral: dict[tuple, float] = {}  # accuracy with neutral text, per (word count, items)
         self._gate_uses: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # lesson: (items, correct with it), per step
+        self._repaired: set[str] = set()  # error lines' lessons whose swap fixed their own attempt (repair_check)
 
     # -- bookkeeping ------------------------------------------------------------------
     def _log(self, kind: str, **record) -> None:
@@ -145,7 +150,8 @@ class Learner:
         for task, injection, completion in zip(batch, chats, samples):
             rewards = tuple(float(tasks.verify(task, r)) for r in completion.texts)
             shown = tuple(tasks.explain(task, r) for r in completion.texts) if tasks.explain else ()
-            groups.append(Group(task.question, task.domain, completion.texts, rewards, task.answer, shown))
+            check = (lambda reply, task=task: float(tasks.verify(task, reply))) if tasks.explain else None
+            groups.append(Group(task.question, task.domain, completion.texts, rewards, task.answer, shown, check))
             for hit in injection.hits:  # every use of a lesson is an outcome: did the rollout succeed?
                 for w in rewards:
                     self._record(hit, w >= 1.0)
@@ -199,16 +205,34 @@ class Learner:
         """The first lesson a failed attempt's error line spells out (``config.rule_lessons``), logged apart:
         of its phrasings (`code_lessons.from_error`), the most specific one that restates nothing of this
         problem. (Phrased with the task alone, 48 of the 88 in the drift bench's three seeds restated one of
-        its numbers or names and were refused, and their groups went without a lesson.)"""
+        its numbers or names and were refused, and their groups went without a lesson.) Where no error line
+        spells one out, the lesson the reference spells out (`code_lessons.from_reference`): in those three
+        seeds 116 of 216 change facts' groups failed with a wrong value or a name never defined, and the
+        reflector's lessons for them were kept 9 times in 118."""
         if not (self.config.rule_lessons and g.feedback):
             return ()
-        for response, reward, error in zip(g.responses, g.rewards, g.feedback):
-            forms = code_lessons.from_error(g.query, _one_line(response), error, g.reference) if reward < 1 else []
-            for lesson in forms:
-                if parse.experiences(lesson, 1, problem=g.query, reference=g.reference, shared=shared).items:
-                    self._log("rule_lesson", text=lesson, error=error)
+        failed = [(response, error) for response, reward, error in zip(g.responses, g.rewards, g.feedback) if reward < 1]
+        for response, error in failed:
+            for lesson in code_lessons.from_error(g.query, _one_line(response), error, g.reference):
+                kept = parse.experiences(lesson, 1, problem=g.query, reference=g.reference, shared=shared).items
+                if kept:
+                    repaired = self._repairs(g, response, error)
+                    if repaired:
+                        self._repaired.add(kept[0])
+                    self._log("rule_lesson", text=lesson, error=error, repaired=repaired, source="error")
                     return (lesson,)
+        for lesson in code_lessons.from_reference(g.query, _one_line(failed[0][0]), g.reference) if failed else ():
+            if parse.experiences(lesson, 1, problem=g.query, reference=g.reference, shared=shared).items:
+                self._log("rule_lesson", text=lesson, error=failed[0][1], repaired=False, source="reference")
+                return (lesson,)
         return ()
+
+    def _repairs(self, g: Group, response: str, error: str) -> bool:
+        """Whether the swap an error line's lesson advises, made in the failed ``response``, passes its check."""
+        if not (self.config.repair_check and g.check):
+            return False
+        fixed = code_lessons.repair(g.query, response, error, g.reference)
+        return fixed is not None and g.check(fixed) >= 1.0
 
     def _summaries(self, mixed: Sequence[Group]) -> list[list[str]]:
         """Per group, one line per attempt for the advantage prompt. Code that was run is shown as it is,
@@ -274,10 +298,11 @@ class Learner:
             without = float(self._baseline[items].mean())
             neutral = self._neutral_accuracy(len(text.split()), items)
             gain = float(with_.mean()) - max(without, neutral)
-            ok = gain >= self.config.gate_gain
+            repaired = text in self._repaired
+            ok = gain >= (0.0 if repaired else self.config.gate_gain)
             self._log("gate", text=text, op=op.op, items=[self.validation.tasks[i].id for i in items],
-                      accuracy_with=round(float(with_.mean()), 4),
-                      accuracy_without=round(without, 4), accuracy_neutral=round(neutral, 4), kept=bool(ok))
+                      accuracy_with=round(float(with_.mean()), 4), accuracy_without=round(without, 4),
+                      accuracy_neutral=round(neutral, 4), repaired=repaired, kept=bool(ok))
             if not ok:
                 self.stats.gated_out += 1
                 continue

@@ -322,6 +322,9 @@ class Group:
     rewards: tuple[float, ...]
     reference: str = ""  # the correct answer, shown to the summariser ('' when unknown, e.g. telemetry)
     feedback: tuple[str, ...] = ()  # per response, what running it showed (`TaskSet.explain`); () without
+    # Scores any reply to this query as its task set's verifier does (None where replies cannot be rerun,
+    # e.g. telemetry): the learner tries an error line's lesson on the attempt it came from
+    check: Callable[[str], float] | None = field(default=None, compare=False, repr=False)
 
     @property
     def mixed(self) -> bool:

@@ -150,12 +150,13 @@ def taskset(splits: Splits, sandbox: Sandbox) -> TaskSet:
 
 def learn_config(plan: DriftPlan, retrieval: Retrieval, seed: int) -> LearnConfig:
     """How a node learns code: one epoch; every group reflected on, failed ones too (the error line
-    explains them); the lesson the error line spells out, and the reflector's sampled candidates only
-    where it spells out none; the gate on the validation items nearest each, keeping only what fixes
-    something."""
+    explains them); the lesson the error line spells out, or where it names nothing the reference, and
+    the reflector's sampled candidates only where neither gives one; the gate on the validation items
+    nearest each, keeping only what fixes something (an error line's lesson whose swap fixed its own
+    attempt: what does no harm)."""
     return LearnConfig(group_size=plan.group_size, max_tokens=plan.answer_tokens, epochs=1, batch_size=8,
                        max_lessons=1, candidates=plan.candidates, all_failed=True, rule_lessons=True, rule_first=True,
-                       gate_items=plan.gate_items, gate_gain=1e-9, retrieval=retrieval, seed=seed)
+                       repair_check=True, gate_items=plan.gate_items, gate_gain=1e-9, retrieval=retrieval, seed=seed)
 
 
 @asynccontextmanager
