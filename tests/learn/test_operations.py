@@ -34,6 +34,8 @@ def test_decide_rejects_unknown_ids_bad_ops_and_long_updates():
     assert decide(P, '{"op": "REWRITE", "id": "E1"}', ids)[0] is None
     long = " ".join(["word"] * 40)
     assert "words" in decide(P, f'{{"op": "UPDATE", "id": "E1", "text": "{long}"}}', ids)[1]
+    # the batch prompt's example text echoed back replaces nothing (the drift bench's reflector wrote it)
+    assert "is not a 'When X, do Y' lesson" in decide(P, '{"op": "UPDATE", "id": "E1", "text": "When ..., ..."}', ids)[1]
     assert decide(P, "no idea", ids)[0] is None
 
 

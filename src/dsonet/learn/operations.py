@@ -84,6 +84,8 @@ def decide(proposal: Proposal, reply: str, ids: dict[str, str]) -> tuple[Operati
     text = normalise_text(raw.get("text") or proposal.text)
     if len(text.split()) > MAX_WORDS:
         return None, f"UPDATE text has {len(text.split())} words > {MAX_WORDS}"
+    if not parse.experiences(text, 1).items:  # the prompt's own "When ..., ..." echoed back
+        return None, f"UPDATE text {text!r} is not a 'When X, do Y' lesson"
     return Operation(op, proposal, target=ids[short], text=text), ""
 
 
