@@ -7,7 +7,9 @@ Per step (a batch of training queries):
                  reference answer in view, then the LLM reads all G summaries and the reference
                  and proposes at most ``max_lessons`` general lessons "When [condition], [strategy]"
                  (≤ 32 words). Lessons that name the problem's numbers, quoted words or answer,
-                 and a last lesson cut off by the token limit, are rejected with the reason logged;
+                 and a last lesson cut off by the token limit, are rejected with the reason logged.
+                 On code (``rule_lessons``), a failed attempt's error line beside the reference, or
+                 where it names nothing the reference alone, spells out a candidate with no model;
   3. update    — one batch call per domain shows the domain's library (E1, E2 ...) and the step's
                  candidates (C1, C2 ...) and chooses ADD / UPDATE / DELETE / NONE for each;
                  with an empty domain library every candidate is an ADD and no call is spent;
