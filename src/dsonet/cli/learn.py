@@ -192,8 +192,7 @@ def _learn_code(task, tasks, llm, url, lib, cfg, library_path, run_dir, node_id,
         reflector = "qwen2.5-coder-1.5b"  # the 0.5B writes no usable lesson about an environment
     teacher = open_embedded(None, reflector) if reflector else None
     cfg = dataclasses.replace(cfg, all_failed=True, rule_lessons=True, rule_first=True, repair_check=True,
-                              candidates=candidates,
-                              gate_gain=1e-9 if val else 0.0)
+                              candidates=candidates, gate_gain=1e-9 if val else 0.0)
     run_dir = run_dir or library_path.with_name(library_path.name + ".runs") / Path(task).stem.replace(":", "_")
     with sandbox:
         stats = Learner(llm, lib, cfg, run_dir, node_id, teacher).run(train, progress=not quiet, validation=val)

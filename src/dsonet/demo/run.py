@@ -47,7 +47,8 @@ class DemoConfig:
     # per honest node: tasks solved with the poisoned fleet's lessons, outcomes reported. The 20 training and
     # validation instances gave a signer 3-4 harmful outcomes and 0-1 helpful a node, under the 5 (none helpful)
     # or 7 (one helpful) that convict it; 5 practice instances a fact more make 70, every one of them (with 50,
-    # byz1 kept the trust of 3 of the 4 honest nodes; with 70, of 1: 4 harmful outcomes, none helpful, p = 1/16).
+    # byz1 kept the trust of 3 of the 4 honest nodes; with 70, of 2, with 3 and 4 harmful outcomes and none helpful:
+    # the fleet's lessons cover most of its facts, so few prompts carry its poison to be judged).
     feedback_tasks: int = 70
     practice_per_fact: int = 5  # training instances per fact used only as feedback tasks, never learned from
     rollouts: int = 4  # G per training instance

@@ -14,6 +14,7 @@ the attempt, its error line and the reference code), never the fact table.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from dsonet.experience import MAX_WORDS
 
@@ -34,18 +35,15 @@ def from_error(problem: str, code: str, error: str, reference: str) -> list[str]
     ("When your code would use np.trapz, use np.trapezoid instead: ..."). The learner keeps the first
     that restates nothing of this one problem. Empty when the error names nothing the attempt wrote or
     the reference does not show the fix."""
-    if not error or ":" not in error.split()[0]:
-        return []  # not "SomeError: ...": a wrong value or no code carries no name to go by
-    kind = error.split(":")[0].split(".")[-1]
     variables = set(_ASSIGNED.findall(problem))
-    old, new, bare, _ = _refused(code, error, reference, variables)
-    if not old or not new or old == new:
+    r = _refused(code, error, reference, variables)
+    if r is None:
         return []
     task = _task(problem)
-    refuses = f"this environment refuses {old} ({kind})."
-    forms = [f"When computing {task}, use {new}, not {old}: {refuses}" if task else "",
-             f"When your code would use {old}, use {new} instead: {refuses}",
-             f"When your code would use {old}, use {bare} instead: {refuses}"]
+    refuses = f"this environment refuses {r.old} ({error.split(':')[0].split('.')[-1]})."
+    forms = [f"When computing {task}, use {r.new}, not {r.old}: {refuses}" if task else "",
+             f"When your code would use {r.old}, use {r.new} instead: {refuses}",
+             f"When your code would use {r.old}, use {r.bare} instead: {refuses}"]
     return [_letters(f, variables) for f in dict.fromkeys(forms) if f and len(f.split()) <= MAX_WORDS]
 
 
@@ -71,20 +69,26 @@ def repair(problem: str, code: str, error: str, reference: str) -> str | None:
     error spells out no lesson. Running it checks the lesson on the attempt it came from: np.trapz ->
     np.trapezoid passes; a swap the error line only seemed to suggest (an estimator's name -> predict)
     does not."""
-    if not error or ":" not in error.split()[0]:
+    r = _refused(code, error, reference, set(_ASSIGNED.findall(problem)))
+    if r is None:
         return None
-    swap = _refused(code, error, reference, set(_ASSIGNED.findall(problem)))[3]
-    if swap is None:
-        return None
-    pattern, replacement = swap
+    pattern, replacement = r.swap
     repaired = re.sub(pattern, lambda _: replacement, code)
     return repaired if repaired != code else None
 
 
-def _refused(code: str, error: str, reference: str, variables: set[str]
-             ) -> tuple[str | None, str | None, str | None, tuple[str, str] | None]:
-    """(what the attempt used that the error refuses, what the reference uses instead as it calls it, and
-    by name alone; the swap that makes the attempt follow it: a pattern of ``code`` and its replacement)."""
+class _Refusal(NamedTuple):
+    old: str  # what the attempt used that the error refuses
+    new: str  # what the reference uses instead, as it calls it
+    bare: str  # the same by name alone
+    swap: tuple[str, str]  # what makes the attempt follow it: a pattern of the attempt's code, its replacement
+
+
+def _refused(code: str, error: str, reference: str, variables: set[str]) -> _Refusal | None:
+    """What the attempt's ``error`` line refuses and the ``reference`` does instead; None where the error
+    names nothing the attempt wrote or the reference shows no other way."""
+    if not error or ":" not in error.split()[0]:
+        return None  # not "SomeError: ...": a wrong value or no code carries no name to go by
     culprits = [q for q in _QUOTED.findall(error) if re.search(rf"\b{re.escape(q.split('.')[-1])}\b", code)]
     attempt_kw, reference_kw = dict(_KWARG.findall(code)), dict(_KWARG.findall(reference))
     for culprit in culprits:
@@ -93,20 +97,20 @@ def _refused(code: str, error: str, reference: str, variables: set[str]
         if name in attempt_kw and added:  # an argument the call refuses: the reference passes another
             new = f"{added[0]}={_literal(reference_kw[added[0]])}"
             swap = (rf"\b{re.escape(name)}\s*=\s*{re.escape(attempt_kw[name])}", f"{added[0]}={reference_kw[added[0]]}")
-            return f"{name}={_literal(attempt_kw[name])}", new, new, swap
+            return _Refusal(f"{name}={_literal(attempt_kw[name])}", new, new, swap)
         for kw, value in attempt_kw.items():  # a value the argument refuses: the reference passes another
             if value.strip("'\"") == name and kw in reference_kw and reference_kw[kw] != value:
-                swap = (rf"\b{re.escape(kw)}\s*=\s*{re.escape(value)}", f"{kw}={reference_kw[kw]}")
-                return f"{kw}={value}", f"{kw}={reference_kw[kw]}", f"{kw}={reference_kw[kw]}", swap
+                new = f"{kw}={reference_kw[kw]}"
+                return _Refusal(f"{kw}={value}", new, new, (rf"\b{re.escape(kw)}\s*=\s*{re.escape(value)}", new))
         used = sorted((d for d in _names(code) if d.split(".")[-1] == name), key=_dotted_first)
         theirs = sorted(_names(reference) - _names(code), key=_dotted_first)
         if used and theirs:  # a function or attribute that is gone: the reference uses another, shown as called
             written = re.search(rf"(?<![\w.]){re.escape(used[0])}\b", code)  # else imported: swap the bare names
             swap = ((rf"(?<![\w.]){re.escape(used[0])}\b", theirs[0]) if written else
                     (rf"(?<![\w.]){re.escape(name)}\b", theirs[0].split(".")[-1]))
-            return (_general(used[0], error, variables), _general(_call(reference, theirs[0]), error, variables),
-                    _general(theirs[0], error, variables), swap)
-    return None, None, None, None
+            old, new = _general(used[0], error, variables), _general(_call(reference, theirs[0]), error, variables)
+            return _Refusal(old, new, _general(theirs[0], error, variables), swap) if old != new else None
+    return None
 
 
 def _literal(value: str) -> str:
