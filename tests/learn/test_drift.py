@@ -45,6 +45,17 @@ def test_facts_file_has_40_cited_changes_over_five_libraries_and_15_controls():
         assert len(f.lesson.split()) <= 32 and f.lesson.startswith("When "), f.id
 
 
+def test_a_poison_that_names_the_new_api_is_refused_at_load(tmp_path):
+    """A poison like "call np.trapz(y, x); np.trapezoid does not exist" shows a small model the name it
+    needs: before this rule, the 0.5B answered 10 facts better with the poison alone than with nothing."""
+    text = drift.FACTS_PATH.read_text()
+    leaky = text.replace('call np.trapz(y, x)."', 'call np.trapz(y, x); np.trapezoid does not exist."')
+    assert leaky != text
+    (path := tmp_path / "facts.toml").write_text(leaky)
+    with pytest.raises(drift.DriftError, match=r"numpy-trapz.*the poison names \['trapezoid'\]"):
+        drift.load_facts(path)
+
+
 def test_pinned_versions_are_those_of_drift_lock():
     pins = dict(line.split("==") for line in (ROOT / "drift.lock").read_text().splitlines()
                 if line.strip() and not line.startswith("#"))

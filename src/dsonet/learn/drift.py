@@ -78,6 +78,17 @@ class Check:
     code: str  # what ran after the setup
 
 
+def _identifiers(text: str) -> set[str]:
+    return set(re.findall(r"[A-Za-z_]\w*", text))
+
+
+def _new_names(raw: dict) -> set[str]:
+    """What a change fact's new form names that its stale form and its task text do not, and what the
+    task hides: the names a lesson against the change must not show."""
+    stale = _identifiers(raw["stale"])
+    return (_identifiers(raw["reference"]) - stale - _identifiers(raw["task"])) | (set(raw.get("hides", ())) - stale)
+
+
 def load_facts(path: Path = FACTS_PATH) -> tuple[dict[str, str], dict[str, list[str]], list[Fact]]:
     """(pinned versions, name pools, facts) from a facts file; each fact's fields are checked here."""
     data = tomllib.loads(path.read_text())
@@ -96,6 +107,10 @@ def load_facts(path: Path = FACTS_PATH) -> tuple[dict[str, str], dict[str, list[
             raise DriftError(f"{where}: stale must be given for a change and omitted for a control")
         if raw["change"] != "control" and not raw.get("poison"):
             raise DriftError(f"{where}: a change fact needs a poison lesson (the stale form, recommended)")
+        if raw.get("poison") and (leaked := _new_names(raw) & _identifiers(raw["poison"])):
+            raise DriftError(f"{where}: the poison names {sorted(leaked)}, which only the new form uses; a poison "
+                             f"recommends the stale form and names nothing of the new one (a small model copies "
+                             f"the names it is shown, so such a poison teaches the new API)")
         if raw["id"] in seen:
             raise DriftError(f"{where}: id {raw['id']!r} is used twice")
         seen.add(raw["id"])
