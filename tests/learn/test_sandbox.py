@@ -106,6 +106,38 @@ def test_a_sleep_stops_at_the_wall_clock_limit(box):
     _serves(box)
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs os.sched_setaffinity (Linux)")
+def test_a_run_starved_of_cpu_gets_back_the_time_it_waited_for_a_core():
+    """Half a second of work under a 1.2 s wall limit, on one core shared with three busy loops: it takes
+    ~2 s of wall clock, and passes, because only the time it ran (or slept) counts."""
+    if shutil.which("bwrap") is None:
+        pytest.skip(BWRAP_MISSING)
+    mask = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(mask)})  # the worker, its child and the loops inherit the one core
+    try:
+        sandbox = Sandbox(PYTHON, limits=QUICK)
+        # each loop in a session of its own, as the worker is: with autogroup scheduling, a core is
+        # shared between sessions, not processes
+        loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+                 for _ in range(3)]
+    finally:
+        os.sched_setaffinity(0, mask)
+    work = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5:\n    pass\nr = 1"
+    try:
+        with sandbox:
+            out = sandbox.run(work, limits=Limits(cpu_s=2, memory_mb=512, output_bytes=4096, wall_s=1.2))
+            slept = sandbox.run("import time\ntime.sleep(60)", limits=Limits(cpu_s=1, memory_mb=512,
+                                                                             output_bytes=4096, wall_s=1))
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    assert out.ok and out.value == 1, out
+    assert out.seconds > 1.2  # it was starved: the plain wall limit would have killed it
+    assert slept.error == "TimeoutError: wall-clock limit of 1 s"  # sleeping is not waiting for a core
+    assert slept.seconds < 3
+
+
 def test_fork_and_a_fork_bomb_cannot_start_a_process(box):
     assert box.run("import os\nr = os.fork()").error.startswith("BlockingIOError: [Errno 11]")
     assert box.run("import os\nwhile True:\n    os.fork()").error.startswith("BlockingIOError")

@@ -14,8 +14,10 @@ The worker imports the preload modules once, then forks a child per run; the chi
 namespaces, keyrings, bpf, perf, userfaultfd, io_uring or ptrace), runs the code in a fresh
 directory with prints captured to a bounded buffer, and returns the canonical form of `r` as JSON
 (never pickle: what comes out of the sandbox is untrusted). The worker kills a child at the
-wall-clock limit; this side has its own deadline and restarts a worker that died or hangs, or that
-a run left SysV IPC objects in.
+wall-clock limit, not counting the time the child waited for a core (from /proc/<pid>/schedstat;
+at most WALL_STRETCH times the limit in all): a check's verdict must not depend on the machine's
+load. This side has its own deadline and restarts a worker that died or hangs, or that a run left
+SysV IPC objects in.
 
 Canonical forms (JSON): None, bool, str, int and finite floats as themselves; lists as lists; any
 other value as a one-key dict naming its kind: {"float": "nan"}, {"tuple": [...]}, {"set": sorted},
@@ -72,6 +74,8 @@ RESULT_BYTES = 1 << 20  # a canonical value's JSON; a drift answer is a scalar, 
 TMPFS_BYTES = 256 << 20  # the sandbox's whole /tmp: held in RAM, so small
 START_TIMEOUT_S = 120.0  # importing pandas + scipy on a busy 2-core machine takes seconds, not minutes
 REPLY_GRACE_S = 5.0  # past the wall limit, time for the worker to kill, reap and answer
+# the wall limit leaves out time a run waited for a core, up to this many times wall_s in all
+WALL_STRETCH = 4
 NOBODY = 65534  # the uid the worker becomes when this process is root
 
 
@@ -193,7 +197,9 @@ class Sandbox:
         if not isinstance(result, str) or not result.isidentifier():
             raise SandboxError(f"result: {result!r} is not a variable name; pass e.g. result='r'")
         limits = limits or self.limits
-        request = json.dumps({"code": code, "result": result, "limits": asdict(limits)}) + "\n"
+        wall_cap_s = limits.wall_s * WALL_STRETCH
+        request = json.dumps({"code": code, "result": result,
+                              "limits": {**asdict(limits), "wall_cap_s": wall_cap_s}}) + "\n"
         with self._lock:
             if self._closed:
                 raise SandboxError("run: this Sandbox is closed; make a new one")
@@ -203,7 +209,7 @@ class Sandbox:
             try:
                 self._proc.stdin.write(request.encode())
                 self._proc.stdin.flush()
-                reply = self._read_reply(time.monotonic() + limits.wall_s + REPLY_GRACE_S,
+                reply = self._read_reply(time.monotonic() + wall_cap_s + REPLY_GRACE_S,
                                          RESULT_BYTES + 8 * limits.output_bytes + 4096)
             except (OSError, TimeoutError, ValueError, TypeError) as exc:
                 # the answer killed or wedged its worker: contain it, restart, and say what happened
