@@ -72,6 +72,14 @@ def test_a_missing_numpy_attribute_comes_back_as_the_errors_last_line(box):
     assert out.error == "AttributeError: module 'numpy' has no attribute 'no_such_function'"
 
 
+def test_what_a_run_shows_carries_no_memory_address(box):
+    # the same answer must show the same text in every run: it goes into the reflector's prompt
+    shown = box.run("class Thing:\n    pass\nr = Thing().__init__")
+    assert shown.ok and shown.value["repr"] == "<method-wrapper '__init__' of Thing object>", shown
+    failed = box.run("r = 1\nraise ValueError(object())")
+    assert failed.error == "ValueError: <object object>", failed
+
+
 def test_an_unassigned_result_is_a_name_error(box):
     assert box.run("x = 1").error == "NameError: r was not assigned"
     assert box.run("x = 1", result="x").value == 1

@@ -16,6 +16,7 @@ import io
 import json
 import math
 import os
+import re
 import resource
 import select
 import shutil
@@ -39,6 +40,7 @@ DENIED_SYSCALLS = {
     "aarch64": (0xC00000B7, (97, 268, 217, 218, 219, 280, 241, 282, 425, 117)),
 }
 X32_BIT = 0x40000000  # x86_64's x32 ABI numbers: another way to name the same syscalls
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # "<bound method ... of <... object at 0x7f95480...>>"
 
 
 def main() -> None:
@@ -317,7 +319,13 @@ def _execute(code: str, result: str, limits: dict, result_bytes: int) -> dict:
 
 
 def _last_line(exc: BaseException) -> str:
-    return traceback.format_exception_only(type(exc), exc)[-1].strip()
+    return _stable(traceback.format_exception_only(type(exc), exc)[-1].strip())
+
+
+def _stable(text: str) -> str:
+    """`text` without memory addresses: what a run shows goes into a reflector's prompt (and the answer
+    cache's key), so the same answer must show the same text in every run."""
+    return ADDRESS.sub("", text)
 
 
 class _Bounded(io.TextIOBase):
@@ -444,7 +452,7 @@ def _sparse(v: object, depth: int) -> object:
 
 
 def _opaque(v: object) -> dict:
-    return {"repr": repr(v)[:200], "type": f"{type(v).__module__}.{type(v).__qualname__}"}
+    return {"repr": _stable(repr(v))[:200], "type": f"{type(v).__module__}.{type(v).__qualname__}"}
 
 
 def _key(c: object) -> str:
