@@ -1,5 +1,9 @@
 """Lessons read off an error line beside the reference: each kind of refusal, and what gives none."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from dsonet.learn import parse
@@ -152,3 +156,16 @@ def test_a_wrong_value_or_an_error_naming_nothing_the_reference_fixes_gives_no_l
 ])
 def test_a_failed_attempt_refutes_the_lesson_that_advised_what_the_error_refuses(error, code, lesson, refuted):
     assert refutes(error, code, lesson) is refuted
+
+
+def test_a_tie_goes_to_the_name_written_first_whatever_the_interpreters_string_hashes():
+    # pd.unique and pd.Series are both dotted and 9 characters long: the outer call wins in every run
+    problem = ("The code below has run.\n```python\nimport pandas as pd\nx = [3, 1, 3]\n```\n"
+               "Write one line of Python that assigns to r the distinct values of x.")
+    script = ("import sys\nfrom dsonet.learn.code_lessons import from_error\n"
+              "print(from_error(sys.argv[1], 'r = x.unique()', \"AttributeError: 'list' object has no attribute "
+              "'unique'\", 'r = list(pd.unique(pd.Series(x)))')[0])")
+    lessons = {subprocess.run([sys.executable, "-c", script, problem], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(8)}
+    assert lessons == {"When computing the distinct values of x, use pd.unique(pd.Series(x)), not list.unique: "
+                       "this environment refuses list.unique (AttributeError).\n"}

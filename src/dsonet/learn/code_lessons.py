@@ -53,7 +53,7 @@ def from_reference(problem: str, code: str, reference: str) -> list[str]:
     right-hand side ("When computing ..., use np.isin(x, y)."), then the task and the library name the
     reference calls and the attempt did not (dotted first). Empty without a task or such a name."""
     task = _task(problem)
-    theirs = sorted(_names(reference) - _names(code), key=_dotted_first)
+    theirs = _ranked(_names(reference) - _names(code), reference)
     if not task or not theirs:
         return []
     variables = set(_ASSIGNED.findall(problem))
@@ -102,8 +102,8 @@ def _refused(code: str, error: str, reference: str, variables: set[str]) -> _Ref
             if value.strip("'\"") == name and kw in reference_kw and reference_kw[kw] != value:
                 new = f"{kw}={reference_kw[kw]}"
                 return _Refusal(f"{kw}={value}", new, new, (rf"\b{re.escape(kw)}\s*=\s*{re.escape(value)}", new))
-        used = sorted((d for d in _names(code) if d.split(".")[-1] == name), key=_dotted_first)
-        theirs = sorted(_names(reference) - _names(code), key=_dotted_first)
+        used = _ranked({d for d in _names(code) if d.split(".")[-1] == name}, code)
+        theirs = _ranked(_names(reference) - _names(code), reference)
         if used and theirs:  # a function or attribute that is gone: the reference uses another, shown as called
             written = re.search(rf"(?<![\w.]){re.escape(used[0])}\b", code)  # else imported: swap the bare names
             swap = ((rf"(?<![\w.]){re.escape(used[0])}\b", theirs[0]) if written else
@@ -131,8 +131,11 @@ def _call(code: str, name: str) -> str:
     return name
 
 
-def _dotted_first(name: str) -> tuple[bool, int]:
-    return "." not in name, len(name)
+def _ranked(names: set[str], code: str) -> list[str]:
+    """Dotted names first, then the shorter, then the first written in ``code`` (the outer call of a
+    nested one). A total order: ties left to a set's order (``pd.unique`` or ``pd.Series``, both 9
+    characters) made the lesson differ between interpreter runs, whose string hashes differ."""
+    return sorted(names, key=lambda name: ("." not in name, len(name), code.find(name)))
 
 
 def _names(code: str) -> set[str]:
