@@ -4,6 +4,9 @@ the validation items nearest a lesson. A scripted LLM and a keyword encoder stan
 the loop (the real models and sandbox run in `dso bench learn --family drift`)."""
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -131,6 +134,15 @@ def test_a_copied_reference_call_keeps_its_function_and_loses_the_tasks_variable
     assert parsed.items == ("When integrating with NumPy, call np.trapezoid(z, x); np.trapz does not exist.",)
     assert parse.generalise_arguments("When sorting, call sorted(items, key=len).", problem) == \
         "When sorting, call sorted(items, key=len)."
+
+
+def test_variables_of_the_same_length_get_their_letters_in_the_order_written_in_every_run():
+    problem = "The code below has run:\nxs = [1, 2]\nys = [3, 4]\nIntegrate ys over xs."
+    script = ("import sys\nfrom dsonet.learn import parse\n"
+              "print(parse.generalise_arguments('When integrating, call np.trapezoid(ys, xs).', sys.argv[1]))")
+    lessons = {subprocess.run([sys.executable, "-c", script, problem], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(8)}
+    assert lessons == {"When integrating, call np.trapezoid(x, y).\n"}
 
 
 def test_rule_lessons_join_the_candidates_and_face_the_same_gate(tmp_path):

@@ -89,7 +89,9 @@ def generalise_arguments(text: str, problem: str, shared: frozenset[str] = froze
     that copies the reference call ("call np.trapezoid(z, samples)") keeps the call's shape
     ("np.trapezoid(z, a)"), which a small agent needs to write the call right (a bare name, it wrote
     ``np.trapezoid(arr, left=0, right=9)``), without one task's variables."""
-    names = sorted(set(_ASSIGNED.findall(problem)) - shared, key=len, reverse=True)
+    # longest first (``xs`` before ``x``), then as the text writes them: never a set's order, which
+    # differs between interpreter runs
+    names = sorted(set(_ASSIGNED.findall(problem)) - shared, key=lambda name: (-len(name), text.find(name)))
     if not names:
         return text
     free = iter(c for c in "xyuvwstpqmnkjhgfedcba" if not re.search(rf"\b{c}\b", text))  # read as variables
