@@ -91,7 +91,7 @@ def generalise_arguments(text: str, problem: str, shared: frozenset[str] = froze
     ``np.trapezoid(arr, left=0, right=9)``), without one task's variables."""
     # longest first (``xs`` before ``x``), then as the text writes them: never a set's order, which
     # differs between interpreter runs
-    names = sorted(set(_ASSIGNED.findall(problem)) - shared, key=lambda name: (-len(name), text.find(name)))
+    names = sorted(set(_ASSIGNED.findall(problem)) - shared, key=lambda name: (-len(name), text.find(name), name))
     if not names:
         return text
     free = iter(c for c in "xyuvwstpqmnkjhgfedcba" if not re.search(rf"\b{c}\b", text))  # read as variables
