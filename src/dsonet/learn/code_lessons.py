@@ -133,8 +133,9 @@ def _call(code: str, name: str) -> str:
 
 def _ranked(names: set[str], code: str) -> list[str]:
     """Dotted names first, then the shorter, then the first written in ``code`` (the outer call of a
-    nested one), then by name. A total order: ties left to a set's order (``pd.unique`` or ``pd.Series``, both 9 characters) made
-    the lesson differ between interpreter runs, whose string hashes differ."""
+    nested one), then by name. A total order: ties left to a set's order (``pd.unique`` or
+    ``pd.Series``, both 9 characters) made the lesson differ between interpreter runs, whose string
+    hashes differ."""
     return sorted(names, key=lambda name: ("." not in name, len(name), code.find(name), name))
 
 
