@@ -1,5 +1,8 @@
 """Helpers for learn tests whose subject is not storage."""
 
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 
 from dsonet.experience import Experience
@@ -49,3 +52,10 @@ class DictStore:
         return [_Hit(e, 1.0) for e in same][:k]
 
 
+
+
+def outputs_under_hash_seeds(script: str, *args: str, seeds: int = 8) -> set[str]:
+    """What ``python -c script args`` prints under PYTHONHASHSEED 0..seeds-1: one element where the
+    result does not hang on a set's order, which changes with the interpreter's string hashes."""
+    return {subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(seeds)}

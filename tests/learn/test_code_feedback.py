@@ -4,9 +4,6 @@ the validation items nearest a lesson. A scripted LLM and a keyword encoder stan
 the loop (the real models and sandbox run in `dso bench learn --family drift`)."""
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,7 +15,7 @@ from dsonet.learn.grpo import LearnConfig, Learner
 from dsonet.learn.run_dir import LearnError
 from dsonet.learn.tasks import Task, TaskSet
 
-from .conftest import DictStore
+from .conftest import DictStore, outputs_under_hash_seeds
 
 GOOD = "When rounding with the mylib library, call mylib.round_half instead of mylib.rnd."
 BAD = "When rounding with the mylib library, call mylib.rnd; it is the current name."
@@ -140,9 +137,7 @@ def test_variables_of_the_same_length_get_their_letters_in_the_order_written_in_
     problem = "The code below has run:\nxs = [1, 2]\nys = [3, 4]\nIntegrate ys over xs."
     script = ("import sys\nfrom dsonet.learn import parse\n"
               "print(parse.generalise_arguments('When integrating, call np.trapezoid(ys, xs).', sys.argv[1]))")
-    lessons = {subprocess.run([sys.executable, "-c", script, problem], capture_output=True, text=True, check=True,
-                              env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(8)}
-    assert lessons == {"When integrating, call np.trapezoid(x, y).\n"}
+    assert outputs_under_hash_seeds(script, problem) == {"When integrating, call np.trapezoid(x, y).\n"}
 
 
 def test_rule_lessons_join_the_candidates_and_face_the_same_gate(tmp_path):

@@ -1,13 +1,11 @@
 """Lessons read off an error line beside the reference: each kind of refusal, and what gives none."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from dsonet.learn import parse
 from dsonet.learn.code_lessons import from_error, from_reference, refutes, repair
+
+from .conftest import outputs_under_hash_seeds
 
 TRAPZ = ("The code below has run.\n```python\nimport numpy as np\nw = np.linspace(0, 3, 7)\nsamples = 3 * w**2\n```\n"
          "Write one line of Python that assigns to r the integral of samples over w computed with the trapezoidal rule.")
@@ -165,7 +163,5 @@ def test_a_tie_goes_to_the_name_written_first_whatever_the_interpreters_string_h
     script = ("import sys\nfrom dsonet.learn.code_lessons import from_error\n"
               "print(from_error(sys.argv[1], 'r = x.unique()', \"AttributeError: 'list' object has no attribute "
               "'unique'\", 'r = list(pd.unique(pd.Series(x)))')[0])")
-    lessons = {subprocess.run([sys.executable, "-c", script, problem], capture_output=True, text=True, check=True,
-                              env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(8)}
-    assert lessons == {"When computing the distinct values of x, use pd.unique(pd.Series(x)), not list.unique: "
+    assert outputs_under_hash_seeds(script, problem) == {"When computing the distinct values of x, use pd.unique(pd.Series(x)), not list.unique: "
                        "this environment refuses list.unique (AttributeError).\n"}

@@ -37,17 +37,21 @@ def _needs(module: str):
     return pytest.mark.skipif(module not in PRELOAD, reason=f"{module} is not installed in {PYTHON}")
 
 
-@pytest.fixture(scope="module")
-def box():
+def _sandbox(preload: tuple[str, ...] = ()) -> Sandbox:
+    """A sandbox on QUICK limits, or a skip where this machine cannot isolate it."""
     if shutil.which("bwrap") is None:
         pytest.skip(BWRAP_MISSING)
     try:
-        sandbox = Sandbox(PYTHON, preload=PRELOAD, limits=QUICK)
+        return Sandbox(PYTHON, preload=preload, limits=QUICK)
     except SandboxError as exc:
         if "bwrap needs namespaces" not in str(exc):
             raise
         pytest.skip(f"isolation unavailable on this machine, so the sandbox refuses: {exc}")
-    with sandbox:
+
+
+@pytest.fixture(scope="module")
+def box():
+    with _sandbox(PRELOAD) as sandbox:
         yield sandbox
 
 
@@ -119,12 +123,10 @@ def test_a_sleep_stops_at_the_wall_clock_limit(box):
 def test_a_run_starved_of_cpu_gets_back_the_time_it_waited_for_a_core():
     """Half a second of work under a 1.2 s wall limit, on one core shared with three busy loops: it takes
     ~2 s of wall clock, and passes, because only the time it ran (or slept) counts."""
-    if shutil.which("bwrap") is None:
-        pytest.skip(BWRAP_MISSING)
     mask = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(mask)})  # the worker, its child and the loops inherit the one core
     try:
-        sandbox = Sandbox(PYTHON, limits=QUICK)
+        sandbox = _sandbox()
         # each loop in a session of its own, as the worker is: with autogroup scheduling, a core is
         # shared between sessions, not processes
         loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
