@@ -28,6 +28,7 @@ COMMANDS = {
     "align": ("dsonet.cli.encoders:align_command", "Learn an adapter from a model's space into a profile's space."),
     "mcp": ("dsonet.cli.agents:mcp", "Serve the library as MCP tools for Claude Desktop, Cursor and other hosts."),
     "proxy": ("dsonet.cli.agents:proxy", "An OpenAI-compatible proxy that injects the library's lessons."),
+    "llm": ("dsonet.cli.llm:llm", "Serve the embedded LLM behind an OpenAI-compatible API (dso llm serve)."),
 }
 
 
