@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dsonet.serve import ServedModel, create_app
-from dsonet.serve.sequential import Generated
+from dsonet.learn.llama_engine import Generated
 from dsonet.serve.template import ChatTemplate
 
 openai = pytest.importorskip("openai", reason="the learn extra installs the openai SDK")
@@ -41,15 +41,16 @@ class Scripted:
 
 def served(script: Scripted, n_ctx: int = 400) -> ServedModel:
     # a token a word: enough to count and to overflow the context with
-    return ServedModel((MODEL, "Qwen2.5-Coder-0.5B-Instruct-Q4_K_M"), n_ctx, QWEN, lambda text: text.split(), script.run)
+    return ServedModel((MODEL, "Qwen2.5-Coder-0.5B-Instruct-Q4_K_M"), n_ctx, 2, QWEN, lambda text: text.split(),
+                       script.run)
 
 
 @pytest.fixture
 def client():
     def make(*replies: str, n_ctx: int = 400, token: str | None = None):
         script = Scripted(*replies)
-        http = TestClient(create_app(served(script, n_ctx), slots=2, token=token))
-        http.__enter__()  # runs the lifespan: the slots' worker starts
+        http = TestClient(create_app(served(script, n_ctx), token=token))
+        http.__enter__()  # runs the lifespan: the worker starts
         made.append(http)
         sdk = openai.OpenAI(base_url="http://testserver/v1", api_key=token or "none", http_client=http, max_retries=0)
         return sdk, script, http

@@ -7,7 +7,7 @@ import click
 from dsonet.cli.agents import host_option
 from dsonet.cli.options import token_option
 from dsonet.errors import DsoError
-from dsonet.learn.llama_llm import DEFAULT_MODEL, MODELS, N_CTX
+from dsonet.learn.llama_llm import DEFAULT_MODEL, MODELS, N_CTX, SLOTS
 
 
 @click.group()
@@ -25,13 +25,14 @@ def llm() -> None:
               help="Embedded model to serve; clients name it so (or by its file's name).")
 @host_option
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
-@click.option("--slots", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="Sequences decoded together; requests beyond wait for the next batch.")
+@click.option("--slots", type=click.IntRange(1, 64), default=SLOTS, show_default=True,
+              help="Sequences decoded together, each with its own prompt cache of --n-ctx tokens (memory grows "
+                   "with both); more wait for a free slot.")
 @click.option("--threads", type=click.IntRange(1), default=None,
               help="llama.cpp threads; default half the cores (env DSONET_LLM_THREADS). More than the free cores "
                    "is slower: its threads busy-wait for each other.")
 @click.option("--n-ctx", type=click.IntRange(256), default=N_CTX, show_default=True,
-              help="Tokens of prompt + answer a request may hold; longer prompts get a 400 that says so.")
+              help="Tokens of prompt + answer one sequence may hold; longer prompts get a 400 that says so.")
 @token_option
 @click.option("--max-body", type=click.IntRange(1024), default=4 * 1024 * 1024, show_default=True,
               help="Largest request body in bytes (larger: 413).")
@@ -45,7 +46,7 @@ def serve(model: str, host: str, port: int, slots: int, threads: int | None, n_c
     \b
     Examples:
       dso llm serve                                             http://127.0.0.1:8000/v1, the 0.5B
-      dso llm serve --model qwen2.5-coder-1.5b --slots 2 --port 8001
+      dso llm serve --model qwen2.5-coder-1.5b --slots 4 --port 8001
       dso proxy --upstream http://127.0.0.1:8000/v1             lessons injected in front of it
       OPENAI_BASE_URL=http://127.0.0.1:8000/v1 OPENAI_API_KEY=none python my_agent.py
     """
@@ -55,9 +56,9 @@ def serve(model: str, host: str, port: int, slots: int, threads: int | None, n_c
 
     try:
         check_exposure(host, token)
-        loaded = LlamaCppLLM(gguf_path(model), MODELS[model].name, threads, n_ctx=n_ctx)
+        loaded = LlamaCppLLM(gguf_path(model), MODELS[model].name, threads, n_ctx=n_ctx, slots=slots)
     except DsoError as exc:
         raise click.ClickException(str(exc)) from None
-    app = create_app(ServedModel.of(loaded, model), slots=slots, token=token, max_body=max_body)
+    app = create_app(ServedModel.of(loaded, model), token=token, max_body=max_body)
     # a stream still decoding when the signal comes is cut after 5 s: the model cannot be interrupted sooner
     serve_app(app, host, port, "dso llm serve", "/v1", timeout_graceful_shutdown=5)

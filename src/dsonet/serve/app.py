@@ -1,10 +1,10 @@
 """`dso llm serve`: a model behind OpenAI's chat completions API.
 
-    POST /v1/chat/completions   messages -> the model's own chat template -> slots -> choices;
+    POST /v1/chat/completions   messages -> the model's own chat template -> the model's slots -> choices;
                                 ``stream: true`` as server-sent events ending with ``data: [DONE]``;
                                 ``tools``/``tool_choice`` ("auto", "none", "required", a named function)
     GET  /v1/models             the model's id (and /v1/models/{id})
-    GET  /health                the model, its slots and how many sequences wait for one (no token)
+    GET  /health                the model, its slots, the sequences running and waiting (no token)
 
 Errors have OpenAI's shape, naming the field at fault (``param``): 400 for a body that is not a
 chat request or a prompt that does not fit the context (code ``context_length_exceeded``), 404
@@ -29,26 +29,26 @@ from dsonet import __version__
 from dsonet.asgi import BearerToken, BodyLimit
 from dsonet.asgi.openai_errors import openai_error, openai_error_body, openai_response, read_json_object
 from dsonet.learn.chat import LLMError
+from dsonet.learn.llama_engine import Generated
+from dsonet.learn.llama_engine import Request as GenRequest
 from dsonet.serve.model import ServedModel
 from dsonet.serve.request import BadRequest, ChatRequest, parse_chat
-from dsonet.serve.sequential import Generated
-from dsonet.serve.sequential import Request as GenRequest
-from dsonet.serve.slots import Slots
+from dsonet.serve.worker import Worker
 from dsonet.serve.template import TemplateError
 from dsonet.serve.tools import ToolCallStream, parse_tool_calls, tool_grammar
 
 MAX_BODY = 4 * 1024 * 1024  # an agent's whole history fits: the context holds far fewer tokens
 
 
-def create_app(model: ServedModel, *, slots: int = 1, token: str | None = None, max_body: int = MAX_BODY):
-    """The server as an ASGI app: ``slots`` sequences decoded together at most (`dsonet.serve.slots`)."""
-    pool = Slots(model.run, slots)
+def create_app(model: ServedModel, *, token: str | None = None, max_body: int = MAX_BODY):
+    """The server as an ASGI app; concurrent requests share the model through one `Worker`."""
+    worker = Worker(model.run)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
-        pool.start()
+        worker.start()
         yield
-        await asyncio.to_thread(pool.close)
+        await asyncio.to_thread(worker.close)
 
     app = FastAPI(title="dsonet llm serve", version=__version__, lifespan=lifespan,
                   description="OpenAI-compatible chat completions from the embedded model.")
@@ -70,9 +70,9 @@ def create_app(model: ServedModel, *, slots: int = 1, token: str | None = None, 
         except BadRequest as exc:
             return openai_response(exc.status, str(exc), exc.param, exc.code)
         if chat.stream:
-            return StreamingResponse(_events(pool, chat, sequences, len(tokens)), media_type="text/event-stream")
+            return StreamingResponse(_events(worker, chat, sequences, len(tokens)), media_type="text/event-stream")
         try:
-            done = await pool.generate(sequences)
+            done = await worker.generate(sequences)
         except LLMError as exc:
             return openai_response(500, f"generation failed: {exc}")
         return JSONResponse(completion(chat, done, len(tokens)))
@@ -90,8 +90,8 @@ def create_app(model: ServedModel, *, slots: int = 1, token: str | None = None, 
 
     @app.get("/health")
     async def health() -> dict:
-        return {"status": "ok", "model": model.id, "n_ctx": model.n_ctx, "slots": slots, "busy": pool.busy,
-                "waiting": pool.waiting}
+        return {"status": "ok", "model": model.id, "n_ctx": model.n_ctx, "slots": model.slots,
+                "running": worker.running, "waiting": worker.waiting}
 
     guarded = BodyLimit(app, max_body, hint="raise --max-body", error_body=openai_error_body)
     return BearerToken(guarded, token, error_body=openai_error_body)
@@ -148,7 +148,7 @@ def _sse(obj: dict | str) -> str:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-async def _events(pool: Slots, chat: ChatRequest, sequences: list[GenRequest], prompt_tokens: int
+async def _events(worker: Worker, chat: ChatRequest, sequences: list[GenRequest], prompt_tokens: int
                   ) -> AsyncIterator[str]:
     """The completion as chat.completion.chunk events: each choice's role, its content as decoded, its
     tool calls once whole (a call is held until it parses), its finish reason; the usage; [DONE]."""
@@ -165,7 +165,7 @@ async def _events(pool: Slots, chat: ChatRequest, sequences: list[GenRequest], p
     streams = [ToolCallStream(chat.callable) for _ in sequences]
     for i in range(len(sequences)):
         yield chunk(i, {"role": "assistant", "content": ""})
-    task = asyncio.ensure_future(pool.generate(sequences))
+    task = asyncio.ensure_future(worker.generate(sequences))
     task.add_done_callback(lambda _: pieces.put_nowait(None))  # after every piece: they were queued first
     try:
         while (item := await pieces.get()) is not None:

@@ -1,14 +1,16 @@
-"""The slots: concurrent HTTP requests share one model by waiting in one queue for one worker thread.
+"""One worker thread between the HTTP requests and the model: what waits is run together.
 
-    slots = Slots(run, 4)            # run(requests) -> [Generated], one call decodes them together
-    [done] = await slots.generate([request])
+    worker = Worker(llm.run)         # run(requests) -> [Generated], its slots decoded together
+    [done] = await worker.generate([request])
 
-The worker takes what is waiting, up to ``slots`` sequences, and hands them to ``run`` as one
-batch; sequences that arrive meanwhile wait for the next batch. A model runs one batch at a
-time anyway (its context is not thread-safe), so one thread is all it needs, and the event loop
-never blocks on it: results come back through each caller's loop (``call_soon_threadsafe``),
-and so do streamed pieces (the caller's ``on_text`` does that). A sequence whose caller went
-away (a closed connection cancels its future) before the worker reached it is dropped unrun.
+The model's ``run`` decodes its slots together and gives a finished slot the next request of the
+call at once (`dsonet.learn.llama_engine`). So the worker hands it every sequence waiting when it
+looks, in one call; sequences that arrive during a call wait for the next one. The model runs one
+call at a time anyway (its context is not thread-safe), so one thread is all it needs, and the
+event loop never blocks on it: results go back through each caller's loop
+(``call_soon_threadsafe``), as streamed pieces do (the caller's ``on_text`` sees to that). A
+sequence whose caller went away (a closed connection cancels its future) before the worker took
+it is dropped unrun.
 """
 
 from __future__ import annotations
@@ -45,14 +47,12 @@ def _settle(future: asyncio.Future, result: Any, error: BaseException | None) ->
         future.set_result(result)
 
 
-class Slots:
-    def __init__(self, run: Run, slots: int = 1):
-        if slots < 1:
-            raise ValueError(f"slots: {slots}; give at least 1")
-        self.run, self.slots = run, slots
+class Worker:
+    def __init__(self, run: Run):
+        self.run = run
         self._queue: queue.Queue[_Waiting | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._work, name="dso-llm-slots", daemon=True)
-        self.busy = 0  # sequences in the batch being decoded now
+        self._thread = threading.Thread(target=self._work, name="dso-llm-worker", daemon=True)
+        self.running = 0  # sequences in the call being decoded now
 
     @property
     def waiting(self) -> int:
@@ -62,7 +62,7 @@ class Slots:
         self._thread.start()
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Stop taking batches; the one being decoded finishes first (up to ``timeout_s``)."""
+        """Take no more calls; the one being decoded finishes first (up to ``timeout_s``)."""
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join(timeout_s)
@@ -76,20 +76,20 @@ class Slots:
         return list(await asyncio.gather(*(w.future for w in waiting)))
 
     def _take(self) -> tuple[list[_Waiting], bool]:
-        """The next batch (blocking for its first sequence) and whether the queue was closed."""
+        """Everything waiting (blocking for the first) and whether the queue was closed."""
         first = self._queue.get()
         if first is None:
             return [], True
         batch, closed = [first], False
-        while len(batch) < self.slots:
+        while not closed:
             try:
                 more = self._queue.get_nowait()
             except queue.Empty:
                 break
             if more is None:
                 closed = True
-                break
-            batch.append(more)
+            else:
+                batch.append(more)
         return [w for w in batch if not w.future.cancelled()], closed
 
     def _work(self) -> None:
@@ -98,11 +98,11 @@ class Slots:
             batch, closed = self._take()
             if not batch:
                 continue
-            self.busy = len(batch)
+            self.running = len(batch)
             try:
                 results = self.run([w.request for w in batch])
-            except Exception as exc:  # every caller of the batch gets the error; the worker goes on
-                log.exception("generation failed for a batch of %d", len(batch))
+            except Exception as exc:  # every caller of the call gets the error; the worker goes on
+                log.exception("generation failed for a call of %d sequences", len(batch))
                 error = exc if isinstance(exc, LLMError) else LLMError(f"{type(exc).__name__}: {exc}")
                 for w in batch:
                     w.settle(error=error)
@@ -110,4 +110,4 @@ class Slots:
                 for w, result in zip(batch, results):
                     w.settle(result)
             finally:
-                self.busy = 0
+                self.running = 0
