@@ -33,6 +33,14 @@ def test_a_last_block_left_unclosed_counts_when_its_json_is_whole():
     assert content is None and calls[0]["function"]["name"] == "get_weather"
 
 
+def test_a_reply_that_is_only_the_calls_json_bare_or_fenced_is_a_call():
+    for text in ['{"name": "get_time", "arguments": {}}', '```json\n{"name": "get_time", "arguments": {"tz": "UTC"}}\n```']:
+        content, calls = parse_tool_calls(text, NAMES)
+        assert content is None and calls[0]["function"]["name"] == "get_time"
+    prose = 'Use {"name": "get_time", "arguments": {}} to call it.'
+    assert parse_tool_calls(prose, NAMES) == (prose, [])
+
+
 def test_arguments_sent_as_a_string_pass_through_unchanged():
     _, calls = parse_tool_calls('<tool_call>{"name": "get_time", "arguments": "{\\"tz\\": \\"UTC\\"}"}</tool_call>', NAMES)
     assert calls[0]["function"]["arguments"] == '{"tz": "UTC"}'
@@ -51,6 +59,14 @@ def test_a_held_partial_tag_that_turns_out_not_to_be_one_is_sent():
     assert stream.feed("a <to") == "a "
     assert stream.feed("y> b") == "<toy> b"
     assert stream.close() == (None, [])
+
+
+def test_a_streamed_reply_that_may_be_a_bare_call_is_held_and_prose_is_not():
+    stream = ToolCallStream(NAMES)
+    assert [stream.feed(p) for p in ["``", "`json\n", '{"name": "get_time", "arguments": {}}\n```']] == ["", "", ""]
+    assert stream.close()[1][0]["function"]["name"] == "get_time"
+    code = ToolCallStream(NAMES)
+    assert [code.feed(p) for p in ["``", "`python\nx = 1"]] == ["", "```python\nx = 1"]
 
 
 def test_without_tools_every_piece_is_content_even_a_tag():

@@ -8,7 +8,8 @@ The model's template asks for each call as
 
 `parse_tool_calls` turns every such block naming a declared tool into OpenAI's call
 (``{"id", "type": "function", "function": {"name", "arguments": "<JSON string>"}}``) and leaves
-the rest as content. `tool_grammar` is the GBNF that makes the sampler write exactly one such
+the rest as content. A reply that is nothing but that JSON, bare or in a ```json fence, is a call
+too: the 0.5B answers so about as often as with the tags when the call is not forced. `tool_grammar` is the GBNF that makes the sampler write exactly one such
 block for one of the allowed names (``tool_choice`` "required" or a named function); a small
 model asked nicely often answers in prose instead. `ToolCallStream` decides, while a reply is
 streamed, which text is content to send at once and which may be a call to hold until the end.
@@ -23,6 +24,8 @@ from typing import Sequence
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(re.escape(OPEN) + r"(.*?)(?:" + re.escape(CLOSE) + r"|\Z)", re.S)
+_BARE = re.compile(r"\s*(?:```json\s*)?(\{.*\})\s*(?:```)?\s*", re.S)  # a whole reply that is one JSON call
+FENCE = "```json"
 
 # JSON as llama.cpp's grammars/json.gbnf writes it, whitespace bounded so a small model cannot pad for ever
 _JSON_RULES = r'''
@@ -55,7 +58,11 @@ def _gbnf_literal(text: str) -> str:
 def parse_tool_calls(text: str, names: Sequence[str]) -> tuple[str | None, list[dict]]:
     """(content, calls): the blocks that are a JSON call to one of ``names`` become OpenAI's tool calls;
     everything else (prose, a block that is not such a call) stays in the content, None when empty.
-    A last block the model never closed counts when its JSON is whole (it stopped at end of turn)."""
+    A last block the model never closed counts when its JSON is whole (it stopped at end of turn), and
+    a reply that is only a call's JSON, bare or fenced, is that call."""
+    bare = _BARE.fullmatch(text)
+    if bare and (call := _call(bare.group(1), names)):
+        return None, [call]
     calls, kept, last = [], [], 0
     for block in _BLOCK.finditer(text):
         call = _call(block.group(1), names)
@@ -85,7 +92,8 @@ def _call(body: str, names: Sequence[str]) -> dict | None:
 
 class ToolCallStream:
     """A streamed reply split as it comes: `feed` returns the content that can go out now; text from
-    a ``<tool_call>`` on (or that may yet become one) is held, and `close` parses what was held."""
+    a ``<tool_call>`` on (or that may yet become one) is held, and so is a reply that may be a bare
+    JSON call (it starts with ``{`` or a ```json fence); `close` parses what was held."""
 
     def __init__(self, names: Sequence[str]):
         self.names = tuple(names)
@@ -96,6 +104,8 @@ class ToolCallStream:
         self.text += piece
         if not self.names:  # no tools: every piece is content
             return self._send(len(self.text))
+        if self.sent == 0 and _may_be_bare(self.text):
+            return ""
         tag = self.text.find(OPEN, self.sent)
         if tag >= 0:
             return self._send(tag)
@@ -113,6 +123,11 @@ class ToolCallStream:
         out = self.text[self.sent:end] if end > self.sent else ""
         self.sent = max(self.sent, end)
         return out
+
+
+def _may_be_bare(text: str) -> bool:
+    start = text.lstrip()
+    return start.startswith(("{", FENCE)) or FENCE.startswith(start)
 
 
 def _partial_tag(text: str) -> int:
