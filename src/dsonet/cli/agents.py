@@ -101,8 +101,13 @@ def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, t
               help="Seconds to wait for the upstream (and the node, with --node).")
 @k_option()
 @min_similarity_option
+@click.option("--learn/--no-learn", default=False, show_default=True,
+              help="Learn from the traffic: an agent's failed code, its error line and the code that then ran "
+                   "become a lesson (on probation) in the library, and the results of the code answered with "
+                   "lessons become their outcomes. Off by default: with --node, what your agents hit is "
+                   "published to the fleet.")
 def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, token, max_body, timeout, k,
-          min_similarity) -> None:
+          min_similarity, learn) -> None:
     """Serve an OpenAI-compatible API (/v1/chat/completions, /v1/responses; streaming or not) that
     puts the library's lessons for the last user message into the system message and forwards to
     UPSTREAM. Each answer names the lessons (X-DSO-Lessons) and its retrieval (X-DSO-Retrieval-Id);
@@ -112,6 +117,7 @@ def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, tok
     \b
     Examples:
       dso proxy --upstream http://localhost:8000/v1 --db ~/.dsonet/library.sqlite
+      dso proxy --upstream http://127.0.0.1:8000/v1 --learn      lessons from the agents' own errors and fixes
       OPENAI_BASE_URL=http://127.0.0.1:8787/v1 python my_agent.py
       dso proxy --upstream https://api.openai.com/v1 --upstream-key $OPENAI_API_KEY --token $T --host 0.0.0.0
     """
@@ -125,8 +131,10 @@ def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, tok
     from dsonet.asgi import Limits, serve
     from dsonet.proxy.app import create_app
 
+    from dsonet.proxy.learning import TrafficLearner
+
     app = create_app(memory, upstream, upstream_key=upstream_key, token=token, max_body=max_body, timeout_s=timeout,
-                     k=k, min_similarity=min_similarity)
+                     k=k, min_similarity=min_similarity, learner=TrafficLearner(memory) if learn else None)
     try:
         # the encoder loads at start, then the line says it is ready; each request in flight holds a
         # second descriptor (its upstream connection), so the connection cap leaves room for those

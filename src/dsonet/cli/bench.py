@@ -19,6 +19,7 @@ BENCHMARKS = {
     "relevance": ("dsonet.bench.relevance:cli", "The relevance threshold: injection precision/recall on labelled pairs."),
     "coldstart": ("dsonet.bench.coldstart:cli", "Cold `dso search` at 10k rows (numpy vs torch encoder), import time, core install size."),
     "gate": ("dsonet.bench.gate_audit:cli", "The learner's execution gate on hand-checked drift lessons: how many wrong ones it keeps."),
+    "llm": ("dsonet.bench.llm:cli", "The embedded LLM: answers/s at 1-16 sequences decoded together, beside llama.cpp's batched generator."),
     "page": ("dsonet.bench.page:cli", "The node's web page on a 100k-row library: ms per page, filters and deep pages (target 200 ms)."),
 }
 

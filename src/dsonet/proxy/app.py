@@ -9,6 +9,11 @@
                                 through to the upstream unchanged
     GET  /health                no token needed
 
+With ``learner`` (`dso proxy --learn`), every request's history is read for episodes (code that
+failed, its error line, and later code that ran) that become lessons, and every answer given with
+lessons is watched for its result in the run's next requests: that result is the lessons' outcome,
+with nothing for the client to call (`dsonet.proxy.learning`).
+
 Both completion endpoints forward the (amended) body to ``upstream`` unchanged otherwise,
 streaming or not, and pass the upstream's answer back byte for byte. Every answer carries
 ``X-DSO-Lessons`` (the injected experiences' ids, comma-separated; empty when none passed the
@@ -50,7 +55,9 @@ from dsonet.library import Hit, Hits
 from dsonet.library.contract import Store
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import PENDING, UnknownRetrieval
+from dsonet.learn.episodes import responses_messages
 from dsonet.proxy.inject import RequestShapeError, chat_query, inject_chat, inject_responses, responses_query
+from dsonet.proxy.learning import TrafficLearner
 
 LESSONS_HEADER = "x-dso-lessons"
 RETRIEVAL_HEADER = "x-dso-retrieval-id"
@@ -70,9 +77,10 @@ PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None, token: str | None = None,
                max_body: int = 4 * 1024 * 1024, timeout_s: float = 300.0, k: int = K,
                min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               transport: httpx.AsyncBaseTransport | None = None):
+               transport: httpx.AsyncBaseTransport | None = None, learner: TrafficLearner | None = None):
     """The proxy as an ASGI app. ``min_similarity`` None: the threshold calibrated for the memory's
-    space. ``transport`` replaces the network in tests of the app alone."""
+    space. ``transport`` replaces the network in tests of the app alone. ``learner``: every request's
+    history and every answer are read for episodes and outcomes (`dso proxy --learn`)."""
     base = upstream.rstrip("/")
     client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)), transport=transport)
 
@@ -116,9 +124,11 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
             headers[RETRIEVAL_HEADER] = r.retrieval_id
         return headers
 
-    async def forward(request: Request, path: str, content: bytes, extra: dict[str, str]) -> Response:
+    async def forward(request: Request, path: str, content: bytes, extra: dict[str, str],
+                      on_answer=None) -> Response:
         """``content`` to the upstream's ``path`` with the request's method, query and headers; its answer
-        back as it comes (an event stream chunk by chunk), with ``extra`` headers."""
+        back as it comes (an event stream chunk by chunk), with ``extra`` headers. ``on_answer``: called
+        with a whole (not streamed) successful answer's bytes."""
         url = f"{base}{path}" + (f"?{request.url.query}" if request.url.query else "")
         req = client.build_request(request.method, url, headers=upstream_headers(request), content=content)
         try:
@@ -135,14 +145,19 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
                 return openai_response(502, f"upstream {url} broke off its answer: {exc}")
             finally:
                 await reply.aclose()
+            if on_answer is not None and reply.status_code == 200:
+                await anyio.to_thread.run_sync(on_answer, answer)
             return Response(answer, status_code=reply.status_code, headers=headers)
         return StreamingResponse(_relay(reply), status_code=reply.status_code, headers=headers,
                                  background=BackgroundTask(reply.aclose))
 
-    async def complete(request: Request, path: str, query_of, amend) -> Response:
+    async def complete(request: Request, path: str, query_of, amend, history_of, answer_of) -> Response:
         body = await read_json_object(request)
         if isinstance(body, Response):
             return body
+        history = history_of(body)  # as the client sent it, before any injection
+        if learner is not None:
+            await anyio.to_thread.run_sync(learn, history)
         try:
             query = query_of(body)
         except RequestShapeError as exc:
@@ -155,15 +170,24 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
             return await forward(request, path, json.dumps(body).encode(), {LESSONS_HEADER: "", ERROR_HEADER: reason})
         if r:
             body = amend(body, r)
-        return await forward(request, path, json.dumps(body).encode(), lesson_headers(r))
+        watch = None if learner is None or not r else lambda answer: learner.answered(history, r, answer_of(answer))
+        return await forward(request, path, json.dumps(body).encode(), lesson_headers(r), watch)
+
+    def learn(history: list[dict]) -> None:
+        learned = learner.observe(history)
+        if learned.episodes or learned.outcomes:
+            log.info("learned from traffic: %d new episodes, lessons %s, %d inferred outcomes",
+                     len(learned.episodes), learned.lessons, learned.outcomes)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        return await complete(request, "/chat/completions", chat_query, inject_chat)
+        return await complete(request, "/chat/completions", chat_query, inject_chat,
+                              lambda body: body.get("messages") or [], chat_answer)
 
     @app.post("/v1/responses")
     async def responses(request: Request) -> Response:
-        return await complete(request, "/responses", responses_query, inject_responses)
+        return await complete(request, "/responses", responses_query, inject_responses, responses_messages,
+                              responses_answer)
 
     @app.post("/v1/outcomes")
     async def outcomes(request: Request) -> Response:
@@ -207,6 +231,25 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
 
     guarded = BodyLimit(app, max_body, hint="raise the proxy's --max-body", error_body=openai_error_body)
     return BearerToken(guarded, token, error_body=openai_error_body)
+
+
+def chat_answer(answer: bytes) -> list[dict]:
+    """A chat completion's choices as assistant messages ([] for anything else)."""
+    try:
+        body = json.loads(answer)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return []
+    choices = body.get("choices") if isinstance(body, dict) else None
+    return [c["message"] for c in choices or () if isinstance(c, dict) and isinstance(c.get("message"), dict)]
+
+
+def responses_answer(answer: bytes) -> list[dict]:
+    """A response's output items as assistant messages ([] for anything else)."""
+    try:
+        body = json.loads(answer)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return []
+    return responses_messages({"input": body.get("output") or []}) if isinstance(body, dict) else []
 
 
 def warm_up(memory: Store) -> None:

@@ -1,0 +1,179 @@
+"""Episodes read off an agent's own traffic: code that failed, its error line, and later code that ran.
+
+A coding agent (smolagents, the OpenAI Agents SDK, mini-swe-agent, LangGraph ...) resends its whole
+history with every request: the task, each piece of code it wrote (a tool call's arguments or a
+fenced block in its reply) and the result it got back (a tool message, or the next user turn
+holding a traceback or an error line). An attempt that raised, followed by one that ran without an
+error, is the best-against-worst comparison of one query that the learner makes between rollouts,
+with the environment as the reward: the code that ran plays the reference's role, the failed one
+the worst rollout's. No reference answer, no task file and no outcome call are needed.
+
+An attempt whose result never came back (the last reply of a run) is unknown, never a success.
+
+    episodes(messages) -> list[Episode]           # from a chat completions request's ``messages``
+    responses_messages(body) -> list[dict]        # a Responses request's ``input`` as such messages
+    lesson(episode) -> str | None                 # the rule lesson its error line spells out
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, replace
+from typing import Any, Iterable
+
+from dsonet.learn import code_lessons, parse
+
+_FENCE = re.compile(r"```[ \t]*(?:py|python|python3)?[ \t]*\n(.*?)```", re.DOTALL)
+# "AttributeError: module 'numpy' has no attribute 'trapz'" and the like; the last one a result names
+_ERROR = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)$", re.MULTILINE)
+_TRACEBACK = "Traceback (most recent call last)"
+# the arguments of a tool call that hold code, in the order tried (smolagents, the Agents SDK's code tools,
+# mini-swe-agent's bash, LangGraph's python REPL)
+CODE_KEYS = ("code", "python_code", "source", "script", "command", "cmd", "query", "input")
+
+
+@dataclass(frozen=True)
+class Attempt:
+    code: str
+    result: str | None  # what came back; None: nothing yet (the run's last reply)
+    call_id: str = ""
+    turn: int = 0  # the index of the assistant message that wrote it
+
+    @property
+    def error(self) -> str | None:
+        """The result's last error line ("NameError: name 'x' is not defined"), None where it ran."""
+        if self.result is None:
+            return None
+        found = _ERROR.findall(self.result)
+        if found:
+            kind, message = found[-1]
+            return f"{kind}: {message.strip()}"
+        return "Error: a traceback without an error line" if _TRACEBACK in self.result else None
+
+    @property
+    def ran(self) -> bool:
+        return self.result is not None and self.error is None
+
+
+@dataclass(frozen=True)
+class Episode:
+    task: str  # the run's first user message
+    failed: str  # code that raised
+    error: str  # its error line
+    fixed: str  # the later code that ran
+
+    @property
+    def key(self) -> str:
+        """The same episode seen again (every turn resends the history) has the same key."""
+        blob = json.dumps([" ".join(self.task.split()), self.failed.strip(), self.error, self.fixed.strip()])
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def text_of(content: Any) -> str:
+    """A message's text: a string, or the text parts of a list of content parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def _tool_code(arguments: Any) -> str:
+    """The code in a tool call's arguments (a JSON object as a string, or the code itself)."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return arguments
+    if isinstance(arguments, dict):
+        for key in CODE_KEYS:
+            if isinstance(arguments.get(key), str):
+                return arguments[key]
+    return arguments if isinstance(arguments, str) else ""
+
+
+def attempts(messages: Iterable[dict]) -> list[Attempt]:
+    """Every piece of code the assistant wrote, in order, each with the result that came back for it."""
+    out: list[Attempt] = []
+    open_blocks: list[int] = []  # fenced attempts of the last assistant turn, answered by the next user turn
+    by_call: dict[str, int] = {}
+    for turn, m in enumerate(messages):
+        role = m.get("role")
+        if role == "assistant":
+            open_blocks = []
+            for call in m.get("tool_calls") or ():
+                code = _tool_code((call.get("function") or {}).get("arguments"))
+                if code.strip():
+                    by_call[call.get("id", "")] = len(out)
+                    out.append(Attempt(code, None, call.get("id", ""), turn))
+            if not m.get("tool_calls"):
+                for block in _FENCE.findall(text_of(m.get("content"))):
+                    if block.strip():
+                        open_blocks.append(len(out))
+                        out.append(Attempt(block, None, "", turn))
+        elif role == "tool" and m.get("tool_call_id") in by_call:
+            i = by_call.pop(m["tool_call_id"])
+            out[i] = replace(out[i], result=text_of(m.get("content")))
+        elif role == "user" and open_blocks:
+            result = text_of(m.get("content"))
+            for i in open_blocks:
+                out[i] = replace(out[i], result=result)
+            open_blocks = []
+    return out
+
+
+def episodes(messages: list[dict]) -> list[Episode]:
+    """Each failed attempt paired with the first later attempt that ran without an error."""
+    task = next((text_of(m.get("content")) for m in messages if m.get("role") == "user"), "")
+    tried = attempts(messages)
+    out = []
+    for i, a in enumerate(tried):
+        error = a.error
+        if error is None:
+            continue
+        fixed = next((b for b in tried[i + 1:] if b.ran), None)
+        if fixed is not None and fixed.code.strip() != a.code.strip():
+            out.append(Episode(task, a.code, error, fixed.code))
+    return out
+
+
+def history_key(messages: list[dict]) -> str:
+    """What identifies a run up to a turn, however a client re-serialises its messages: roles, texts,
+    tool calls and the calls they answer."""
+    blob = json.dumps([[m.get("role"), text_of(m.get("content")), m.get("tool_call_id"),
+                        [[c.get("id"), (c.get("function") or {}).get("arguments")] for c in m.get("tool_calls") or ()]]
+                       for m in messages])
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def responses_messages(body: dict) -> list[dict]:
+    """A Responses API request's ``input`` as chat messages (function calls as tool calls), so one
+    reader serves both endpoints."""
+    items = body.get("input")
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    out: list[dict] = []
+    for item in items or ():
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type", "message")
+        if kind == "message":
+            out.append({"role": item.get("role", "user"), "content": item.get("content")})
+        elif kind == "function_call":
+            out.append({"role": "assistant", "content": None, "tool_calls": [
+                {"id": item.get("call_id", ""), "function": {"name": item.get("name"), "arguments": item.get("arguments")}}]})
+        elif kind == "function_call_output":
+            out.append({"role": "tool", "tool_call_id": item.get("call_id", ""), "content": item.get("output")})
+    return out
+
+
+def lesson(episode: Episode) -> str | None:
+    """The lesson the episode's error line spells out beside the code that ran (`code_lessons.from_error`):
+    the most specific phrasing that restates nothing of this one task, or None where the error names
+    nothing the failed code wrote."""
+    for text in code_lessons.from_error(episode.task, episode.failed, episode.error, episode.fixed):
+        if parse.experiences(text, 1, problem=episode.task, reference=episode.fixed).items:
+            return text
+    return None

@@ -1,0 +1,110 @@
+"""`dso proxy --learn`: lessons and outcomes from the traffic itself, with nothing for the client to call.
+
+Every request an agent sends holds its run so far. `TrafficLearner.observe` reads it:
+
+- **episodes**: code that raised, its error line, and later code of the same run that ran
+  (`dsonet.learn.episodes`). Each becomes the rule lesson its error line spells out beside the code
+  that ran, added to the memory on probation (``PROBATION`` confidence, under a hand-written
+  lesson's 0.5) with the domain ``code``; outcomes then keep or evict it, as for any lesson. A request
+  resent with one more turn yields each episode once (``seen``); the same lesson reached by another
+  episode counts as more evidence for it (``evidence``), not a second row.
+- **outcomes**: the proxy remembers which lessons it injected into the turn whose answer it forwarded
+  (`answered`), keyed by the run so far and the answer's code. When a later request of the same run
+  (its history begins with that turn's) carries that code with its result, each lesson gets a
+  verdict: helped where the code ran; harmed where it failed with an error that refutes the lesson's
+  advice (`code_lessons.refutes`); none otherwise (a failure the lesson did not advise says nothing
+  of it).
+
+An answer whose code never comes back with a result (the run's last) leaves its lessons without an
+outcome. Streamed answers are not yet read for their code, so their lessons get no inferred outcome.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from dsonet.errors import DsoError
+from dsonet.learn.code_lessons import refutes
+from dsonet.learn.episodes import Episode, attempts, episodes, history_key, lesson
+from dsonet.library import Hits
+
+PROBATION = 0.3  # confidence of a lesson learned from traffic: nothing re-ran it, so it starts under a hand-written one
+DOMAIN = "code"
+REMEMBERED = 4096  # episode keys and answered turns kept (oldest forgotten first)
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Learned:
+    """What one request taught: new episodes, the lessons they gave, and the outcomes recorded."""
+
+    episodes: list[Episode] = field(default_factory=list)
+    lessons: list[str] = field(default_factory=list)  # ids of the lessons added or given more evidence
+    outcomes: int = 0
+
+
+def _turn_key(history: list[dict], code: str) -> str:
+    """One answer of one run: the same code written in another run or turn is another key."""
+    return hashlib.sha256(f"{history_key(history)}\n{' '.join(code.split())}".encode()).hexdigest()
+
+
+def _remember(table: OrderedDict, key: str, value) -> None:
+    table[key] = value
+    table.move_to_end(key)
+    while len(table) > REMEMBERED:
+        table.popitem(last=False)
+
+
+class TrafficLearner:
+    def __init__(self, memory, domain: str = DOMAIN, confidence: float = PROBATION):
+        self.memory, self.domain, self.confidence = memory, domain, confidence
+        self.seen: OrderedDict[str, None] = OrderedDict()
+        self.evidence: dict[str, int] = {}  # lesson id -> episodes that gave it
+        self._answered: OrderedDict[str, tuple[str, dict[str, str]]] = OrderedDict()  # code -> (retrieval, {id: text})
+
+    def answered(self, history: list[dict], hits: Hits | None, answer: list[dict]) -> None:
+        """The upstream's ``answer`` (assistant messages) to ``history`` (as the client sent it), which
+        got ``hits``: its code is watched for in the run's later requests."""
+        if hits is None or hits.retrieval_id is None or not len(hits):
+            return
+        lessons = {h.experience.id: h.experience.text for h in hits}
+        for a in attempts(answer):
+            _remember(self._answered, _turn_key(history, a.code), (hits.retrieval_id, lessons))
+
+    def observe(self, messages: list[dict]) -> Learned:
+        """Read one request's history: learn its new episodes and record the outcomes it shows."""
+        out = Learned()
+        for a in attempts(messages):
+            pending = self._answered.pop(_turn_key(messages[:a.turn], a.code), None) if a.result is not None else None
+            if pending is not None:
+                out.outcomes += self._outcome(*pending, a.code, a.error)
+        for episode in episodes(messages):
+            if episode.key in self.seen:
+                continue
+            _remember(self.seen, episode.key, None)
+            out.episodes.append(episode)
+            text = lesson(episode)
+            if text is None:
+                continue
+            try:
+                exp = self.memory.add(text, self.domain, self.confidence)
+            except DsoError as exc:  # refused by the memory (a node that is down, a lesson it rejects): say so, go on
+                log.warning("a lesson learned from traffic was not stored: %s", exc)
+                continue
+            self.evidence[exp.id] = self.evidence.get(exp.id, 0) + 1
+            out.lessons.append(exp.id)
+        return out
+
+    def _outcome(self, retrieval_id: str, lessons: dict[str, str], code: str, error: str | None) -> int:
+        verdicts = {i: True for i in lessons} if error is None else \
+            {i: False for i, text in lessons.items() if refutes(error, code, text)}
+        if not verdicts:
+            return 0
+        try:
+            return self.memory.outcome(retrieval_id, lessons=verdicts)
+        except DsoError as exc:  # forgotten by the memory, or already recorded by the client itself
+            log.info("an inferred outcome was not recorded: %s", exc)
+            return 0

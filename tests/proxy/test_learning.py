@@ -1,0 +1,92 @@
+"""`dso proxy --learn`: an agent's error and its fix, seen in its own traffic, become a lesson that the
+next agent's request gets, and that agent's result becomes the lesson's outcome. The upstream is an
+instrument that answers with scripted tool calls (the subject is the proxy); the library, its encoder
+and retrieval are real."""
+
+import json
+
+import openai
+import pytest
+from fastapi import FastAPI, Request
+
+from dsonet.bench.proxy import Served
+from dsonet.encoders import default_encoder
+from dsonet.library import Library
+from dsonet.memory import LocalMemory
+from dsonet.proxy.app import create_app
+from dsonet.proxy.learning import PROBATION, TrafficLearner
+
+SETUP = "The code below has run (Python 3.11, numpy 2.4.6).\n```python\nimport numpy as np\nx = np.linspace(0, {n}, 11)\ny = x ** {p}\n```\n"
+TASK_A = SETUP.format(n=1, p=2) + "Write one line of Python that assigns to r the integral of y over x by the trapezoidal rule."
+TASK_B = SETUP.format(n=3, p=3) + "Write one line of Python that assigns to r the integral of y over x by the trapezoidal rule."
+REFUSED = "Traceback (most recent call last):\nAttributeError: module 'numpy' has no attribute 'trapz'"
+
+
+def scripted_coder(codes: list[str]) -> FastAPI:
+    """Answers each chat completion with the next code of ``codes`` as a python tool call."""
+    app = FastAPI()
+    app.state.requests = []
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> dict:
+        body = await request.json()
+        app.state.requests.append(body)
+        n = len(app.state.requests)
+        call = {"id": f"call_{n}", "type": "function", "function": {"name": "python", "arguments": json.dumps({"code": codes[n - 1]})}}
+        return {"id": f"c{n}", "object": "chat.completion", "created": 0, "model": "m",
+                "choices": [{"index": 0, "finish_reason": "tool_calls",
+                             "message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+    return app
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    return default_encoder()
+
+
+def _turn(client, messages: list[dict]):
+    raw = client.chat.completions.with_raw_response.create(model="m", messages=messages)
+    message = raw.parse().choices[0].message
+    return raw.headers, message.model_dump(exclude_none=True)
+
+
+def _result(message: dict, output: str) -> dict:
+    return {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": output}
+
+
+@pytest.mark.parametrize("result, uses_helped", [
+    ("20.25", (1, 1)),  # the code the lesson advised ran: helped
+    ("AttributeError: module 'numpy' has no attribute 'trapezoid'", (1, 0)),  # an older NumPy refused its advice: harmed
+])
+def test_one_agents_fix_becomes_the_next_agents_lesson_and_its_run_the_lessons_outcome(tmp_path, encoder, result,
+                                                                                    uses_helped):
+    memory = LocalMemory(Library(tmp_path / "lib.sqlite", encoder=encoder))
+    learner = TrafficLearner(memory)
+    coder = scripted_coder(["r = np.trapz(y, x)", "r = np.trapezoid(y, x)", "r = np.trapezoid(y, x)",
+                            "r = np.trapezoid(y, x)", "r = np.trapezoid(y, x)", "r = np.trapezoid(y, x)"])
+    with Served(coder) as upstream, \
+            Served(create_app(memory, f"{upstream.url}/v1", learner=learner, min_similarity=0.5)) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk", max_retries=0)
+        # agent A: fails, reads the error, fixes it; the proxy sees the whole run in its last request
+        history = [{"role": "user", "content": TASK_A}]
+        headers, first = _turn(client, history)
+        assert headers["x-dso-lessons"] == ""  # nothing learned yet
+        history += [first, _result(first, REFUSED)]
+        _, second = _turn(client, history)
+        history += [second, _result(second, "0.335")]
+        _turn(client, history)
+        (lesson,) = memory.all()
+        assert "use np.trapezoid" in lesson.text and "not np.trapz" in lesson.text
+        assert lesson.domain == "code" and lesson.confidence == pytest.approx(PROBATION)
+        _turn(client, history + [{"role": "user", "content": "thanks"}])  # the run resent: the same episode, once
+        assert learner.evidence == {lesson.id: 1} and len(memory.all()) == 1
+
+        # agent B, a near task: the lesson is injected; the code it answers with comes back with its result
+        headers, answer = _turn(client, [{"role": "user", "content": TASK_B}])
+        assert headers["x-dso-lessons"] == lesson.id
+        assert lesson.text in coder.state.requests[-1]["messages"][0]["content"]
+        assert memory.library.outcomes(lesson.id) == (0, 0)
+        _turn(client, [{"role": "user", "content": TASK_B}, answer, _result(answer, result)])
+    assert memory.library.outcomes(lesson.id) == uses_helped
+    memory.close()
