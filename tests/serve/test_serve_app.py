@@ -123,6 +123,15 @@ def test_a_bad_body_is_a_400_in_openais_shape_naming_the_field(client):
     assert body["error"]["type"] == "invalid_request_error" and "not JSON" in body["error"]["message"]
 
 
+def test_a_conversation_the_template_refuses_is_a_400_on_messages():
+    strict = ChatTemplate("{{ raise_exception('Conversation roles must alternate') }}")
+    model = ServedModel((MODEL,), 400, 1, strict, str.split, Scripted().run)
+    with TestClient(create_app(model)) as http:
+        error = http.post("/v1/chat/completions", json={"model": MODEL, "messages": HI}).json()["error"]
+    assert error["param"] == "messages" and error["message"].count("messages:") == 1
+    assert "roles must alternate" in error["message"]
+
+
 def test_an_unknown_model_is_a_404_that_names_the_served_one(client):
     sdk, _, _ = client()
     with pytest.raises(openai.NotFoundError) as info:

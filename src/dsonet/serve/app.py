@@ -33,9 +33,9 @@ from dsonet.learn.llama_engine import Generated
 from dsonet.learn.llama_engine import Request as GenRequest
 from dsonet.serve.model import ServedModel
 from dsonet.serve.request import BadRequest, ChatRequest, parse_chat
-from dsonet.serve.worker import Worker
 from dsonet.serve.template import TemplateError
 from dsonet.serve.tools import ToolCallStream, parse_tool_calls, tool_grammar
+from dsonet.serve.worker import Worker
 
 MAX_BODY = 4 * 1024 * 1024  # an agent's whole history fits: the context holds far fewer tokens
 
@@ -65,7 +65,7 @@ def create_app(model: ServedModel, *, token: str | None = None, max_body: int = 
             return body
         try:
             chat = parse_chat(body, model.names)
-            tokens = await asyncio.to_thread(model.tokenize, render(model, chat))
+            tokens = await asyncio.to_thread(model.tokenize, _render(model, chat))
             sequences = _sequences(chat, tokens, model.n_ctx)
         except BadRequest as exc:
             return openai_response(exc.status, str(exc), exc.param, exc.code)
@@ -75,7 +75,7 @@ def create_app(model: ServedModel, *, token: str | None = None, max_body: int = 
             done = await worker.generate(sequences)
         except LLMError as exc:
             return openai_response(500, f"generation failed: {exc}")
-        return JSONResponse(completion(chat, done, len(tokens)))
+        return JSONResponse(_completion(chat, done, len(tokens)))
 
     @app.get("/v1/models")
     async def models() -> dict:
@@ -97,11 +97,11 @@ def create_app(model: ServedModel, *, token: str | None = None, max_body: int = 
     return BearerToken(guarded, token, error_body=openai_error_body)
 
 
-def render(model: ServedModel, chat: ChatRequest) -> str:
+def _render(model: ServedModel, chat: ChatRequest) -> str:
     try:
         return model.template.render(chat.messages, chat.tools)
-    except TemplateError as exc:
-        raise BadRequest("messages", str(exc)) from None
+    except TemplateError as exc:  # its message names the field already
+        raise BadRequest("messages", str(exc).removeprefix("messages: ")) from None
 
 
 def _sequences(chat: ChatRequest, tokens: list[int], n_ctx: int) -> list[GenRequest]:
@@ -133,7 +133,7 @@ def _finish(g: Generated, calls: list[dict]) -> str:
     return "tool_calls" if calls else g.finish
 
 
-def completion(chat: ChatRequest, done: list[Generated], prompt_tokens: int) -> dict:
+def _completion(chat: ChatRequest, done: list[Generated], prompt_tokens: int) -> dict:
     """OpenAI's chat.completion object for the generated choices."""
     choices = []
     for i, g in enumerate(done):
