@@ -21,7 +21,8 @@ def refusal(**fields) -> BadRequest:
 
 def test_defaults_are_openais_and_unused_fields_are_ignored():
     r = chat(top_p=0.9, user="me", presence_penalty=0)
-    assert (r.temperature, r.max_tokens, r.stop, r.n, r.stream, r.tools, r.callable) == (1.0, None, (), 1, False, [], ())
+    assert (r.temperature, r.max_tokens, r.stop, r.n, r.stream) == (1.0, None, (), 1, False)
+    assert (r.tools, r.callable, r.required) == ([], (), False)
 
 
 def test_a_model_not_served_here_is_a_404_that_names_the_one_that_is():

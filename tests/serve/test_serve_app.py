@@ -16,8 +16,8 @@ openai = pytest.importorskip("openai", reason="the learn extra installs the open
 QWEN = ChatTemplate((Path(__file__).parent / "qwen2.5_chat_template.jinja").read_text())
 MODEL = "qwen2.5-coder-0.5b"
 HI = [{"role": "user", "content": "hi"}]
-WEATHER = {"type": "function", "function": {"name": "get_weather",
-                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}}
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": CITY}}
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 
 

@@ -44,7 +44,8 @@ def test_an_assistants_tool_call_renders_its_json_string_arguments_as_an_object(
 
 def test_content_parts_are_joined_and_developer_is_a_system_message():
     prompt = QWEN.render([{"role": "developer", "content": "Be brief."},
-                          {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "you"}]}])
+                          {"role": "user", "content": [{"type": "text", "text": "Hi "},
+                                                       {"type": "text", "text": "you"}]}])
     assert prompt.startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi you<|im_end|>")
 
 

@@ -34,7 +34,7 @@ def test_a_last_block_left_unclosed_counts_when_its_json_is_whole():
 
 
 def test_a_reply_that_is_only_the_calls_json_bare_or_fenced_is_a_call():
-    for text in ['{"name": "get_time", "arguments": {}}', '```json\n{"name": "get_time", "arguments": {"tz": "UTC"}}\n```']:
+    for text in ['{"name": "get_time", "arguments": {}}', '```json\n{"name": "get_time", "arguments": {}}\n```']:
         content, calls = parse_tool_calls(text, NAMES)
         assert content is None and calls[0]["function"]["name"] == "get_time"
     prose = 'Use {"name": "get_time", "arguments": {}} to call it.'
@@ -42,13 +42,15 @@ def test_a_reply_that_is_only_the_calls_json_bare_or_fenced_is_a_call():
 
 
 def test_arguments_sent_as_a_string_pass_through_unchanged():
-    _, calls = parse_tool_calls('<tool_call>{"name": "get_time", "arguments": "{\\"tz\\": \\"UTC\\"}"}</tool_call>', NAMES)
+    text = '<tool_call>{"name": "get_time", "arguments": "{\\"tz\\": \\"UTC\\"}"}</tool_call>'
+    _, calls = parse_tool_calls(text, NAMES)
     assert calls[0]["function"]["arguments"] == '{"tz": "UTC"}'
 
 
 def test_a_streamed_reply_sends_prose_at_once_and_holds_the_call_until_it_closes():
     stream = ToolCallStream(NAMES)
-    sent = [stream.feed(p) for p in ["Sure", ". <tool", "_call>\n{\"name\": ", '"get_time", "arguments": {}}\n</tool_call>']]
+    pieces = ["Sure", ". <tool", '_call>\n{"name": ', '"get_time", "arguments": {}}\n</tool_call>']
+    sent = [stream.feed(p) for p in pieces]
     assert sent == ["Sure", ". ", "", ""]
     content, calls = stream.close()
     assert content is None and calls[0]["function"]["name"] == "get_time"

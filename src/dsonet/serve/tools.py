@@ -9,9 +9,9 @@ The model's template asks for each call as
 `parse_tool_calls` turns every such block naming a declared tool into OpenAI's call
 (``{"id", "type": "function", "function": {"name", "arguments": "<JSON string>"}}``) and leaves
 the rest as content. A reply that is nothing but that JSON, bare or in a ```json fence, is a call
-too: the 0.5B answers so about as often as with the tags when the call is not forced. `tool_grammar` is the GBNF that makes the sampler write exactly one such
-block for one of the allowed names (``tool_choice`` "required" or a named function); a small
-model asked nicely often answers in prose instead. `ToolCallStream` decides, while a reply is
+too: the 0.5B sometimes answers so when the call is not forced. `tool_grammar` is the GBNF that
+makes the sampler write exactly one such block for one of the allowed names (``tool_choice``
+"required" or a named function); a small model asked nicely often answers in prose instead. `ToolCallStream` decides, while a reply is
 streamed, which text is content to send at once and which may be a call to hold until the end.
 """
 
