@@ -11,8 +11,9 @@ The model's template asks for each call as
 the rest as content. A reply that is nothing but that JSON, bare or in a ```json fence, is a call
 too: the 0.5B sometimes answers so when the call is not forced. `tool_grammar` is the GBNF that
 makes the sampler write exactly one such block for one of the allowed names (``tool_choice``
-"required" or a named function); a small model asked nicely often answers in prose instead. `ToolCallStream` decides, while a reply is
-streamed, which text is content to send at once and which may be a call to hold until the end.
+"required" or a named function); a small model asked nicely often answers in prose instead.
+`ToolCallStream` decides, while a reply is streamed, which text is content to send at once and
+which may be a call to hold until the end.
 """
 
 from __future__ import annotations
