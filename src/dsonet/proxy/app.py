@@ -40,7 +40,6 @@ import json
 import logging
 from collections import OrderedDict
 from contextlib import asynccontextmanager
-from typing import Any
 
 import anyio
 import httpx
@@ -49,6 +48,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
 from dsonet import __version__
+from dsonet.asgi import BearerToken, BodyLimit
+from dsonet.asgi.openai_errors import openai_error_body, openai_response, read_json_object
 from dsonet.errors import DsoError
 from dsonet.learn.code_lessons import refutes
 from dsonet.library import Hit, Hits
@@ -72,24 +73,6 @@ HOP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive"
 # not passed upstream: the proxy's own connection and framing, the upstream's host, and the key (see upstream_headers)
 CLIENT_ONLY_HEADERS = HOP_HEADERS | {"host", "authorization", "accept-encoding"}
 PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
-# OpenAI's (type, code) for the statuses the proxy answers itself
-ERROR_KINDS = {401: ("invalid_request_error", "invalid_api_key"), 413: ("invalid_request_error", "request_too_large"),
-               502: ("upstream_error", None), 504: ("upstream_error", "timeout")}
-
-
-def openai_error(status: int, message: str) -> dict:
-    """OpenAI's error object, so SDK clients raise with our message (not a bare 'Error code: 401')."""
-    kind, code = ERROR_KINDS.get(status, ("invalid_request_error", None))
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse(openai_error(status, message), status_code=status)
-
-
-def _error_body(status: int, message: str) -> bytes:
-    """The token and body-size guards' refusals (`dsonet.asgi`), in OpenAI's shape."""
-    return json.dumps(openai_error(status, message)).encode()
 
 
 def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None, token: str | None = None,
@@ -99,8 +82,6 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
     """The proxy as an ASGI app. ``min_similarity`` None: the threshold calibrated for the memory's
     space. ``transport`` replaces the network in tests of the app alone. ``learner``: every request's
     history and every answer are read for episodes and outcomes (`dso proxy --learn`)."""
-    from dsonet.asgi import BearerToken, BodyLimit
-
     base = upstream.rstrip("/")
     client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)), transport=transport)
 
@@ -120,15 +101,6 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
         elif token is None and "authorization" in request.headers:
             headers["authorization"] = request.headers["authorization"]  # the client's own key, passed through
         return headers
-
-    async def read_body(request: Request) -> dict[str, Any] | JSONResponse:
-        try:
-            body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _error(400, f"body is not JSON ({exc}); send the OpenAI request object")
-        if not isinstance(body, dict):
-            return _error(400, "body must be a JSON object (the OpenAI request)")
-        return body
 
     served: OrderedDict[str, list[Hit]] = OrderedDict()  # retrieval id -> its lessons, for an error's verdicts
 
@@ -163,15 +135,15 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
         try:
             reply = await client.send(req, stream=True)
         except httpx.TimeoutException:
-            return _error(504, f"upstream {url} did not answer within {timeout_s:g} s (raise --timeout)")
+            return openai_response(504, f"upstream {url} did not answer within {timeout_s:g} s (raise --timeout)")
         except httpx.HTTPError as exc:
-            return _error(502, f"upstream {url} unreachable: {exc}; check --upstream")
+            return openai_response(502, f"upstream {url} unreachable: {exc}; check --upstream")
         headers = {k: v for k, v in reply.headers.items() if k.lower() not in HOP_HEADERS} | extra
         if not reply.headers.get("content-type", "").startswith("text/event-stream"):
             try:
                 answer = await reply.aread()
             except httpx.HTTPError as exc:
-                return _error(502, f"upstream {url} broke off its answer: {exc}")
+                return openai_response(502, f"upstream {url} broke off its answer: {exc}")
             finally:
                 await reply.aclose()
             if on_answer is not None and reply.status_code == 200:
@@ -181,7 +153,7 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
                                  background=BackgroundTask(reply.aclose))
 
     async def complete(request: Request, path: str, query_of, amend, history_of, answer_of) -> Response:
-        body = await read_body(request)
+        body = await read_json_object(request)
         if isinstance(body, Response):
             return body
         history = history_of(body)  # as the client sent it, before any injection
@@ -190,7 +162,7 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
         try:
             query = query_of(body)
         except RequestShapeError as exc:
-            return _error(400, str(exc))
+            return openai_response(400, str(exc))
         try:
             r = await recall(query)
         except DsoError as exc:  # the memory (a node, say) is down: answer without lessons, and say why
@@ -220,19 +192,19 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
 
     @app.post("/v1/outcomes")
     async def outcomes(request: Request) -> Response:
-        body = await read_body(request)
+        body = await read_json_object(request)
         if isinstance(body, Response):
             return body
         rid, helped, lessons = body.get("retrieval_id"), body.get("helped"), body.get("lessons")
         error, code = body.get("error"), body.get("code")
         if not isinstance(rid, str) or not (isinstance(helped, bool) or isinstance(lessons, dict)
                                             or (isinstance(error, str) and isinstance(code, str))):
-            return _error(422, OUTCOME_SHAPES)
+            return openai_response(422, OUTCOME_SHAPES)
         refuted = None
         if error is not None:  # the caller ran the code and it failed: a lesson whose advice the error refuses harmed
             if rid not in served:
-                return _error(404, f"retrieval_id {rid[:40]!r}: unknown, forgotten or already recorded; send the "
-                                   "X-DSO-Retrieval-Id of a response, once")
+                return openai_response(404, f"retrieval_id {rid[:40]!r}: unknown, forgotten or already recorded; "
+                                            "send the X-DSO-Retrieval-Id of a response, once")
             refuted = [h.experience.id for h in served[rid] if refutes(error, code, h.experience.text)]
             if not refuted:  # nothing to convict; the retrieval stays open for a plain outcome
                 return JSONResponse({"retrieval_id": rid, "refuted": [], "recorded": 0})
@@ -241,7 +213,7 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
             recorded = await anyio.to_thread.run_sync(
                 lambda: memory.outcome(rid, helped if lessons is None else None, lessons))
         except DsoError as exc:
-            return _error(404 if isinstance(exc, UnknownRetrieval) else 400, str(exc))
+            return openai_response(404 if isinstance(exc, UnknownRetrieval) else 400, str(exc))
         served.pop(rid, None)
         reply = {"retrieval_id": rid, "recorded": recorded}
         return JSONResponse(reply | ({"helped": helped} if lessons is None else {"lessons": lessons})
@@ -276,8 +248,8 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
         """Any other OpenAI route goes to the upstream unchanged (within the body limit)."""
         return await forward(request, f"/{path}", await request.body(), {})
 
-    guarded = BodyLimit(app, max_body, hint="raise the proxy's --max-body", error_body=_error_body)
-    return BearerToken(guarded, token, error_body=_error_body)
+    guarded = BodyLimit(app, max_body, hint="raise the proxy's --max-body", error_body=openai_error_body)
+    return BearerToken(guarded, token, error_body=openai_error_body)
 
 
 def chat_answer(answer: bytes) -> list[dict]:
