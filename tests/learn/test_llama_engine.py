@@ -65,3 +65,14 @@ def test_a_grammar_constrains_the_answer(llm):
 def test_a_prompt_longer_than_the_context_is_refused_with_the_fix(llm):
     with pytest.raises(LLMError, match="exceed the context of 4096; shorten the prompt or lower max_tokens"):
         llm.run([Request([1] * 4090, max_tokens=64)])
+
+
+def test_a_request_taken_in_between_steps_joins_the_running_one_and_a_cancelled_one_stops(llm):
+    pieces, finished = [], []
+    long = _request(llm, "Count from 1 to 100, separated by commas.", max_tokens=200, on_text=pieces.append,
+                    cancelled=lambda: len(pieces) > 4, on_done=finished.append)
+    arrivals = [[_request(llm, QUESTIONS[4], max_tokens=12, on_done=finished.append)]]
+    out = llm.run([long], intake=lambda: arrivals.pop(0) if arrivals else [])
+    assert "paris" in out[1].text.lower() and out[1].finish == "stop"
+    assert out[0].finish == "cancelled" and out[0].tokens < 200
+    assert sorted(g.text for g in finished) == sorted(g.text for g in out)  # each reported as it ended

@@ -27,15 +27,16 @@ class Scripted:
     def __init__(self, *replies: str):
         self.replies, self.requests = list(replies), []
 
-    def run(self, requests):
+    def run(self, requests, intake=None):
         out = []
-        for r in requests:
+        for r in list(requests) + list(intake() if intake is not None else ()):
             self.requests.append(r)
             text = self.replies.pop(0)
             for i in range(0, len(text), 3):
                 if r.on_text:
                     r.on_text(text[i:i + 3])
             out.append(Generated(text, len(text.split()), "stop"))
+            r.on_done(out[-1])
         return out
 
 

@@ -21,6 +21,7 @@ answers up to the batched kernels' rounding (``dso bench llm`` measures how ofte
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -38,13 +39,15 @@ class Request:
     stop: tuple[str, ...] = ()
     grammar: str | None = None  # GBNF whose rule "root" the answer must match
     on_text: Callable[[str], None] | None = None  # streamed pieces of the answer, in order; joined = .text
+    on_done: Callable[["Generated"], None] | None = None  # the result, as soon as this sequence finishes
+    cancelled: Callable[[], bool] | None = None  # asked every step: True stops it (its caller went away)
 
 
 @dataclass(frozen=True)
 class Generated:
     text: str  # cut before the first stop string, trailing space removed
     tokens: int  # tokens generated (the stop string's included, the end-of-generation token not)
-    finish: str  # "stop" (end of generation or a stop string) | "length" (max_tokens reached)
+    finish: str  # "stop" (end of generation or a stop string) | "length" (max_tokens) | "cancelled"
 
 
 @dataclass
@@ -85,19 +88,34 @@ class SlotEngine:
         self._batch = L.LlamaBatch(n_tokens=max(n_batch, slots), embd=0, n_seq_max=slots)
 
     # -- one call ------------------------------------------------------------------------
-    def run(self, requests: Sequence[Request]) -> list[Generated]:
-        """Generate every request, up to ``len(self.slots)`` at a time; results in the requests' order."""
+    def run(self, requests: Sequence[Request], intake: Callable[[], Sequence[Request]] | None = None
+            ) -> list[Generated]:
+        """Generate every request, up to ``len(self.slots)`` at a time; results in the requests' order.
+        ``intake``: asked between decode steps for requests that arrived meanwhile (a server's), which
+        join the running ones at once; the call returns when nothing runs and nothing waits."""
+        requests = list(requests)
         for r in requests:
-            if len(r.tokens) + r.max_tokens > self.n_ctx:
-                raise LLMError(f"prompt: {len(r.tokens)} tokens + max_tokens {r.max_tokens} exceed the context of "
-                               f"{self.n_ctx}; shorten the prompt or lower max_tokens")
+            self._check(r)
         done: list[Generated | None] = [None] * len(requests)
-        waiting = list(range(len(requests)))[::-1]  # popped from the end: the first request first
-        while waiting or any(s.active for s in self.slots):
-            while waiting and self._admit(requests, waiting[-1], done):
-                waiting.pop()
+        waiting = deque(range(len(requests)))
+        while True:
+            for r in intake() if intake is not None else ():
+                self._check(r)
+                requests.append(r)
+                done.append(None)
+                waiting.append(len(requests) - 1)
+            while waiting and self._admit(requests, waiting[0], done):
+                waiting.popleft()
+            if not any(s.active for s in self.slots):
+                if waiting:
+                    continue  # each admitted request finished on its first token: the slots are free again
+                return done  # type: ignore[return-value]
             self._decode_step(done)
-        return done  # type: ignore[return-value]
+
+    def _check(self, r: Request) -> None:
+        if len(r.tokens) + r.max_tokens > self.n_ctx:
+            raise LLMError(f"prompt: {len(r.tokens)} tokens + max_tokens {r.max_tokens} exceed the context of "
+                           f"{self.n_ctx}; shorten the prompt or lower max_tokens")
 
     # -- admission: place a request in a slot, prefilled from the best cached prefix --------
     def _admit(self, requests: Sequence[Request], i: int, done: list) -> bool:
@@ -145,7 +163,12 @@ class SlotEngine:
 
     # -- generation: one token of every active sequence per decode --------------------------
     def _decode_step(self, done: list) -> None:
+        for s in self.slots:
+            if s.active and s.request.cancelled is not None and s.request.cancelled():
+                self._finish(s, "cancelled", done)
         active = [(sid, s) for sid, s in enumerate(self.slots) if s.active]
+        if not active:
+            return
         self._batch.clear()
         for sid, s in active:
             self._batch.add(s.out[-1], len(s.cached), [sid], True)
@@ -185,6 +208,8 @@ class SlotEngine:
             req.on_text(text[slot.sent:])
         done[slot.index] = Generated(text, len(slot.out), why)
         slot.request, slot.sampler = None, None
+        if req.on_done is not None:
+            req.on_done(done[slot.index])
 
     def _detok(self, tokens: list[int]) -> str:
         return self.vocab.detokenize(tokens, remove_special=True, unparse_special=False) if tokens else ""

@@ -29,7 +29,7 @@ import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from dsonet.encoders.cache import cache_dir
 from dsonet.learn.chat import Chat, Completion, LLMError, check_args
@@ -175,10 +175,12 @@ class LlamaCppLLM:
     def count_tokens(self, text: str) -> int:
         return len(self.vocab.tokenize(text, add_special=False, parse_special=False))
 
-    def run(self, requests: Sequence[Request]) -> list[Generated]:
-        """Generate every request, ``slots`` sequences decoded together; thread-safe."""
+    def run(self, requests: Sequence[Request], intake: Callable[[], Sequence[Request]] | None = None
+            ) -> list[Generated]:
+        """Generate every request, ``slots`` sequences decoded together; thread-safe. ``intake``: asked
+        between decode steps for more requests, which join the running ones (`SlotEngine.run`)."""
         with self._lock:
-            return self._engine.run(requests)
+            return self._engine.run(requests, intake)
 
     def generate(self, chats: Sequence[Chat], n: int = 1, temperature: float = 0.7, max_tokens: int = 128,
                  seed: int | None = None, stop: Sequence[str] = ()) -> list[Completion]:
