@@ -3,7 +3,8 @@
 The workload is the demo's: held-out drift prompts (a setup, a one-line task, the answer format),
 greedy, ``max_tokens`` 48, exactly as `evaluate.answer` sends them. For each batch size k the same
 prompts go through `LlamaCppLLM.generate` on a model loaded with ``slots=k`` (k = 1 is the
-one-at-a-time path), and, beside it in the same run, through cyllama's own batched generator
+one-at-a-time path), through `dso llm serve` with k slots asked by k clients at once over HTTP,
+and, beside them in the same run, through cyllama's own batched generator
 (`cyllama.batching.BatchGenerator`: llama.cpp's multi-sequence decode as its binding ships it,
 all k prompts prefilled in one batch, then one token of each per step) on the same threads. Each
 figure is the median of ``--runs`` passes, from a fresh model each pass (no prefix cache carried
@@ -17,6 +18,7 @@ import json
 import os
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import click
@@ -66,6 +68,29 @@ def theirs(path: Path, chats: list, k: int, threads: int, prompts: list[str], si
     return {"wall_s": wall, "prompt_tokens": sum(sizes), "generated_tokens": generated}
 
 
+def served(path: Path, model: str, chats: list, k: int, threads: int) -> dict:
+    """`dso llm serve` with k slots and k clients asking at once over HTTP, each sending its next prompt
+    when its answer is back (the served model's parallel slots)."""
+    import httpx
+
+    from dsonet.bench.proxy import Served
+    from dsonet.serve.app import create_app
+    from dsonet.serve.model import ServedModel
+
+    llm = LlamaCppLLM(path, threads=threads, slots=k)
+    with Served(create_app(ServedModel.of(llm, model))) as server, httpx.Client(timeout=600) as client:
+        def ask(chat: list) -> dict:
+            body = {"model": model, "messages": chat, "temperature": 0, "max_tokens": MAX_TOKENS}
+            return client.post(f"{server.url}/v1/chat/completions", json=body).raise_for_status().json()["usage"]
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(k) as pool:
+            usage = list(pool.map(ask, chats))
+        wall = time.perf_counter() - start
+    return {"wall_s": wall, "prompt_tokens": sum(u["prompt_tokens"] for u in usage),
+            "generated_tokens": sum(u["completion_tokens"] for u in usage)}
+
+
 def _rates(run: dict, n: int) -> dict:
     wall = run["wall_s"]
     return {"answers_per_s": n / wall, "prompt_tokens_per_s": run["prompt_tokens"] / wall,
@@ -89,12 +114,15 @@ def measure(model: str, n: int, runs: int, threads: int, batches=BATCHES, echo=c
             reference = mine[0]["texts"]
         same = sum(a == b for a, b in zip(mine[0]["texts"], reference))
         other = [theirs(path, chats, k, threads, prompts, sizes) for _ in range(runs)]
+        http = [served(path, model, chats, k, threads) for _ in range(runs)]
         row = {"model": model, "batch": k, "n_prompts": n, "threads": threads,
                "dsonet": _median([_rates(r, n) for r in mine]), "llama_cpp_batched": _median([_rates(r, n) for r in other]),
+               "served": _median([_rates(r, n) for r in http]),
                "identical_to_sequential": same, "load_average_1min": round(os.getloadavg()[0], 2)}
         rows.append(row)
-        echo(f"  {model} k={k:2d}: dsonet {row['dsonet']['answers_per_s']:.2f} answers/s, llama.cpp batched "
-             f"{row['llama_cpp_batched']['answers_per_s']:.2f}, identical {same}/{n}, load {row['load_average_1min']}")
+        echo(f"  {model} k={k:2d}: dsonet {row['dsonet']['answers_per_s']:.2f} answers/s, served {k} clients "
+             f"{row['served']['answers_per_s']:.2f}, llama.cpp batched {row['llama_cpp_batched']['answers_per_s']:.2f}, "
+             f"identical {same}/{n}, load {row['load_average_1min']}")
     return rows
 
 
@@ -123,6 +151,7 @@ def plot(rows: list[dict], path: Path) -> None:
         mine = [r for r in rows if r["model"] == model]
         ks = [r["batch"] for r in mine]
         ax.plot(ks, [r["dsonet"]["answers_per_s"] for r in mine], "o-", label=f"dsonet, {model}")
+        ax.plot(ks, [r["served"]["answers_per_s"] for r in mine], "^:", label=f"dso llm serve, k clients, {model}")
         ax.plot(ks, [r["llama_cpp_batched"]["answers_per_s"] for r in mine], "s--", label=f"llama.cpp batched, {model}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("sequences decoded together")
@@ -157,11 +186,12 @@ def cli(models: tuple[str, ...], prompts: int, runs: int, threads: int | None, q
     for model in models:
         rows += measure(model, prompts, runs, threads, batches)
     verdicts = [verdict([r for r in rows if r["model"] == m]) for m in models]
-    click.echo(f"\n{'model':20} {'k':>3} {'ours ans/s':>10} {'llama.cpp':>10} {'gen tok/s':>9} {'prompt tok/s':>12} "
-               f"{'same':>6} {'load':>5}")
+    click.echo(f"\n{'model':20} {'k':>3} {'ours ans/s':>10} {'served':>7} {'llama.cpp':>10} {'gen tok/s':>9} "
+               f"{'prompt tok/s':>12} {'same':>6} {'load':>5}")
     for r in rows:
         click.echo(f"{r['model']:20} {r['batch']:>3} {r['dsonet']['answers_per_s']:>10.2f} "
-                   f"{r['llama_cpp_batched']['answers_per_s']:>10.2f} {r['dsonet']['generated_tokens_per_s']:>9.1f} "
+                   f"{r['served']['answers_per_s']:>7.2f} {r['llama_cpp_batched']['answers_per_s']:>10.2f} "
+                   f"{r['dsonet']['generated_tokens_per_s']:>9.1f} "
                    f"{r['dsonet']['prompt_tokens_per_s']:>12.1f} {r['identical_to_sequential']:>3}/{r['n_prompts']:<2} "
                    f"{r['load_average_1min']:>5}")
     for v in verdicts:

@@ -7,9 +7,9 @@ functions, so the HTTP layer is tested without loading weights.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
-from dsonet.learn.llama_engine import Generated, Request
+from dsonet.learn.llama_engine import Generated
 from dsonet.learn.llama_llm import LlamaCppLLM
 from dsonet.serve.template import ChatTemplate
 
@@ -21,7 +21,7 @@ class ServedModel:
     slots: int  # sequences decoded together
     template: ChatTemplate
     tokenize: Callable[[str], list[int]]  # a rendered prompt (special tokens parsed) -> token ids
-    run: Callable[[Sequence[Request]], list[Generated]]  # generate these, one result each, in order
+    run: Callable[..., list[Generated]]  # run(requests, intake=None): one result each, in order (`LlamaCppLLM.run`)
 
     @property
     def id(self) -> str:
