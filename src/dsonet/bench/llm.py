@@ -22,7 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import click
+import httpx
 
+from dsonet.bench.proxy import Served
 from dsonet.learn import drift
 from dsonet.learn.chat import user
 from dsonet.learn.llama_llm import DEFAULT_MODEL, MODELS, LlamaCppLLM, default_threads, gguf_path
@@ -71,9 +73,6 @@ def theirs(path: Path, chats: list, k: int, threads: int, prompts: list[str], si
 def served(path: Path, model: str, chats: list, k: int, threads: int) -> dict:
     """`dso llm serve` with k slots and k clients asking at once over HTTP, each sending its next prompt
     when its answer is back (the served model's parallel slots)."""
-    import httpx
-
-    from dsonet.bench.proxy import Served
     from dsonet.serve.app import create_app
     from dsonet.serve.model import ServedModel
 
