@@ -114,3 +114,10 @@ def test_a_deleted_lesson_is_gone_from_search_listing_and_stats(case):
     assert case.store.delete(gone.id) is False
     assert case.store.search(LESSON, min_similarity=EXACT) == []
     assert [e.id for e in case.store.all()] == [kept.id] and case.held(case.store.stats()) == 1
+
+
+@pytest.mark.parametrize("text", ["x", "ok"])
+def test_a_text_with_no_words_to_act_on_is_refused_by_every_store_and_nothing_is_stored(case, text):
+    with pytest.raises(DsoError, match="a lesson needs at least 3"):
+        case.store.add(text)
+    assert case.store.all() == []

@@ -9,6 +9,7 @@ result, as text or, with --json, as JSON.
 from __future__ import annotations
 
 import json
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -25,14 +26,15 @@ from dsonet.library.transfer import export, import_file
 
 
 @contextmanager
-def _store(db: Path | None, node: str | None = None, node_token: str | None = None):
-    """The library file, or a node's API (`NodeClient` has the library's add/get/delete/search/stats)."""
+def _store(db: Path | None, node: str | None = None, node_token: str | None = None, create: bool = False):
+    """The library file, or a node's API (`NodeClient` has the library's add/get/delete/search/stats).
+    ``create``: only the commands that write (add, import) make a library where there is none."""
     if node:
         from dsonet.network.client import NodeClient  # httpx: 0.3 s that the file's commands never need
 
         store = NodeClient(node, token=node_token)
     else:
-        store = Library(db_path(db))
+        store = Library(db_path(db), create=create)
     try:
         yield store
     finally:
@@ -53,14 +55,18 @@ def _echo_json(data) -> None:
 @json_option
 def add(text: str, domain: str, confidence: float, db: Path | None, node: str | None, node_token: str | None,
         as_json: bool) -> None:
-    """Add one experience (encoded with the library's encoder) and print its id.
+    """Add one experience (encoded with the library's encoder) and print its id. TEXT "-" reads it
+    from standard input. A lesson needs at least three words: a condition and what to do.
 
     \b
     Examples:
       dso add "When a ratio is given, write both parts as multiples of one unknown" --domain math.ratio
       dso add "When a graph is sparse, store it as adjacency lists" --node http://127.0.0.1:8080
+      echo "When pip reinstalls every package, copy requirements.txt first" | dso add - --domain ops
     """
-    with _store(db, node, node_token) as store:
+    if text == "-":
+        text = sys.stdin.read()
+    with _store(db, node, node_token, create=True) as store:
         exp = store.add(text, domain=domain, confidence=confidence)
     _echo_json(exp.to_dict()) if as_json else click.echo(exp.id)
 
@@ -211,7 +217,7 @@ def import_cmd(paths: tuple[Path, ...], db: Path | None, encode_texts: bool, as_
       dso import --encode-texts peer.msgpack
     """
     added = {}
-    with _store(db) as lib:
+    with _store(db, create=True) as lib:
         for p in paths:
             try:
                 added[str(p)] = import_file(lib, p, encode_texts)

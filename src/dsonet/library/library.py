@@ -33,7 +33,7 @@ from dsonet.codec import CompressedBatch, Profile, profile_of
 from dsonet.codec.batch import check_unit
 from dsonet.codec.bitdelta import BitDeltaCodes, compress
 from dsonet.errors import BatchError
-from dsonet.experience import Experience, Provenance
+from dsonet.experience import Experience, Provenance, check_lesson
 from dsonet.library.eviction import standing_of
 from dsonet.library.hits import Hits
 from dsonet.library.merge import MergedView, MergeRule
@@ -43,7 +43,7 @@ from dsonet.library.decoded import DecodedRows
 from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy
 from dsonet.library.reference import Reference, ReferencePool
 from dsonet.library.retrievals import Retrievals
-from dsonet.library.errors import DamagedFile, LibraryError
+from dsonet.library.errors import DamagedFile, LibraryError, MissingLibrary
 from dsonet.library.file import damaged
 from dsonet.library.rows import ANY_SIGNER, Copy, IngestResult, RowStore, row_code, row_experience
 from dsonet.library.saved_fit import restore_clusters
@@ -57,8 +57,9 @@ class Library(DeferredSteps):
     def __init__(self, path: str | Path, encoder=None, profile: Profile | None = None, capacity: int | None = None,
                  support: np.ndarray | None = None, merge: MergeRule = MergeRule(),
                  trust: Callable[[str], float] | None = None, defer_merge: bool = False,
-                 trusted: float | None = None):
-        """``support``: vectors spanning the subspace the encoder's outputs lie in (e.g.
+                 trusted: float | None = None, create: bool = True):
+        """``create``: False refuses a path that holds no library yet (a read must not leave an empty
+        file and its folders behind a mistyped --db). ``support``: vectors spanning the subspace the encoder's outputs lie in (e.g.
         `ZenReranker.support()`); turns on the index's stage 3. ``trust``: a signer's weight in
         the merged view (a node passes its reputation); every signer weighs 1 without it.
         ``trusted``: past ``capacity``, signers ``trust`` puts at this or above keep a fair share each,
@@ -67,6 +68,8 @@ class Library(DeferredSteps):
         ``defer_merge``: writes leave the merged view and the index's refits to their steps
         instead of the next read (a node that searches while it ingests; see `dsonet.library.steps`)."""
         self.path = Path(path).expanduser()
+        if not create and not self.path.exists():
+            raise MissingLibrary(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._encoder = encoder
         self.trust = trust
@@ -156,6 +159,7 @@ class Library(DeferredSteps):
 
     def add(self, text: str, domain: str = "general", confidence: float = 0.5, provenance: Provenance | None = None) -> Experience:
         """Encode one experience and store it with its float vector and code (ADD)."""
+        check_lesson(text)
         exp = Experience(text, domain, confidence, provenance or Provenance(timestamp_ms=int(time.time() * 1000)))
         self.add_vectors([exp], self.encoder.encode([exp.text], kind="document"))
         return exp
@@ -250,6 +254,7 @@ class Library(DeferredSteps):
         old = self.get(exp_id)
         if old is None:
             raise LibraryError(f"exp_id: {exp_id!r} is not in the library (or was deleted); add it instead")
+        check_lesson(text)
         lineage = self.rows.lineage(exp_id)
         new = Experience(text, old.domain, old.confidence, Provenance(old.provenance.node_id, old.provenance.model,
                                                                      int(time.time() * 1000), old.provenance.iteration))

@@ -39,7 +39,7 @@ from dsonet.aggregate import DeltaSoup, DeltaSoupConfig, RoundResult
 from dsonet.codec import Profile, default_profile, profile_of
 from dsonet.encoders.registry import load_encoder
 from dsonet.errors import DsoError
-from dsonet.experience import Experience, Provenance
+from dsonet.experience import Experience, Provenance, check_lesson
 from dsonet.identity import NodeIdentity
 from dsonet.library import Hit, Hits, Library, MergeRule
 from dsonet.library.errors import DamagedFile
@@ -251,6 +251,7 @@ class Node:
     async def submit(self, text: str, domain: str = "general", confidence: float = 0.5,
                      vector: np.ndarray | list | None = None) -> Experience:
         """Store one experience now (encoding its text unless a vector in the profile's space is given)."""
+        check_lesson(text)
         prov = Provenance(self.node_id, self.config.model, int(time.time() * 1000), 0)
         if vector is None:
             if self.encoder is None:
