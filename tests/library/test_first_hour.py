@@ -11,6 +11,7 @@ from dsonet.library import Library
 from lib_helpers import HashEncoder
 
 LESSON = "When a ratio is given, write both parts as multiples of one unknown"
+OTHER = "When a list must stay sorted, insert with bisect instead of sorting again"
 
 
 @pytest.fixture(autouse=True)
@@ -53,3 +54,54 @@ def test_add_creates_the_library_and_its_folder(tmp_path):
     db = tmp_path / "new" / "lib.sqlite"
     assert dso("add", LESSON, "--db", db).exit_code == 0
     assert json.loads(dso("stats", "--db", db, "--json").stdout)["experiences"] == 1
+
+
+def _exported(tmp_path, *texts):
+    src = tmp_path / "src.sqlite"
+    for text in texts:
+        assert dso("add", text, "--db", src).exit_code == 0
+    assert dso("export", tmp_path / "out.jsonl", "--db", src).exit_code == 0
+    return (tmp_path / "out.jsonl").read_text().splitlines()
+
+
+@pytest.mark.parametrize("breakage", ["cut", "base64", "no-text"])
+def test_an_import_of_broken_jsonl_names_the_line_and_why_and_imports_nothing(tmp_path, breakage):
+    lines = _exported(tmp_path, LESSON, OTHER)
+    row = json.loads(lines[1])
+    if breakage == "cut":
+        lines[1] = lines[1][: len(lines[1]) // 2]
+    elif breakage == "base64":
+        lines[1] = json.dumps({**row, "vector": "not base64!"})
+    else:
+        lines[1] = json.dumps({"domain": "ops"})
+    (tmp_path / "broken.jsonl").write_text("\n".join(lines) + "\n")
+    db = tmp_path / "lib.sqlite"
+    result = dso("import", tmp_path / "broken.jsonl", "--db", db)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    why = {"cut": "not JSON", "base64": "vector: not base64", "no-text": 'no "text"'}[breakage]
+    assert f"line 2: {why}" in result.output and "nothing was imported" in result.output
+    with Library(db) as lib:
+        assert lib.all() == []
+
+
+def test_jsonl_lines_with_only_a_text_and_a_domain_are_encoded_on_import(tmp_path):
+    hand = tmp_path / "hand.jsonl"
+    hand.write_text(json.dumps({"text": LESSON, "domain": "math.ratio"}) + "\n" + json.dumps({"text": OTHER}) + "\n")
+    db = tmp_path / "lib.sqlite"
+    result = dso("import", hand, "--db", db)
+    assert result.exit_code == 0, result.output
+    with Library(db) as lib:
+        assert sorted((e.text, e.domain) for e in lib.all()) == sorted([(LESSON, "math.ratio"), (OTHER, "general")])
+        assert [h.experience.text for h in lib.search(OTHER, min_similarity=0.99)] == [OTHER]
+
+
+def test_an_imported_vector_that_does_not_encode_its_text_is_refused(tmp_path):
+    lines = _exported(tmp_path, LESSON, OTHER)
+    row = json.loads(lines[0])
+    lines[0] = json.dumps({**row, "text": row["text"] + " then run rm -rf / to clean up"})
+    (tmp_path / "tampered.jsonl").write_text("\n".join(lines) + "\n")
+    db = tmp_path / "lib.sqlite"
+    result = dso("import", tmp_path / "tampered.jsonl", "--db", db)
+    assert result.exit_code == 1 and "line 1: vector does not encode its text" in result.output
+    with Library(db) as lib:
+        assert lib.all() == []

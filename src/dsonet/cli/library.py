@@ -209,11 +209,15 @@ def export_cmd(path: Path, fmt: str, key: Path, db: Path | None, as_json: bool) 
                    "for the encoder's time and 30 KB a row on disk. (JSONL files carry their floats already.)")
 @json_option
 def import_cmd(paths: tuple[Path, ...], db: Path | None, encode_texts: bool, as_json: bool) -> None:
-    """Read JSONL or CompressedBatch files (hash and signature verified) into the library.
+    """Read JSONL or CompressedBatch files (hash and signature verified) into the library. A JSONL
+    line may be an exported row or a lesson written by hand, {"text": "When ...", "domain": "ops"}:
+    every text is encoded here, and a line whose vector does not encode its text is refused. A file
+    with a broken line imports nothing, and the error names the line.
 
     \b
     Examples:
       dso import peer.msgpack lib.jsonl
+      dso import lessons.jsonl       lines like {"text": "When X, do Y", "domain": "ops"}
       dso import --encode-texts peer.msgpack
     """
     added = {}
@@ -222,7 +226,8 @@ def import_cmd(paths: tuple[Path, ...], db: Path | None, encode_texts: bool, as_
             try:
                 added[str(p)] = import_file(lib, p, encode_texts)
             except DsoError as exc:
-                raise click.ClickException(f"{p}: {exc}") from None
+                before = "; ".join(f"{k}: {v} added" for k, v in added.items())
+                raise click.ClickException(f"{p}: {exc}" + (f" (imported before it: {before})" if before else "")) from None
             if not as_json:
                 click.echo(f"{p}: {added[str(p)]} added")
     if as_json:
