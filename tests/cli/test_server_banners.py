@@ -94,7 +94,7 @@ def test_dso_mcp_over_http_says_where_it_listens_and_searches_with_its_own_thres
                                       "domain": "math.ratio"})
             await c.call_tool("add", {"text": "When a ratio of boys to girls is given, add the parts first",
                                       "domain": "math.ratio"})
-            return (await c.call_tool("search", {"task": "The ratio of boys to girls is 3:5; how many girls?"}))
+            return (await c.call_tool("search", {"query": "The ratio of boys to girls is 3:5; how many girls?"}))
 
     try:
         line = server.banner()

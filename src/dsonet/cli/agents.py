@@ -65,10 +65,15 @@ def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, t
     try:
         if transport == "http":
             check_exposure(host, token)
+    except DsoError as exc:
+        raise click.ClickException(str(exc)) from None
+    from dsonet.asgi import Limits, bind, serve
+
+    sock = bind(host, port) if transport == "http" else None  # a busy port: exit 3 before the encoder loads
+    try:
         memory = _memory(db, node, node_token, encoder, timeout)
     except DsoError as exc:
         raise click.ClickException(str(exc)) from None
-    from dsonet.asgi import Limits, serve
     from dsonet.mcp.server import build_server, http_app, warm_up
 
     server = build_server(memory, k=k, min_similarity=min_similarity, allow_delete=allow_delete)
@@ -78,7 +83,7 @@ def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, t
             server.run("stdio")
         else:
             app = http_app(server, token, max_body, idle_timeout_s=60 * timeout)
-            serve(app, host, port, "dso mcp", "/mcp", Limits(keep_alive_s=timeout))
+            serve(app, host, port, "dso mcp", "/mcp", Limits(keep_alive_s=timeout), sock=sock)
     finally:
         memory.close()
 
@@ -119,10 +124,15 @@ def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, tok
 
     try:
         check_exposure(host, token)
+    except DsoError as exc:
+        raise click.ClickException(str(exc)) from None
+    from dsonet.asgi import Limits, bind, serve
+
+    sock = bind(host, port)  # a busy port: exit 3 before the encoder loads
+    try:
         memory = _memory(db, node, node_token, encoder, timeout)
     except DsoError as exc:
         raise click.ClickException(str(exc)) from None
-    from dsonet.asgi import Limits, serve
     from dsonet.proxy.app import create_app
 
     app = create_app(memory, upstream, upstream_key=upstream_key, token=token, max_body=max_body, timeout_s=timeout,
@@ -130,6 +140,6 @@ def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, tok
     try:
         # the encoder loads at start, then the line says it is ready; each request in flight holds a
         # second descriptor (its upstream connection), so the connection cap leaves room for those
-        serve(app, host, port, "dso proxy", "/v1", Limits(fds_per_connection=2))
+        serve(app, host, port, "dso proxy", "/v1", Limits(fds_per_connection=2), sock=sock)
     finally:
         memory.close()

@@ -39,7 +39,8 @@ EXTRAS = {"torch": "encoder", "transformers": "encoder", "sentence_transformers"
 
 
 class Dso(LazyGroup):
-    """Exit codes: 0 ok, 1 a user error (one line that says how to fix it, no traceback), 2 usage.
+    """Exit codes: 0 ok, 1 a user error (one line that says how to fix it, no traceback), 2 usage,
+    3 a server command's port is in use (node start, mcp --transport http, proxy).
     Every command's expected errors end here: the project's DsoError, a missing or unreadable
     file, and a module that only an extra installs (the torch path of the encoders, for one)."""
 
@@ -47,7 +48,9 @@ class Dso(LazyGroup):
         try:
             return super().invoke(ctx)
         except DsoError as exc:
-            raise click.ClickException(str(exc)) from None
+            refused = click.ClickException(str(exc))
+            refused.exit_code = getattr(exc, "exit_code", 1)  # a server's busy port: 3 (`dsonet.asgi.PortInUse`)
+            raise refused from None
         except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as exc:
             raise click.ClickException(f"{exc.filename}: {exc.strerror}") from None
         except ModuleNotFoundError as exc:
@@ -67,8 +70,10 @@ def cli() -> None:
 
     \b
     Quick start:
+      dso add "When a Docker build reinstalls every package, copy requirements.txt before the code"
+      dso search "docker reinstalls all my pip packages every time"
+      dso list                           the lessons held, newest first
       dso keygen ~/.dsonet/node.key      create this node's identity
-      dso bench codec --quick            measure BitDelta on real embeddings
 
     Every command has --help with examples.
     """
