@@ -57,8 +57,9 @@ class Library(DeferredSteps):
     def __init__(self, path: str | Path, encoder=None, profile: Profile | None = None, capacity: int | None = None,
                  support: np.ndarray | None = None, merge: MergeRule = MergeRule(),
                  trust: Callable[[str], float] | None = None, defer_merge: bool = False,
-                 trusted: float | None = None, create: bool = True):
-        """``create``: False refuses a path that holds no library yet (a read must not leave an empty
+                 trusted: float | None = None, create: bool = True, owner: str | None = None):
+        """``owner``: the node this file belongs to; the rows added to it before it had one become its
+        own (`RowStore.adopt`). ``create``: False refuses a path that holds no library yet (a read must not leave an empty
         file and its folders behind a mistyped --db). ``support``: vectors spanning the subspace the encoder's outputs lie in (e.g.
         `ZenReranker.support()`); turns on the index's stage 3. ``trust``: a signer's weight in
         the merged view (a node passes its reputation); every signer weighs 1 without it.
@@ -76,6 +77,8 @@ class Library(DeferredSteps):
         self.defer_merge = defer_merge
         standing = None if trust is None or trusted is None else (lambda signer: standing_of(trust(signer), trusted))
         self.rows = RowStore(self.path, capacity, standing=standing)
+        if owner:
+            self.rows.adopt(owner)  # before the index reads the rows' signers
         self.retrievals = Retrievals()  # the ids `search` issued, for `outcome`
         self.profile: Profile | None = None  # known once bound to the file's profile
         try:  # reads the profile and every row's code: where the file's pages are broken, SQLite says so here
@@ -135,6 +138,11 @@ class Library(DeferredSteps):
         return profile
 
     @property
+    def owner(self) -> str:
+        """The node whose library this file is ('' for one no node has opened): its rows are this file's own."""
+        return self.rows.meta("owner") or ""
+
+    @property
     def db(self):
         """The SQLite connection, for inspection and maintenance (PRAGMAs, checkpoints)."""
         return self.rows.db
@@ -158,9 +166,10 @@ class Library(DeferredSteps):
     # ------------------------------------------------------------------ writing
 
     def add(self, text: str, domain: str = "general", confidence: float = 0.5, provenance: Provenance | None = None) -> Experience:
-        """Encode one experience and store it with its float vector and code (ADD)."""
+        """Encode one experience and store it with its float vector and code (ADD), as the file's
+        `owner`'s unless ``provenance`` says otherwise."""
         check_lesson(text)
-        exp = Experience(text, domain, confidence, provenance or Provenance(timestamp_ms=int(time.time() * 1000)))
+        exp = Experience(text, domain, confidence, provenance or Provenance(self.owner, timestamp_ms=int(time.time() * 1000)))
         self.add_vectors([exp], self.encoder.encode([exp.text], kind="document"))
         return exp
 

@@ -281,6 +281,21 @@ class RowStore:
             self._rollback(exc)
         return list(dict.fromkeys(i for i, _ in gone)), [seq for _, seq in gone]
 
+    def adopt(self, owner: str) -> int:
+        """This file's own rows written before it had a signer (``signer`` '': `dso add` before `dso node
+        start`) become ``owner``'s, who is named in the file's meta; where the owner holds the same lesson
+        already, the unsigned copy goes. Returns the rows adopted."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            adopted = self.db.execute("UPDATE OR IGNORE experiences SET signer = ? WHERE signer = '' AND received = 0",
+                                      (owner,)).rowcount
+            self.db.execute("DELETE FROM experiences WHERE signer = '' AND received = 0")
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('owner', ?)", (owner,))
+            self.db.execute("COMMIT")
+        except BaseException as exc:
+            self._rollback(exc)
+        return adopted
+
     def tombstones(self) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT DISTINCT id FROM tombstones ORDER BY id")]
 

@@ -36,7 +36,7 @@ from dsonet.learn.context import system_text
 from dsonet.library import Hit, Hits
 from dsonet.library.contract import Store
 from dsonet.library.policy import K
-from dsonet.memory import NodeMemory
+from dsonet.memory import LocalMemory, NodeMemory
 
 log = logging.getLogger(__name__)
 LOCAL_AUTHOR = ""  # the provenance of a lesson added to a library file directly, not received from a node
@@ -138,8 +138,11 @@ def warm_up(memory: Store) -> None:
 
 
 def _author(memory: Store) -> str:
-    """Whose lessons `delete` may remove: the node's (its id), or those added to the file here."""
-    return str(memory.stats()["node_id"]) if isinstance(memory, NodeMemory) else LOCAL_AUTHOR
+    """Whose lessons are this server's own (`delete` may remove them): the node's (its id), or, for a
+    file, its owner's (the node that opened it; `LOCAL_AUTHOR` for a file no node has)."""
+    if isinstance(memory, NodeMemory):
+        return str(memory.stats()["node_id"])
+    return memory.library.owner if isinstance(memory, LocalMemory) else LOCAL_AUTHOR
 
 
 def build_server(memory: Store, *, k: int = K, min_similarity: float | None = None,

@@ -1,4 +1,4 @@
-"""The node's HTTP API for agents (FastAPI; OpenAPI docs at /docs).
+"""The node's HTTP API for agents (FastAPI; its routes listed at /docs, offline).
 
     POST   /experiences        {text, domain?, confidence?, vector?}  -> 201 the stored experience
     GET    /experiences        ?domain=&limit= -> {"experiences": [...]} (one per id, sorted by id)
@@ -14,8 +14,9 @@
     GET    /                   the node's page for people, read-only (`dsonet.network.web`): a browser
                                opens /?token=<token> once and reads it on a page-only cookie
 
-Every request except /health (the docs included) needs ``Authorization: Bearer <token>`` when the
-node was given a token (mandatory when it listens beyond loopback). Bodies over
+``/docs`` is a page listing every route, offline (no CDN), beside ``/openapi.json``; a browser opens
+both with the page's login. Every request except /health needs ``Authorization: Bearer <token>`` (or,
+for the page and the docs, the page's cookie) when the node was given a token (mandatory when it listens beyond loopback). Bodies over
 ``max_body_bytes`` are refused with 413 before they are read; bad input gets a 4xx whose
 ``detail`` names the field and what to send instead; nothing is stored.
 """
@@ -42,6 +43,8 @@ from dsonet.network.admin import admin_routes
 from dsonet.network.node import Node, NodeError
 from dsonet.network.transport import TransportError
 from dsonet.network.web import PageGate, SystemText, page_routes
+from dsonet.network.web.docs import docs_routes
+from dsonet.network.web.page import HEADERS as PAGE_HEADERS
 
 DEFAULT_MAX_BODY = 1024 * 1024  # a 7680-dim vector as JSON is ~150 KB; 1 MiB leaves room, refuses floods
 
@@ -91,7 +94,8 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
             if manage_node:
                 await node.close()
 
-    app = FastAPI(title="dsonet node", version=__version__, lifespan=lifespan,
+    # /docs is the node's own offline page (`dsonet.network.web.docs`): Swagger UI's assets come from a CDN
+    app = FastAPI(title="dsonet node", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Submit and search experiences; the node shares them with its network.")
     @app.exception_handler(DsoError)
     async def refused(_: Request, exc: DsoError) -> JSONResponse:
@@ -169,6 +173,7 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
 
     app.include_router(admin_routes(node))
     app.include_router(page_routes(node, system_text))
+    app.include_router(docs_routes(app.openapi, PAGE_HEADERS))
 
     # the token is checked, then the body's size, before the app reads a byte of the body; the page
     # alone may also be read on its cookie (`dsonet.network.web.gate`)

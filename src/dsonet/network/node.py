@@ -158,7 +158,7 @@ class Node:
         self.soup = DeltaSoup(config=soup_config, profiles=[self.profile], rule=self.config.rule, encoder=self.encoder)
         self.library = Library(self.config.data_dir / "library.sqlite", encoder=self.encoder, profile=self.profile,
                                capacity=self.config.capacity, merge=MergeRule(self.config.theta_dup),
-                               trust=self._trust, defer_merge=True, trusted=soup_config.trusted)
+                               trust=self._trust, defer_merge=True, trusted=soup_config.trusted, owner=self.node_id)
         self.library.heal()  # rows damaged in the file are set aside now, not met by a search later
         self.ledger = Ledger(self.library.db)
         self.journal = Journal(self.config.data_dir / "journal.sqlite")  # rounds and reputation, for the page
