@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from dsonet.cli.main import cli
+from dsonet.experience import Experience, Provenance
 from dsonet.library import Library
 from lib_helpers import HashEncoder
 
@@ -105,3 +106,39 @@ def test_an_imported_vector_that_does_not_encode_its_text_is_refused(tmp_path):
     assert result.exit_code == 1 and "line 1: vector does not encode its text" in result.output
     with Library(db) as lib:
         assert lib.all() == []
+
+
+def test_list_pages_the_lessons_newest_first_by_domain_and_signer(tmp_path):
+    db = tmp_path / "lib.sqlite"
+    with Library(db) as lib:
+        for i in range(5):
+            lib.add_vectors([Experience(f"When step {i} fails, retry it once", "ops" if i % 2 else "code",
+                                        provenance=Provenance("ab" * 32 if i == 4 else "", timestamp_ms=1000 + i))],
+                            HashEncoder().encode([f"step {i}"]))
+    page = dso("list", "--db", db, "--limit", "2", "--json")
+    assert [json.loads(line)["text"] for line in page.stdout.splitlines()] == [
+        "When step 4 fails, retry it once", "When step 3 fails, retry it once"]
+    assert "2 of 5 lessons shown (from offset 0); the next page: --offset 2" in page.stderr
+    last = dso("list", "--db", db, "--limit", "2", "--offset", "4").stdout.splitlines()
+    assert len(last) == 1 and last[0].endswith("When step 0 fails, retry it once")
+    ops = dso("list", "--db", db, "--domain", "ops", "--json").stdout.splitlines()
+    assert [json.loads(line)["text"] for line in ops] == ["When step 3 fails, retry it once", "When step 1 fails, retry it once"]
+    peer = dso("list", "--db", db, "--signer", "abab", "--json").stdout.splitlines()
+    assert [json.loads(line)["text"] for line in peer] == ["When step 4 fails, retry it once"]
+
+
+def test_edit_makes_a_new_version_tombstones_the_old_and_show_prints_its_history(tmp_path):
+    db = tmp_path / "lib.sqlite"
+    old_id = dso("add", LESSON, "--db", db, "--domain", "math").stdout.strip()
+    new_text = "When a ratio is given, write both parts as multiples of one unknown x"
+    edited = dso("edit", old_id[:10], "-", "--db", db, input=new_text)
+    assert edited.exit_code == 0, edited.output
+    new_id = edited.stdout.strip()
+    with Library(db) as lib:
+        assert [e.text for e in lib.all()] == [new_text] and old_id in lib.tombstones()
+        assert [v.id for v in lib.versions(new_id)] == [old_id]
+    shown = json.loads(dso("show", new_id[:10], "--db", db, "--json").stdout)
+    assert [(v["id"], v["text"], v["replaced_by"]) for v in shown["history"]] == [(old_id, LESSON, new_id)]
+    assert f"{old_id[:12]} [math]: {LESSON}" in dso("show", new_id[:10], "--db", db).stdout
+    refused = dso("edit", new_id[:10], "ok", "--db", db)
+    assert refused.exit_code == 1 and "a lesson needs at least 3" in refused.output

@@ -1,4 +1,4 @@
-"""`dso add | search | show | delete | export | import | stats`: the experience library.
+"""`dso add | search | list | show | edit | delete | export | import | stats`: the experience library.
 
 Every command opens the library at --db (env DSONET_DB, default ~/.dsonet/library.sqlite), or
 with --node URL talks to a running node's API instead (add, search, show, delete, stats); it
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -119,7 +120,7 @@ def empty_answer(threshold: float | None, best_score: float | None) -> str:
 @json_option
 def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None, as_json: bool) -> None:
     """Show one experience: text, provenance and, from a local library, each stored copy's code
-    (bytes of signs and scales, digest, baseline) and usage counters. An id prefix of 8+
+    (bytes of signs and scales, digest, baseline), usage counters and the versions `dso edit` replaced. An id prefix of 8+
     characters will do locally; a node needs the full id.
 
     \b
@@ -135,7 +136,8 @@ def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None,
             data = exp.to_dict()
         else:
             full = _resolve(store, exp_id)
-            data = {**store.get(full).to_dict(), "copies": [c._asdict() for c in store.copies(full)]}
+            data = {**store.get(full).to_dict(), "copies": [c._asdict() for c in store.copies(full)],
+                    "history": [v._asdict() for v in store.versions(full)]}
     if as_json:
         _echo_json(data)
         return
@@ -146,6 +148,60 @@ def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None,
         click.echo(f"  code: {c['sign_bytes']} B signs + {c['scale_bytes']} B scales, baseline {c['baseline_id']}, "
                    f"digest {c['code_digest'][:16]}; float held: {c['float_held']}; received: {c['received']}; "
                    f"published: {c['published']}; used {c['uses']} times, helped {c['helped']}")
+    for v in data.get("history", []):  # newest first: what `dso edit` replaced
+        click.echo(f"  before {time.strftime('%Y-%m-%d %H:%M', time.gmtime(v['replaced_ms'] / 1000))} UTC, "
+                   f"{v['id'][:12]} [{v['domain']}]: {v['text']}")
+
+
+@click.command("list")
+@click.option("--domain", default=None, help="Only this domain.")
+@click.option("--signer", default=None, help="Only lessons this signer holds (a prefix of its node id).")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True, help="Lessons on this page.")
+@click.option("--offset", type=click.IntRange(0), default=0, show_default=True, help="Lessons to skip first.")
+@db_option
+@json_option
+def list_cmd(domain: str | None, signer: str | None, limit: int, offset: int, db: Path | None, as_json: bool) -> None:
+    """List the library's lessons, newest first, a page at a time: id, domain, signer and text. The
+    last line says how many match and the --offset of the next page.
+
+    \b
+    Examples:
+      dso list
+      dso list --domain ops --limit 20 --offset 20
+      dso list --signer 3f2a9c0b --json
+    """
+    with _store(db) as lib:
+        total, page = lib.listing(domain, signer, limit, offset)
+    for e in page:  # --json: JSON Lines, one object per lesson
+        if as_json:
+            click.echo(json.dumps(e.to_dict()))
+        else:
+            click.echo(f"{e.id[:12]}  [{e.domain}]  {e.provenance.node_id[:12] or '(this file)'}  {e.text}")
+    more = f"; the next page: --offset {offset + len(page)}" if offset + len(page) < total else ""
+    click.echo(f"{len(page)} of {total} lessons shown (from offset {offset}){more}", err=True)
+
+
+@click.command()
+@click.argument("exp_id")
+@click.argument("text")
+@click.option("--domain", default=None, help="A new domain too (default: the old one's).")
+@db_option
+@json_option
+def edit(exp_id: str, text: str, domain: str | None, db: Path | None, as_json: bool) -> None:
+    """Give a lesson a new TEXT ("-": read it from standard input): a new version with a new id,
+    encoded again; the old one is tombstoned (peers drop it too) and kept in the history that
+    `dso show` prints. Prints the new id.
+
+    \b
+    Examples:
+      dso edit 3f2a9c0b "When a ratio is given, write both parts as multiples of one unknown x"
+      dso edit 3f2a9c0b - --domain math.ratio < lesson.txt
+    """
+    if text == "-":
+        text = sys.stdin.read()
+    with _store(db) as lib:
+        new = lib.update(_resolve(lib, exp_id), text, domain)
+    _echo_json(new.to_dict()) if as_json else click.echo(new.id)
 
 
 @click.command()

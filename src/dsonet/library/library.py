@@ -38,7 +38,7 @@ from dsonet.library.eviction import standing_of
 from dsonet.library.hits import Hits
 from dsonet.library.merge import MergedView, MergeRule
 from dsonet.library.merged_hits import MergedHits
-from dsonet.library import quarantine
+from dsonet.library import history, quarantine
 from dsonet.library.decoded import DecodedRows
 from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy
 from dsonet.library.reference import Reference, ReferencePool
@@ -258,21 +258,28 @@ class Library(DeferredSteps):
     def _view_changed(self, domains: set[str]) -> None:
         (self.view.defer if self.defer_merge else self.view.touch)(domains)
 
-    def update(self, exp_id: str, text: str) -> Experience:
-        """New text for an experience (UPDATE): re-encoded, same lineage; the old id is tombstoned."""
+    def update(self, exp_id: str, text: str, domain: str | None = None) -> Experience:
+        """New text (and ``domain``, where given) for an experience (UPDATE): a new version, re-encoded,
+        same lineage; the old id is tombstoned and kept in the file's history (`versions`)."""
         old = self.get(exp_id)
         if old is None:
             raise LibraryError(f"exp_id: {exp_id!r} is not in the library (or was deleted); add it instead")
         check_lesson(text)
         lineage = self.rows.lineage(exp_id)
-        new = Experience(text, old.domain, old.confidence, Provenance(old.provenance.node_id, old.provenance.model,
-                                                                     int(time.time() * 1000), old.provenance.iteration))
+        new = Experience(text, old.domain if domain is None else domain, old.confidence,
+                         Provenance(old.provenance.node_id, old.provenance.model, int(time.time() * 1000),
+                                    old.provenance.iteration))
         if new.id == exp_id:
             return old
         self.add_vectors([new], self.encoder.encode([new.text], kind="document"))
         self.rows.set_lineage(new.id, lineage)
+        history.record(self.rows.db, old, new.id)
         self.delete(exp_id)
         return new
+
+    def versions(self, exp_id: str) -> list[history.Version]:
+        """The versions an experience replaced (`update`), newest first; [] for one never edited."""
+        return history.versions(self.rows.db, exp_id)
 
     def delete(self, exp_id: str) -> bool:
         """Delete an experience here, every signer's row of it (DELETE); returns whether it was held."""
@@ -333,6 +340,14 @@ class Library(DeferredSteps):
 
     def all(self) -> list[Experience]:
         return self.rows.all()
+
+    def listing(self, domain: str | None = None, signer: str | None = None, limit: int = 50,
+                offset: int = 0) -> tuple[int, list[Experience]]:
+        """A page of experiences, newest first, one per id, of one ``domain`` and a ``signer`` (a prefix
+        of its id) where given; and how many match in all (`RowStore.listing`)."""
+        if limit < 1 or offset < 0:
+            raise LibraryError(f"limit {limit}, offset {offset}: give limit >= 1 and offset >= 0")
+        return self.rows.listing(domain, signer, limit, offset)
 
     def copies(self, exp_id: str) -> list[Copy]:
         """Every signer's stored row of an experience (its code's sizes, digest and baseline, its
