@@ -41,13 +41,14 @@ class LocalMemory:
         self._lock = threading.Lock()
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None) -> Hits:
+               domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
         with self._lock:
-            return self.library.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain)
+            return self.library.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain,
+                                       tags=tags)
 
-    def add(self, text: str, domain: str = "general", confidence: float = 0.5) -> Experience:
+    def add(self, text: str, domain: str = "general", confidence: float = 0.5, tags: tuple[str, ...] = ()) -> Experience:
         with self._lock:
-            return self.library.add(text, domain=domain, confidence=confidence)
+            return self.library.add(text, domain=domain, confidence=confidence, tags=tags)
 
     def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
         """`Library.outcome`: raises `UnknownRetrieval` for an id this memory did not issue or whose
@@ -80,11 +81,12 @@ class NodeMemory:
         self.client = client
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None) -> Hits:
-        return self.client.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain)
+               domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
+        return self.client.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain,
+                                  tags=tags)
 
-    def add(self, text: str, domain: str = "general", confidence: float = 0.5) -> Experience:
-        return self.client.add(text, domain, confidence)
+    def add(self, text: str, domain: str = "general", confidence: float = 0.5, tags: tuple[str, ...] = ()) -> Experience:
+        return self.client.add(text, domain, confidence, tags)
 
     def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
         return self.client.outcome(retrieval_id, helped, lessons)

@@ -142,3 +142,15 @@ def test_edit_makes_a_new_version_tombstones_the_old_and_show_prints_its_history
     assert f"{old_id[:12]} [math]: {LESSON}" in dso("show", new_id[:10], "--db", db).stdout
     refused = dso("edit", new_id[:10], "ok", "--db", db)
     assert refused.exit_code == 1 and "a lesson needs at least 3" in refused.output
+
+
+def test_add_tags_a_lesson_search_keeps_to_a_tag_and_show_prints_them(tmp_path):
+    db = tmp_path / "lib.sqlite"
+    billing = dso("add", LESSON, "--db", db, "--tag", "project:billing", "--tag", "agent:dba").stdout.strip()
+    dso("add", OTHER, "--db", db, "--tag", "project:search")
+    found = dso("search", LESSON, "--db", db, "--min-similarity", "-1", "--tag", "project:billing", "--json")
+    assert [json.loads(line)["id"] for line in found.stdout.splitlines()] == [billing]
+    assert dso("search", LESSON, "--db", db, "--min-similarity", "-1", "--tag", "project:none").stdout == ""
+    assert "  tags agent:dba project:billing" in dso("show", billing[:10], "--db", db).stdout
+    bad = dso("add", LESSON, "--db", db, "--tag", "has space")
+    assert bad.exit_code == 1 and "tags: 'has space' is not a tag" in bad.output

@@ -114,6 +114,19 @@ def test_search_takes_query_like_every_other_entry_point_and_still_reads_task(me
     assert by_task.structured_content["hits"] == by_query.structured_content["hits"]
 
 
+def test_add_and_search_take_tags_with_the_servers_scope_as_their_default(memory):
+    server = build_server(memory, add_tags=("agent:reviewer",), search_tags=("agent:reviewer",))
+    other = "When a list must stay sorted, insert with bisect instead of sorting again"
+    mine, theirs, scoped, everyone = _call(
+        server, ("add", {"text": LESSON}), ("add", {"text": other, "tags": ["agent:writer"]}),
+        ("search", {"query": LESSON, "min_similarity": -1.0}),
+        ("search", {"query": LESSON, "min_similarity": -1.0, "tags": []}))
+    assert memory.library.tags(mine.structured_content["id"]) == ["agent:reviewer"]
+    assert memory.library.tags(theirs.structured_content["id"]) == ["agent:writer"]
+    assert [h["text"] for h in scoped.structured_content["hits"]] == [LESSON]
+    assert {h["text"] for h in everyone.structured_content["hits"]} == {LESSON, other}
+
+
 def _call(server, *calls):
     """Each (tool, args) through the SDK's client, in one session; the results in order."""
     async def session():

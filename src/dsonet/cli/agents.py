@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from dsonet.cli.options import (db_option, db_path, k_option, min_similarity_option, node_option, node_token_option,
-                                token_option)
+                                tag_option, token_option)
 from dsonet.errors import DsoError
 
 encoder_option = click.option("--encoder", default="default", show_default=True,
@@ -48,8 +48,11 @@ def _memory(db: Path | None, node: str | None, node_token: str | None, encoder: 
 @min_similarity_option
 @click.option("--allow-delete", is_flag=True,
               help="Add the delete tool: an agent may delete lessons this node (or this file) wrote, never peers'.")
+@tag_option("A scope the add tool gives every lesson, e.g. agent:reviewer (repeatable; the agent may send others).")
+@click.option("--search-tag", "search_tags", multiple=True, metavar="TAG",
+              help="A scope the search tool keeps to by default, e.g. project:billing (repeatable).")
 def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, timeout, k, min_similarity,
-        allow_delete) -> None:
+        allow_delete, tags, search_tags) -> None:
     """Serve the library as MCP tools (search, add, list, record_outcome, stats; delete with
     --allow-delete) for Claude Desktop, Cursor or any MCP host, over stdio or streamable HTTP.
     -k and --min-similarity are the search tool's defaults.
@@ -76,7 +79,8 @@ def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, t
         raise click.ClickException(str(exc)) from None
     from dsonet.mcp.server import build_server, http_app, warm_up
 
-    server = build_server(memory, k=k, min_similarity=min_similarity, allow_delete=allow_delete)
+    server = build_server(memory, k=k, min_similarity=min_similarity, allow_delete=allow_delete, add_tags=tags,
+                          search_tags=search_tags)
     try:
         warm_up(memory)  # the encoder loads now, not on the first search
         if transport == "stdio":
@@ -106,8 +110,9 @@ def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, t
               help="Seconds to wait for the upstream (and the node, with --node).")
 @k_option()
 @min_similarity_option
+@tag_option("Inject only lessons carrying this scope, e.g. project:billing (repeatable: every one).")
 def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, token, max_body, timeout, k,
-          min_similarity) -> None:
+          min_similarity, tags) -> None:
     """Serve an OpenAI-compatible API (/v1/chat/completions, /v1/responses; streaming or not) that
     puts the library's lessons for the last user message into the system message and forwards to
     UPSTREAM. Each answer names the lessons (X-DSO-Lessons) and its retrieval (X-DSO-Retrieval-Id);
@@ -136,7 +141,7 @@ def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, tok
     from dsonet.proxy.app import create_app
 
     app = create_app(memory, upstream, upstream_key=upstream_key, token=token, max_body=max_body, timeout_s=timeout,
-                     k=k, min_similarity=min_similarity)
+                     k=k, min_similarity=min_similarity, tags=tags)
     try:
         # the encoder loads at start, then the line says it is ready; each request in flight holds a
         # second descriptor (its upstream connection), so the connection cap leaves room for those

@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from dsonet.cli.options import (DEFAULT_KEY, db_option, db_path, json_option, k_option, max_tokens_option,
-                                min_similarity_option, node_option, node_token_option)
+                                min_similarity_option, node_option, node_token_option, tag_option)
 from dsonet.errors import DsoError
 from dsonet.identity import NodeIdentity
 from dsonet.library import Library
@@ -50,12 +50,14 @@ def _echo_json(data) -> None:
 @click.argument("text")
 @click.option("--domain", default="general", show_default=True, help="Dotted tag, e.g. math.geometry.")
 @click.option("--confidence", type=click.FloatRange(0, 1), default=0.5, show_default=True)
+@tag_option("A scope for the lesson, e.g. agent:reviewer or project:billing (repeat it for more); this "
+            "library's own, never sent to peers.")
 @db_option
 @node_option
 @node_token_option
 @json_option
-def add(text: str, domain: str, confidence: float, db: Path | None, node: str | None, node_token: str | None,
-        as_json: bool) -> None:
+def add(text: str, domain: str, confidence: float, tags: tuple[str, ...], db: Path | None, node: str | None,
+        node_token: str | None, as_json: bool) -> None:
     """Add one experience (encoded with the library's encoder) and print its id. TEXT "-" reads it
     from standard input. A lesson needs at least three words: a condition and what to do.
 
@@ -64,11 +66,12 @@ def add(text: str, domain: str, confidence: float, db: Path | None, node: str | 
       dso add "When a ratio is given, write both parts as multiples of one unknown" --domain math.ratio
       dso add "When a graph is sparse, store it as adjacency lists" --node http://127.0.0.1:8080
       echo "When pip reinstalls every package, copy requirements.txt first" | dso add - --domain ops
+      dso add "When a migration locks a table, add the index concurrently" --tag project:billing --tag agent:dba
     """
     if text == "-":
         text = sys.stdin.read()
     with _store(db, node, node_token, create=True) as store:
-        exp = store.add(text, domain=domain, confidence=confidence)
+        exp = store.add(text, domain=domain, confidence=confidence, tags=tags)
     _echo_json(exp.to_dict()) if as_json else click.echo(exp.id)
 
 
@@ -78,12 +81,13 @@ def add(text: str, domain: str, confidence: float, db: Path | None, node: str | 
 @min_similarity_option
 @max_tokens_option
 @click.option("--domain", default=None, help="Only this domain.")
+@tag_option("Only lessons carrying this tag, e.g. project:billing (repeat it: lessons carrying every one).")
 @db_option
 @node_option
 @node_token_option
 @json_option
-def search(query: str, k: int, min_similarity: float | None, max_tokens: int, domain: str | None, db: Path | None,
-           node: str | None, node_token: str | None, as_json: bool) -> None:
+def search(query: str, k: int, min_similarity: float | None, max_tokens: int, domain: str | None,
+           tags: tuple[str, ...], db: Path | None, node: str | None, node_token: str | None, as_json: bool) -> None:
     """Find the experiences nearest to QUERY (scored over compressed codes, rescored exactly where
     possible) at or above the relevance threshold. With none above it, stdout stays empty (--json:
     zero lines) and one line on stderr gives the threshold and the closest score.
@@ -92,9 +96,11 @@ def search(query: str, k: int, min_similarity: float | None, max_tokens: int, do
     Examples:
       dso search "A train travels 120 km in 2 hours; how fast?" -k 3
       dso search "sparse graphs" --node http://127.0.0.1:8080 --json --min-similarity 0.3
+      dso search "slow migration" --tag project:billing
     """
     with _store(db, node, node_token) as store:
-        hits = store.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain)
+        hits = store.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain,
+                            tags=tags)
     for h in hits:  # --json: JSON Lines, one object per hit
         if as_json:
             click.echo(json.dumps({"score": round(h.score, 4), "members": list(h.members), **h.experience.to_dict()}))
@@ -137,13 +143,15 @@ def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None,
         else:
             full = _resolve(store, exp_id)
             data = {**store.get(full).to_dict(), "copies": [c._asdict() for c in store.copies(full)],
-                    "history": [v._asdict() for v in store.versions(full)]}
+                    "history": [v._asdict() for v in store.versions(full)], "tags": store.tags(full)}
     if as_json:
         _echo_json(data)
         return
     click.echo(f"{data['id']}  [{data['domain']}]  confidence {data['confidence']}\n  {data['text']}")
     prov = data.get("provenance") or {}
     click.echo("  provenance " + "  ".join(f"{k}={v}" for k, v in prov.items()))
+    if data.get("tags"):
+        click.echo("  tags " + " ".join(data["tags"]))
     for c in data.get("copies", []):
         click.echo(f"  code: {c['sign_bytes']} B signs + {c['scale_bytes']} B scales, baseline {c['baseline_id']}, "
                    f"digest {c['code_digest'][:16]}; float held: {c['float_held']}; received: {c['received']}; "

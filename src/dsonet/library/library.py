@@ -39,6 +39,7 @@ from dsonet.library.hits import Hits
 from dsonet.library.merge import MergedView, MergeRule
 from dsonet.library.merged_hits import MergedHits
 from dsonet.library import history, quarantine
+from dsonet.library import tags as tags_table
 from dsonet.library.decoded import DecodedRows
 from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy
 from dsonet.library.reference import Reference, ReferencePool
@@ -165,13 +166,23 @@ class Library(DeferredSteps):
 
     # ------------------------------------------------------------------ writing
 
-    def add(self, text: str, domain: str = "general", confidence: float = 0.5, provenance: Provenance | None = None) -> Experience:
+    def add(self, text: str, domain: str = "general", confidence: float = 0.5, tags: tuple[str, ...] = (),
+            provenance: Provenance | None = None) -> Experience:
         """Encode one experience and store it with its float vector and code (ADD), as the file's
-        `owner`'s unless ``provenance`` says otherwise."""
+        `owner`'s unless ``provenance`` says otherwise, with this library's ``tags`` (`dsonet.library.tags`)."""
         check_lesson(text)
+        scopes = tags_table.checked(tags)
         exp = Experience(text, domain, confidence, provenance or Provenance(self.owner, timestamp_ms=int(time.time() * 1000)))
         self.add_vectors([exp], self.encoder.encode([exp.text], kind="document"))
+        self.tag(exp.id, scopes)
         return exp
+
+    def tag(self, exp_id: str, tags: tuple[str, ...]) -> None:
+        """Give an experience more of this library's tags (a node tags what its API was sent)."""
+        tags_table.tag(self.rows.db, exp_id, tags_table.checked(tags))
+
+    def tags(self, exp_id: str) -> list[str]:
+        return tags_table.of(self.rows.db, exp_id)
 
     def add_vectors(self, experiences: list[Experience], vectors: np.ndarray) -> list[str]:
         """Store experiences this node encoded itself (vectors in the profile's space). Returns ids stored."""
@@ -274,6 +285,7 @@ class Library(DeferredSteps):
         self.add_vectors([new], self.encoder.encode([new.text], kind="document"))
         self.rows.set_lineage(new.id, lineage)
         history.record(self.rows.db, old, new.id)
+        self.tag(new.id, tuple(self.tags(exp_id)))  # a new version keeps its scopes
         self.delete(exp_id)
         return new
 
@@ -404,23 +416,26 @@ class Library(DeferredSteps):
         return self.search_index.vectors(np.array([self._preferred_row(i) for i in ids], np.int64))
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None) -> Hits:
+               domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
         """Top experiences for a text query (`RetrievalPolicy`: k = 5, cosine at or above the
-        space's calibrated threshold unless ``min_similarity`` says otherwise, ≤ 2048 tokens), with
-        a retrieval id to report their `outcome` under."""
-        hits = self.search_vector(self.encoder.encode([query], kind="query")[0], k, min_similarity, domain, max_tokens)
+        space's calibrated threshold unless ``min_similarity`` says otherwise, ≤ 2048 tokens), of
+        those carrying every one of ``tags``, with a retrieval id to report their `outcome` under."""
+        hits = self.search_vector(self.encoder.encode([query], kind="query")[0], k, min_similarity, domain, max_tokens,
+                                  tags)
         hits.retrieval_id = self.retrievals.issue(hits)
         return hits
 
     def search_vector(self, q: np.ndarray, k: int = K, min_similarity: float | None = None,
-                      domain: str | None = None, max_tokens: int = MAX_TOKENS) -> Hits:
+                      domain: str | None = None, max_tokens: int = MAX_TOKENS, tags: tuple[str, ...] = ()) -> Hits:
         """`search` for a query vector in the profile's space (the caller encoded it once already)."""
         policy = RetrievalPolicy(k, min_similarity, max_tokens).resolved(self.profile)
+        scopes = tags_table.checked(tags)
+        within = tags_table.ids_with(self.rows.db, scopes) if scopes else None
         q = np.asarray(q, np.float32).reshape(-1)
         if q.shape != (self.profile.dim,) or not np.isfinite(q).all():
             raise LibraryError(f"q: shape {q.shape} (finite values expected), expected ({self.profile.dim},)")
         q = q / max(float(np.linalg.norm(q)), 1e-12)
-        rows, scores = self.search_index.rank(q, policy.k, domain)
+        rows, scores = self.search_index.rank(q, policy.k, domain, within)
         return self.merged_hits.walk(q, rows, scores, policy)
 
     def rank(self, q: np.ndarray, k: int, domain: str | None = None) -> tuple[np.ndarray, np.ndarray]:

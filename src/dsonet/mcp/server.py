@@ -146,10 +146,12 @@ def _author(memory: Store) -> str:
 
 
 def build_server(memory: Store, *, k: int = K, min_similarity: float | None = None,
-                 allow_delete: bool = False) -> MCPServer:
-    """An MCP server whose tools read and write ``memory``; ``k`` and ``min_similarity`` are the
-    search tool's defaults (None: the threshold calibrated for the memory's space), ``allow_delete``
-    adds the delete tool."""
+                 allow_delete: bool = False, add_tags: tuple[str, ...] = (),
+                 search_tags: tuple[str, ...] = ()) -> MCPServer:
+    """An MCP server whose tools read and write ``memory``; ``k``, ``min_similarity`` (None: the
+    threshold calibrated for the memory's space) and ``search_tags`` are the search tool's defaults,
+    ``add_tags`` the add tool's (an agent's scope: agent:NAME, project:NAME); ``allow_delete`` adds the
+    delete tool."""
     server = _Server("dsonet", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     lock = threading.Lock()
 
@@ -169,9 +171,11 @@ def build_server(memory: Store, *, k: int = K, min_similarity: float | None = No
         min_similarity: Annotated[float | None, Field(ge=-1.0, le=1.0, description="Cosine threshold; null: the one "
                                                       "calibrated for the library's space")] = min_similarity,
         domain: Annotated[str | None, Field(max_length=64, description="Only this dotted domain")] = None,
+        tags: Annotated[list[str], Field(max_length=8, description="Only lessons carrying every one of these scopes, "
+                                         "e.g. project:billing")] = list(search_tags),
     ) -> SearchOut:
         """Lessons other agents learned that apply to this task, best first, with a retrieval id."""
-        hits = guard(memory.search, query, k=k, min_similarity=min_similarity, domain=domain)
+        hits = guard(memory.search, query, k=k, min_similarity=min_similarity, domain=domain, tags=tuple(tags))
         return SearchOut(retrieval_id=hits.retrieval_id, lessons=render_lessons(hits),
                          hits=[LessonOut(**h.summary()) for h in hits], threshold=round(hits.threshold, 4),
                          best_score=None if hits.best_score is None else round(hits.best_score, 4))
@@ -182,9 +186,11 @@ def build_server(memory: Store, *, k: int = K, min_similarity: float | None = No
                                    description="One lesson, at most 32 words: 'When [condition], [strategy]'")],
         domain: Annotated[str, Field(max_length=64, description="Dotted lower-case tag, e.g. math.geometry")] = "general",
         confidence: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5,
+        tags: Annotated[list[str], Field(max_length=8, description="Scopes for the lesson, e.g. agent:reviewer, "
+                                         "project:billing (this library's own, never sent to peers)")] = list(add_tags),
     ) -> AddOut:
         """Store one reusable lesson in the library (shared with the network when it runs on a node)."""
-        exp = guard(memory.add, text, domain=domain, confidence=confidence)
+        exp = guard(memory.add, text, domain=domain, confidence=confidence, tags=tuple(tags))
         return AddOut(id=exp.id, text=exp.text, domain=exp.domain)
 
     @server.tool(name="list")

@@ -1,10 +1,10 @@
 """The node's HTTP API for agents (FastAPI; its routes listed at /docs, offline).
 
-    POST   /experiences        {text, domain?, confidence?, vector?}  -> 201 the stored experience
+    POST   /experiences        {text, domain?, confidence?, vector?, tags?}  -> 201 the stored experience
     GET    /experiences        ?domain=&limit= -> {"experiences": [...]} (one per id, sorted by id)
     GET    /experiences/{id}   -> the experience, or 404
     DELETE /experiences/{id}   -> {"deleted": true} (a signed tombstone is published), or 404
-    POST   /search             {query | vector, k?, min_similarity?, max_tokens?, domain?}
+    POST   /search             {query | vector, k?, min_similarity?, max_tokens?, domain?, tags?}
                                -> {"retrieval_id", "hits": [...], "threshold", "best_score"}
                                (min_similarity omitted: the library's calibrated threshold; an empty
                                search has retrieval_id null, and best_score says how near it came)
@@ -56,6 +56,8 @@ class SubmitRequest(BaseModel):
     confidence: float = Field(0.5, ge=0.0, le=1.0)
     vector: list[float] | None = Field(None, description="The text's embedding in the network profile's space; "
                                                          "omit it to let the node encode the text")
+    tags: list[str] = Field(default_factory=list, max_length=8, description="This node's scopes for the lesson, "
+                            "e.g. agent:reviewer, project:billing (kept here, never sent to peers)")
 
 
 class SearchRequest(BaseModel):
@@ -67,6 +69,7 @@ class SearchRequest(BaseModel):
                                          "for the threshold calibrated for the node's space")
     max_tokens: int = Field(MAX_TOKENS, ge=1, le=1_000_000)
     domain: str | None = Field(None, max_length=64)
+    tags: list[str] = Field(default_factory=list, max_length=8, description="Only lessons carrying every one")
 
 
 class OutcomeRequest(BaseModel):
@@ -112,7 +115,7 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
 
     @app.post("/experiences", status_code=201)
     async def submit(req: SubmitRequest) -> dict:
-        exp = await node.submit(req.text, req.domain, req.confidence, req.vector)
+        exp = await node.submit(req.text, req.domain, req.confidence, req.vector, tuple(req.tags))
         return exp.to_dict()
 
     @app.get("/experiences")
@@ -137,7 +140,8 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
 
     @app.post("/search")
     async def search(req: SearchRequest) -> dict:
-        rid, hits = await node.recall(req.query, req.vector, req.k, req.min_similarity, req.max_tokens, req.domain)
+        rid, hits = await node.recall(req.query, req.vector, req.k, req.min_similarity, req.max_tokens, req.domain,
+                                      tuple(req.tags))
         return {"retrieval_id": rid, "hits": [_jsonable(h) for h in hits], "threshold": hits.threshold,
                 "best_score": hits.best_score}
 

@@ -35,10 +35,12 @@ class NodeClient:
             raise NodeClientError(f"{method} {path}: {reply.status_code} {reply.text[:300]}")
         return reply.json()
 
-    def add(self, text: str, domain: str = "general", confidence: float = 0.5, provenance=None) -> Experience:
-        """The node records itself as the provenance; ``provenance`` is accepted for the store protocol."""
-        return Experience.from_dict(self._call("POST", "/experiences", json={"text": text, "domain": domain,
-                                                                             "confidence": confidence}))
+    def add(self, text: str, domain: str = "general", confidence: float = 0.5, tags: tuple[str, ...] = (),
+            provenance=None) -> Experience:
+        """The node records itself as the provenance; ``provenance`` is accepted for the store protocol.
+        ``tags`` go only where given (a node older than them refuses the field)."""
+        body = {"text": text, "domain": domain, "confidence": confidence, **({"tags": list(tags)} if tags else {})}
+        return Experience.from_dict(self._call("POST", "/experiences", json=body))
 
     def all(self, domain: str | None = None) -> list[Experience]:
         """The node's experiences (one per id, at most 10,000), of one domain or all."""
@@ -61,19 +63,20 @@ class NodeClient:
         return self.add(text, old.domain, old.confidence)
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None) -> Hits:
+               domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
         """The node's hits, with the retrieval id it issued for them (`outcome`)."""
-        rid, hits = self.recall(query, k, min_similarity, max_tokens, domain)
+        rid, hits = self.recall(query, k, min_similarity, max_tokens, domain, tags)
         hits.retrieval_id = rid
         return hits
 
     def recall(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None) -> tuple[str | None, Hits]:
+               domain: str | None = None, tags: tuple[str, ...] = ()) -> tuple[str | None, Hits]:
         """(retrieval id, hits): the id names this search when its outcome is reported (`outcome`);
         None when nothing was found (there is nothing to judge). ``min_similarity`` None: the
         node's calibrated threshold, which the hits carry back with the best score it saw."""
         body = {"query": query, "k": k, "max_tokens": max_tokens, "domain": domain,
-                **({} if min_similarity is None else {"min_similarity": min_similarity})}
+                **({} if min_similarity is None else {"min_similarity": min_similarity}),
+                **({"tags": list(tags)} if tags else {})}
         reply = self._call("POST", "/search", json=body)
         hits = Hits([Hit(Experience.from_dict(h["experience"]), float(h["score"]), tuple(h.get("members", ())),
                          tuple(h.get("sources", ()))) for h in reply.get("hits", [])],

@@ -47,6 +47,7 @@ from dsonet.library.merge import THETA_DUP
 from dsonet.library.quarantine import row_damage
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import OutcomeError, Retrievals
+from dsonet.library.tags import checked as checked_tags
 from dsonet.network.access import FairLock, SerialEncoder
 from dsonet.network.ingest import Ingest, Peer
 from dsonet.network.journal import Journal
@@ -249,9 +250,11 @@ class Node:
     # ------------------------------------------------------------------ agent-facing API
 
     async def submit(self, text: str, domain: str = "general", confidence: float = 0.5,
-                     vector: np.ndarray | list | None = None) -> Experience:
-        """Store one experience now (encoding its text unless a vector in the profile's space is given)."""
+                     vector: np.ndarray | list | None = None, tags: tuple[str, ...] = ()) -> Experience:
+        """Store one experience now (encoding its text unless a vector in the profile's space is given),
+        with this node's ``tags`` (`dsonet.library.tags`: kept here, never published)."""
         check_lesson(text)
+        tags = checked_tags(tags)
         prov = Provenance(self.node_id, self.config.model, int(time.time() * 1000), 0)
         if vector is None:
             if self.encoder is None:
@@ -263,6 +266,8 @@ class Node:
             v = self.check_vector(vector, "vector")
             exp = Experience(text, domain, confidence, prov)
         await self._locked(self.library.add_vectors, [exp], v[None, :])
+        if tags:
+            await self._locked(self.library.tag, exp.id, tags)
         self.ingest.schedule_merge()
         self.metrics.submitted.inc()
         self.publisher.submitted()
@@ -270,9 +275,9 @@ class Node:
 
     async def search(self, query: str | None = None, vector: np.ndarray | list | None = None, k: int = K,
                      min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-                     domain: str | None = None) -> Hits:
+                     domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
         """The library's hits for a query (encoded here) or a vector; ``min_similarity`` None: the
-        threshold calibrated for the library's space."""
+        threshold calibrated for the library's space; ``tags``: only lessons carrying all of them."""
         if (query is None) == (vector is None):
             raise NodeError("query/vector: give exactly one of them")
         t = time.perf_counter()
@@ -282,15 +287,15 @@ class Node:
             if self.encoder is None:
                 raise NodeError("query: this node has no encoder; search with a vector instead")
             q = (await self._encode([query], "query"))[0]
-        hits = await self._locked(self.library.search_vector, q, k, min_similarity, domain, max_tokens)
+        hits = await self._locked(self.library.search_vector, q, k, min_similarity, domain, max_tokens, tags)
         self.metrics.search_seconds.observe(time.perf_counter() - t)
         return hits
 
     async def recall(self, query: str | None = None, vector: np.ndarray | list | None = None, k: int = K,
                      min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-                     domain: str | None = None) -> tuple[str | None, Hits]:
+                     domain: str | None = None, tags: tuple[str, ...] = ()) -> tuple[str | None, Hits]:
         """`search`, with a retrieval id to report the outcome under (`outcome`; None when nothing was found)."""
-        hits = await self.search(query, vector, k, min_similarity, max_tokens, domain)
+        hits = await self.search(query, vector, k, min_similarity, max_tokens, domain, tags)
         return self.retrievals.issue(hits), hits
 
     async def outcome(self, retrieval_id: str, helped: bool | None = None,
