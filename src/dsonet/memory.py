@@ -105,9 +105,10 @@ class NodeMemory:
 
 
 def open_memory(db: Path | None = None, node: str | None = None, token: str | None = None,
-                encoder: str | None = None, timeout_s: float = 30.0) -> Store:
+                encoder: str | None = None, timeout_s: float = 30.0, create: bool = True) -> Store:
     """A node's memory when ``node`` (its URL) is given, else the library file ``db``.
-    ``encoder``: an encoder spec for the local library (default: the file's own, or the network default)."""
+    ``encoder``: an encoder spec for the local library (default: the file's own, or the network default).
+    ``create``: False refuses a ``db`` that holds no library yet (a memory that only reads: the proxy)."""
     if node:
         return NodeMemory(NodeClient(node, token=token, timeout_s=timeout_s))
     if db is None:
@@ -115,4 +116,4 @@ def open_memory(db: Path | None = None, node: str | None = None, token: str | No
     enc = None
     if encoder and encoder != "default":
         enc = load_encoder(encoder)
-    return LocalMemory(Library(Path(db).expanduser(), encoder=enc))
+    return LocalMemory(Library(Path(db).expanduser(), encoder=enc, create=create))

@@ -2,6 +2,7 @@
 expected, and nothing stored wrongly. The test encoder stands in for the default one."""
 
 import json
+import socket
 
 import pytest
 from click.testing import CliRunner
@@ -43,10 +44,16 @@ def test_a_text_with_no_words_to_act_on_is_refused_saying_what_a_lesson_needs(tm
 
 
 @pytest.mark.parametrize("command", [["search", "sparse graphs"], ["stats"], ["show", "3f2a9c0b"],
-                                     ["delete", "3f2a9c0b"], ["export", "out.jsonl"]])
+                                     ["delete", "3f2a9c0b"], ["export", "out.jsonl"], ["list"],
+                                     ["edit", "3f2a9c0b", LESSON],
+                                     ["proxy", "--upstream", "http://127.0.0.1:9/v1", "--port", "PORT"]])
 def test_a_read_command_never_creates_the_library_it_is_pointed_at(tmp_path, command):
     db = tmp_path / "no" / "such" / "lib.sqlite"
-    result = dso(*[tmp_path / a if a == "out.jsonl" else a for a in command], "--db", db)
+    with socket.socket() as probe:  # a port free now, for the proxy
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    args = [tmp_path / a if a == "out.jsonl" else port if a == "PORT" else a for a in command]
+    result = dso(*args, "--db", db)
     assert result.exit_code == 1 and "no library there" in result.output and "dso add" in result.output
     assert not (tmp_path / "no").exists()
 

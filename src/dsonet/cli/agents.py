@@ -25,10 +25,11 @@ def _http_url(_ctx, param, value: str | None) -> str | None:
     return value
 
 
-def _memory(db: Path | None, node: str | None, node_token: str | None, encoder: str, timeout: float):
+def _memory(db: Path | None, node: str | None, node_token: str | None, encoder: str, timeout: float,
+            create: bool = True):
     from dsonet.memory import open_memory
 
-    return open_memory(None if node else db_path(db), node, node_token, encoder, timeout)
+    return open_memory(None if node else db_path(db), node, node_token, encoder, timeout, create)
 
 
 @click.command()
@@ -76,6 +77,8 @@ def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, t
     try:
         memory = _memory(db, node, node_token, encoder, timeout)
     except DsoError as exc:
+        if sock is not None:
+            sock.close()
         raise click.ClickException(str(exc)) from None
     from dsonet.mcp.server import build_server, http_app, warm_up
 
@@ -135,8 +138,9 @@ def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, tok
 
     sock = bind(host, port)  # a busy port: exit 3 before the encoder loads
     try:
-        memory = _memory(db, node, node_token, encoder, timeout)
+        memory = _memory(db, node, node_token, encoder, timeout, create=False)  # it only reads lessons
     except DsoError as exc:
+        sock.close()
         raise click.ClickException(str(exc)) from None
     from dsonet.proxy.app import create_app
 
