@@ -46,7 +46,8 @@ class LocalMemory:
             return self.library.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain,
                                        tags=tags)
 
-    def add(self, text: str, domain: str = "general", confidence: float = 0.5, tags: tuple[str, ...] = ()) -> Experience:
+    def add(self, text: str, domain: str = "general", confidence: float = 0.5,
+            tags: tuple[str, ...] = ()) -> Experience:
         with self._lock:
             return self.library.add(text, domain=domain, confidence=confidence, tags=tags)
 
@@ -85,7 +86,8 @@ class NodeMemory:
         return self.client.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain,
                                   tags=tags)
 
-    def add(self, text: str, domain: str = "general", confidence: float = 0.5, tags: tuple[str, ...] = ()) -> Experience:
+    def add(self, text: str, domain: str = "general", confidence: float = 0.5,
+            tags: tuple[str, ...] = ()) -> Experience:
         return self.client.add(text, domain, confidence, tags)
 
     def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:

@@ -14,7 +14,9 @@ import pytest
 
 openai = pytest.importorskip("openai", reason="the proxy's banner test talks through the openai SDK: the learn extra installs it")
 
-from dsonet.bench.proxy import Served, free_port, scripted_upstream
+from dsonet.bench.proxy import Served, free_port, scripted_upstream  # noqa: E402
+from dsonet.encoders.registry import load_encoder  # noqa: E402
+from dsonet.library import Library  # noqa: E402
 
 READY_S = 180  # a cold start on a loaded 2-core machine: Python, the SDKs, WordLlama's weights
 
@@ -64,6 +66,7 @@ def test_dso_node_start_says_where_it_listens_once_when_ready(tmp_path):
 
 def test_dso_proxy_says_where_it_listens_once_when_ready(tmp_path):
     port = free_port()
+    Library(tmp_path / "lib.sqlite", encoder=load_encoder("wordllama")).close()  # the proxy reads, never creates
     with Served(scripted_upstream()) as up:
         server = Server("proxy", "--upstream", f"{up.url}/v1", "--db", str(tmp_path / "lib.sqlite"),
                         "--encoder", "wordllama", "--port", str(port))

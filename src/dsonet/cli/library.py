@@ -125,8 +125,8 @@ def empty_answer(threshold: float | None, best_score: float | None) -> str:
 @node_token_option
 @json_option
 def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None, as_json: bool) -> None:
-    """Show one experience: text, provenance and, from a local library, each stored copy's code
-    (bytes of signs and scales, digest, baseline), usage counters and the versions `dso edit` replaced. An id prefix of 8+
+    """Show one experience: text, provenance and, from a local library, each stored copy's code (bytes of signs
+    and scales, digest, baseline), usage counters and the versions `dso edit` replaced. An id prefix of 8+
     characters will do locally; a node needs the full id.
 
     \b
@@ -291,7 +291,8 @@ def import_cmd(paths: tuple[Path, ...], db: Path | None, encode_texts: bool, as_
                 added[str(p)] = import_file(lib, p, encode_texts)
             except DsoError as exc:
                 before = "; ".join(f"{k}: {v} added" for k, v in added.items())
-                raise click.ClickException(f"{p}: {exc}" + (f" (imported before it: {before})" if before else "")) from None
+                done = f" (imported before it: {before})" if before else ""
+                raise click.ClickException(f"{p}: {exc}{done}") from None
             if not as_json:
                 click.echo(f"{p}: {added[str(p)]} added")
     if as_json:

@@ -23,7 +23,8 @@ __all__ = ["LessonStore", "Store"]
 
 
 class Store(Protocol):
-    def add(self, text: str, domain: str = "general", confidence: float = 0.5, tags: tuple[str, ...] = ()) -> Experience:
+    def add(self, text: str, domain: str = "general", confidence: float = 0.5,
+            tags: tuple[str, ...] = ()) -> Experience:
         """Store one lesson ("When X, do Y") with the store's own ``tags`` (scopes such as agent:NAME,
         project:NAME; `dsonet.library.tags`); returns it with its id."""
 

@@ -59,16 +59,16 @@ class Library(DeferredSteps):
                  support: np.ndarray | None = None, merge: MergeRule = MergeRule(),
                  trust: Callable[[str], float] | None = None, defer_merge: bool = False,
                  trusted: float | None = None, create: bool = True, owner: str | None = None):
-        """``owner``: the node this file belongs to; the rows added to it before it had one become its
-        own (`RowStore.adopt`). ``create``: False refuses a path that holds no library yet (a read must not leave an empty
-        file and its folders behind a mistyped --db). ``support``: vectors spanning the subspace the encoder's outputs lie in (e.g.
-        `ZenReranker.support()`); turns on the index's stage 3. ``trust``: a signer's weight in
-        the merged view (a node passes its reputation); every signer weighs 1 without it.
-        ``trusted``: past ``capacity``, signers ``trust`` puts at this or above keep a fair share each,
-        the others one share between them, those it puts at 0 go first (this library's own rows
-        always last; see `dsonet.library.eviction`).
-        ``defer_merge``: writes leave the merged view and the index's refits to their steps
-        instead of the next read (a node that searches while it ingests; see `dsonet.library.steps`)."""
+        """``owner``: the node this file belongs to; the rows added to it before it had one become its own
+        (`RowStore.adopt`). ``create``: False refuses a path that holds no library yet (a read must not
+        leave an empty file and its folders behind a mistyped --db). ``support``: vectors spanning the
+        subspace the encoder's outputs lie in (e.g. `ZenReranker.support()`); turns on the index's stage 3.
+        ``trust``: a signer's weight in the merged view (a node passes its reputation); every signer weighs
+        1 without it. ``trusted``: past ``capacity``, signers ``trust`` puts at this or above keep a fair
+        share each, the others one share between them, those it puts at 0 go first (this library's own rows
+        always last; see `dsonet.library.eviction`). ``defer_merge``: writes leave the merged view and the
+        index's refits to their steps instead of the next read (a node that searches while it ingests; see
+        `dsonet.library.steps`)."""
         self.path = Path(path).expanduser()
         if not create and not self.path.exists():
             raise MissingLibrary(self.path)
@@ -172,7 +172,8 @@ class Library(DeferredSteps):
         `owner`'s unless ``provenance`` says otherwise, with this library's ``tags`` (`dsonet.library.tags`)."""
         check_lesson(text)
         scopes = tags_table.checked(tags)
-        exp = Experience(text, domain, confidence, provenance or Provenance(self.owner, timestamp_ms=int(time.time() * 1000)))
+        prov = provenance or Provenance(self.owner, timestamp_ms=int(time.time() * 1000))
+        exp = Experience(text, domain, confidence, prov)
         self.add_vectors([exp], self.encoder.encode([exp.text], kind="document"))
         self.tag(exp.id, scopes)
         return exp

@@ -122,7 +122,8 @@ def _jsonl_row(line: str, dim: int) -> tuple[Experience, np.ndarray | None]:
     try:
         raw = base64.b64decode(row["vector"], validate=True)
     except (binascii.Error, TypeError, ValueError):
-        raise LibraryError("vector: not base64 (export with `dso export`, or drop the field to encode the text)") from None
+        raise LibraryError("vector: not base64 (export with `dso export`, or drop the field to have the text "
+                           "encoded)") from None
     if len(raw) != 4 * dim:
         raise LibraryError(f"vector: {len(raw)} bytes, this library's profile has {dim} float32s ({4 * dim} bytes)")
     vector = np.frombuffer(raw, "<f4")

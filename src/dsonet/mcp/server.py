@@ -12,12 +12,12 @@ verbs: add, search, list, delete):
     record_outcome  did the lessons of a retrieval help? (recorded once per retrieval)
     stats           counts, domains and profile of the library
 
-Bad arguments come back as a tool error (``is_error``) whose text names each field, the value sent
-and what to send instead; nothing is stored. `search` takes ``query``, as the CLI, the node's API and
-the library do (``task``, its name before, is still read). The memory behind the tools is a local library file or a running node
-(`dsonet.memory`); the SDK runs tools on worker threads, so one lock takes them one at a time.
-Transports: stdio (what desktop hosts launch) and streamable HTTP, which carries the node's
-guards: a bearer token, a body limit and idle-session timeouts.
+Bad arguments come back as a tool error (``is_error``) whose text names each field, the value sent and what
+to send instead; nothing is stored. `search` takes ``query``, as the CLI, the node's API and the library do
+(``task``, its name before, is still read). The memory behind the tools is a local library file or a running
+node (`dsonet.memory`); the SDK runs tools on worker threads, so one lock takes them one at a time.
+Transports: stdio (what desktop hosts launch) and streamable HTTP, which carries the node's guards: a bearer
+token, a body limit and idle-session timeouts.
 """
 
 from __future__ import annotations

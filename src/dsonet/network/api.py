@@ -14,11 +14,11 @@
     GET    /                   the node's page for people, read-only (`dsonet.network.web`): a browser
                                opens /?token=<token> once and reads it on a page-only cookie
 
-``/docs`` is a page listing every route, offline (no CDN), beside ``/openapi.json``; a browser opens
-both with the page's login. Every request except /health needs ``Authorization: Bearer <token>`` (or,
-for the page and the docs, the page's cookie) when the node was given a token (mandatory when it listens beyond loopback). Bodies over
-``max_body_bytes`` are refused with 413 before they are read; bad input gets a 4xx whose
-``detail`` names the field and what to send instead; nothing is stored.
+``/docs`` is a page listing every route, offline (no CDN), beside ``/openapi.json``; a browser opens both
+with the page's login. Every request except /health needs ``Authorization: Bearer <token>`` (or, for the
+page and the docs, the page's cookie) when the node was given a token (mandatory when it listens beyond
+loopback). Bodies over ``max_body_bytes`` are refused with 413 before they are read; bad input gets a 4xx
+whose ``detail`` names the field and what to send instead; nothing is stored.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ streaming or not, and pass the upstream's answer back byte for byte. Every answe
 threshold), ``X-DSO-Threshold`` (the cosine a lesson had to reach: ``min_similarity``, else the
 one calibrated for the memory's space), ``X-DSO-Best-Score`` (the best score the search saw, passed
 or not, so an empty answer says how near it came) and, when lessons were injected,
-``X-DSO-Retrieval-Id`` to send to /v1/outcomes. A request's ``X-DSO-Tags: project:billing,agent:x``
-keeps its lessons to those carrying every tag (the proxy's ``tags`` otherwise). When the memory cannot be searched (a node that is down), the request still
-goes upstream, without lessons, and ``X-DSO-Error`` says why.
+``X-DSO-Retrieval-Id`` to send to /v1/outcomes. A request's ``X-DSO-Tags: project:billing,agent:x`` keeps
+its lessons to those carrying every tag (the proxy's ``tags`` otherwise). When the memory cannot be searched
+(a node that is down), the request still goes upstream, without lessons, and ``X-DSO-Error`` says why.
 
 Authentication: with ``token``, clients send it as their API key and the proxy talks to the
 upstream with ``upstream_key``; without one (loopback only), the client's own Authorization
