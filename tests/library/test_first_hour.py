@@ -161,3 +161,16 @@ def test_add_tags_a_lesson_search_keeps_to_a_tag_and_show_prints_them(tmp_path):
     assert "  tags agent:dba project:billing" in dso("show", billing[:10], "--db", db).stdout
     bad = dso("add", LESSON, "--db", db, "--tag", "has space")
     assert bad.exit_code == 1 and "tags: 'has space' is not a tag" in bad.output
+
+
+def test_list_over_a_node_pages_its_lessons_newest_first(tmp_path):
+    from node_server import serving
+
+    with serving(tmp_path / "node", token="t", encoder=HashEncoder(), rule="mean") as (url, node):
+        for text in (LESSON, OTHER):
+            assert dso("add", text, "--node", url, "--node-token", "t").exit_code == 0
+        page = dso("list", "--node", url, "--node-token", "t", "--limit", "1", "--json")
+        mine = dso("list", "--node", url, "--node-token", "t", "--signer", node.node_id[:8], "--json")
+    assert [json.loads(line)["text"] for line in page.stdout.splitlines()] == [OTHER]
+    assert "1 of 2 lessons shown (from offset 0); the next page: --offset 1" in page.stderr
+    assert len(mine.stdout.splitlines()) == 2

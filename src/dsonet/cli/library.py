@@ -167,8 +167,11 @@ def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None,
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True, help="Lessons on this page.")
 @click.option("--offset", type=click.IntRange(0), default=0, show_default=True, help="Lessons to skip first.")
 @db_option
+@node_option
+@node_token_option
 @json_option
-def list_cmd(domain: str | None, signer: str | None, limit: int, offset: int, db: Path | None, as_json: bool) -> None:
+def list_cmd(domain: str | None, signer: str | None, limit: int, offset: int, db: Path | None, node: str | None,
+             node_token: str | None, as_json: bool) -> None:
     """List the library's lessons, newest first, a page at a time: id, domain, signer and text. The
     last line says how many match and the --offset of the next page.
 
@@ -177,9 +180,10 @@ def list_cmd(domain: str | None, signer: str | None, limit: int, offset: int, db
       dso list
       dso list --domain ops --limit 20 --offset 20
       dso list --signer 3f2a9c0b --json
+      dso list --node http://127.0.0.1:8080 --domain ops
     """
-    with _store(db) as lib:
-        total, page = lib.listing(domain, signer, limit, offset)
+    with _store(db, node, node_token) as store:
+        total, page = store.listing(domain, signer, limit, offset)
     for e in page:  # --json: JSON Lines, one object per lesson
         if as_json:
             click.echo(json.dumps(e.to_dict()))

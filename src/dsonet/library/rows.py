@@ -365,7 +365,7 @@ class RowStore:
         cols = ", ".join(COLUMNS)
         rows = self._stored(
             f"SELECT {cols} FROM (SELECT {cols}, ROW_NUMBER() OVER (PARTITION BY id ORDER BY {PREFERRED}) AS pos"
-            f" FROM experiences {cond}) WHERE pos = 1 ORDER BY timestamp_ms DESC, id LIMIT ? OFFSET ?",
+            f" FROM experiences {cond}) WHERE pos = 1 ORDER BY timestamp_ms DESC, seq DESC LIMIT ? OFFSET ?",
             (*params, int(limit), int(offset)))
         return total, [row_experience(r) for r in rows]
 

@@ -1,7 +1,8 @@
 """The node's HTTP API for agents (FastAPI; its routes listed at /docs, offline).
 
     POST   /experiences        {text, domain?, confidence?, vector?, tags?}  -> 201 the stored experience
-    GET    /experiences        ?domain=&limit= -> {"experiences": [...]} (one per id, sorted by id)
+    GET    /experiences        ?domain=&limit= -> {"experiences": [...]} (one per id, sorted by id);
+                               &offset=&signer= -> a page, newest first, and "total"
     GET    /experiences/{id}   -> the experience, or 404
     DELETE /experiences/{id}   -> {"deleted": true} (a signed tombstone is published), or 404
     POST   /search             {query | vector, k?, min_similarity?, max_tokens?, domain?, tags?}
@@ -119,11 +120,16 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
         return exp.to_dict()
 
     @app.get("/experiences")
-    async def listing(domain: str | None = None, limit: int = Query(1000, ge=1, le=10_000)) -> dict:
+    async def listing(domain: str | None = None, limit: int = Query(1000, ge=1, le=10_000),
+                      signer: str | None = Query(None, max_length=64), offset: int | None = Query(None, ge=0)) -> dict:
         """Experiences held (one per id, sorted by id), of one domain or all: what a learner compares
-        its proposals with."""
-        exps = [e for e in await node.all() if domain is None or e.domain == domain][:limit]
-        return {"experiences": [_jsonable(e) for e in exps]}
+        its proposals with. With ``offset`` or ``signer`` (a prefix of its id): a page, newest first, and
+        ``total``, how many match (`dso list --node`)."""
+        if offset is None and signer is None:
+            exps = [e for e in await node.all() if domain is None or e.domain == domain][:limit]
+            return {"experiences": [_jsonable(e) for e in exps]}
+        total, page = await node.listing(domain, signer, limit, offset or 0)
+        return {"experiences": [_jsonable(e) for e in page], "total": total}
 
     @app.get("/experiences/{exp_id}")
     async def get(exp_id: str) -> dict:

@@ -47,6 +47,14 @@ class NodeClient:
         params = {"limit": 10_000, **({"domain": domain} if domain else {})}
         return [Experience.from_dict(e) for e in self._call("GET", "/experiences", params=params).get("experiences", [])]
 
+    def listing(self, domain: str | None = None, signer: str | None = None, limit: int = 50,
+                offset: int = 0) -> tuple[int, list[Experience]]:
+        """`Library.listing` on the node: a page of its lessons, newest first, and how many match."""
+        params = {"limit": limit, "offset": offset, **({"domain": domain} if domain else {}),
+                  **({"signer": signer} if signer else {})}
+        reply = self._call("GET", "/experiences", params=params)
+        return int(reply.get("total", 0)), [Experience.from_dict(e) for e in reply.get("experiences", [])]
+
     def get(self, exp_id: str) -> Experience | None:
         data = self._call("GET", f"/experiences/{exp_id}")
         return Experience.from_dict(data) if data else None

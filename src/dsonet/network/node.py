@@ -342,6 +342,11 @@ class Node:
     async def all(self) -> list[Experience]:
         return await self._locked(self.library.all)
 
+    async def listing(self, domain: str | None = None, signer: str | None = None, limit: int = 50,
+                      offset: int = 0) -> tuple[int, list[Experience]]:
+        """`Library.listing`: a page of the lessons held, newest first, and how many match."""
+        return await self._locked(self.library.listing, domain, signer, limit, offset)
+
     async def get(self, exp_id: str):
         return await self._locked(self.library.get, exp_id)
 
