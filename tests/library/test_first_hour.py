@@ -147,6 +147,8 @@ def test_edit_makes_a_new_version_tombstones_the_old_and_show_prints_its_history
     shown = json.loads(dso("show", new_id[:10], "--db", db, "--json").stdout)
     assert [(v["id"], v["text"], v["replaced_by"]) for v in shown["history"]] == [(old_id, LESSON, new_id)]
     assert f"{old_id[:12]} [math]: {LESSON}" in dso("show", new_id[:10], "--db", db).stdout
+    gone = dso("show", old_id[:10], "--db", db)
+    assert gone.exit_code == 1 and f"was edited: its new version is {new_id}" in gone.output
     refused = dso("edit", new_id[:10], "ok", "--db", db)
     assert refused.exit_code == 1 and "a lesson needs at least 3" in refused.output
 

@@ -1,7 +1,7 @@
 """The options every command shares: one flag per concept, one environment prefix (DSONET_).
 
     --db PATH     the library file        DSONET_DB     (default ~/.dsonet/library.sqlite)
-    --node URL    a running node's API    DSONET_NODE   (add/search/show/stats/mcp/proxy talk to it instead)
+    --node URL    a running node's API    DSONET_NODE   (add/search/list/show/stats/mcp/proxy talk to it instead)
     --node-token  the node's API token    DSONET_NODE_TOKEN
     --token T     the token a server demands of its clients   DSONET_TOKEN  (node start, mcp, proxy)
     --tag TAG     a scope (agent:NAME, project:NAME), repeatable: set on add, filtered in search, mcp, proxy

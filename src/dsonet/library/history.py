@@ -38,6 +38,14 @@ def record(db: sqlite3.Connection, old: Experience, new_id: str) -> None:
                (old.id, old.text, old.domain, old.confidence, new_id, int(time.time() * 1000)))
 
 
+def replaced(db: sqlite3.Connection, prefix: str) -> Version | None:
+    """The version whose id begins with ``prefix`` (an id that an edit tombstoned), if one does."""
+    db.execute(_TABLE)
+    row = db.execute("SELECT * FROM history WHERE substr(id, 1, ?) = ? ORDER BY replaced_ms DESC LIMIT 1",
+                     (len(prefix), prefix.lower())).fetchone()
+    return None if row is None else Version._make(row)
+
+
 def versions(db: sqlite3.Connection, exp_id: str) -> list[Version]:
     """The versions before ``exp_id``, newest first ([] for a lesson never edited)."""
     db.execute(_TABLE)

@@ -372,6 +372,10 @@ class Library(DeferredSteps):
         if len(prefix) < 8:
             raise LibraryError(f"exp_id: {prefix!r} is {len(prefix)} characters; give at least 8 characters of the id")
         found = self.rows.ids_starting(prefix, 2)
+        edited = history.replaced(self.rows.db, prefix) if not found else None
+        if edited is not None:
+            raise LibraryError(f"exp_id: {prefix!r} was edited: its new version is {edited.replaced_by} "
+                               f"(dso show {edited.replaced_by[:12]} shows it with its history)")
         if len(found) != 1:
             raise LibraryError(f"exp_id: {prefix!r}: " + ("no such experience (no id begins with it)" if not found else
                                                           "ambiguous, more than one id begins with it; give more characters"))
