@@ -112,7 +112,7 @@ def _jsonl_row(line: str, dim: int) -> tuple[Experience, np.ndarray | None]:
     try:
         row = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise LibraryError(f"not JSON ({exc.msg} at column {exc.colno}; a line cut short?)") from None
+        raise LibraryError(f"not JSON ({exc.msg}, column {exc.colno}: a line cut short?)") from None
     if not isinstance(row, dict) or not isinstance(row.get("text"), str):
         raise LibraryError('no "text": each line is an object with a "text" (and optionally "domain")')
     check_lesson(row["text"])
