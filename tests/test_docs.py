@@ -48,3 +48,25 @@ def test_readme_python_example_runs(tmp_path, monkeypatch):
     for code in blocks:
         exec(compile(code, "README.md", "exec"), {})
     assert (tmp_path / "library.sqlite").exists()
+
+
+def test_dso_help_quick_start_shows_add_and_search():
+    quick = CliRunner().invoke(cli, ["--help"]).output.split("Quick start:")[1]
+    assert "dso add " in quick and "dso search " in quick
+
+
+def test_readme_mcp_config_launches_dso_by_absolute_path_and_gives_the_http_snippet():
+    import json
+    import re
+
+    configs = [json.loads(b)["mcpServers"]["dsonet"] for b in re.findall(r"```json\n(.*?)```", README, re.S)
+               if '"mcpServers"' in b]
+    stdio = [c for c in configs if "command" in c]
+    assert stdio and all(c["command"].startswith("/") and c["command"].endswith("/bin/dso") for c in stdio)
+    assert any(c.get("url", "").endswith("/mcp") and "Authorization" in c.get("headers", {}) for c in configs)
+
+
+def test_readme_documents_the_busy_port_exit_code():
+    from dsonet.asgi import PortInUse
+
+    assert f"{PortInUse.exit_code} a server command" in README

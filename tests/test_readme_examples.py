@@ -114,7 +114,7 @@ def test_mcp_search_finds_the_python_examples_lesson():
 
     async def session():
         async with Client(build_server(memory)) as c:
-            return (await c.call_tool("search", {"task": question})).structured_content
+            return (await c.call_tool("search", {"query": question})).structured_content
 
     found = anyio.run(session)
     memory.close()

@@ -16,7 +16,9 @@ from dsonet.errors import DsoError
 
 MAX_WORDS = 32  # training-free GRPO's bound on one experience (DESIGN.md)
 MAX_TEXT_CHARS = 512  # 32 words of ordinary prose fit easily; bounds hostile payloads
+MIN_LESSON_WORDS = 3  # "When x, do y" has four; "ok", "x" or "-" carries nothing an agent can act on
 _DOMAIN = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)*$")
+_WORD = re.compile(r"[^\W\d_]")  # a word: a token with at least one letter (of any script)
 
 
 class ExperienceError(DsoError, ValueError):
@@ -83,6 +85,17 @@ class Experience:
             confidence=float(data.get("confidence", 0.5)),
             provenance=Provenance(**prov),
         )
+
+
+def check_lesson(text: str) -> None:
+    """Refuse a text written here (add, edit, import) that cannot be a lesson. Not part of `validate`:
+    a received batch is judged by DeltaSoup, and a library written before this rule still opens."""
+    words = sum(1 for w in str(text).split() if _WORD.search(w))
+    if words < MIN_LESSON_WORDS:
+        raise ExperienceError(
+            f"text: {normalise_text(str(text))[:40]!r} has {words} word(s) with letters; a lesson needs at least "
+            f"{MIN_LESSON_WORDS}: a condition and what to do, e.g. 'When a ratio is given, write both parts as "
+            "multiples of one unknown'")
 
 
 def validate(exp: Experience) -> None:

@@ -41,13 +41,15 @@ class LocalMemory:
         self._lock = threading.Lock()
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None) -> Hits:
+               domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
         with self._lock:
-            return self.library.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain)
+            return self.library.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain,
+                                       tags=tags)
 
-    def add(self, text: str, domain: str = "general", confidence: float = 0.5) -> Experience:
+    def add(self, text: str, domain: str = "general", confidence: float = 0.5,
+            tags: tuple[str, ...] = ()) -> Experience:
         with self._lock:
-            return self.library.add(text, domain=domain, confidence=confidence)
+            return self.library.add(text, domain=domain, confidence=confidence, tags=tags)
 
     def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
         """`Library.outcome`: raises `UnknownRetrieval` for an id this memory did not issue or whose
@@ -80,11 +82,13 @@ class NodeMemory:
         self.client = client
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None) -> Hits:
-        return self.client.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain)
+               domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
+        return self.client.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain,
+                                  tags=tags)
 
-    def add(self, text: str, domain: str = "general", confidence: float = 0.5) -> Experience:
-        return self.client.add(text, domain, confidence)
+    def add(self, text: str, domain: str = "general", confidence: float = 0.5,
+            tags: tuple[str, ...] = ()) -> Experience:
+        return self.client.add(text, domain, confidence, tags)
 
     def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
         return self.client.outcome(retrieval_id, helped, lessons)
@@ -103,9 +107,10 @@ class NodeMemory:
 
 
 def open_memory(db: Path | None = None, node: str | None = None, token: str | None = None,
-                encoder: str | None = None, timeout_s: float = 30.0) -> Store:
+                encoder: str | None = None, timeout_s: float = 30.0, create: bool = True) -> Store:
     """A node's memory when ``node`` (its URL) is given, else the library file ``db``.
-    ``encoder``: an encoder spec for the local library (default: the file's own, or the network default)."""
+    ``encoder``: an encoder spec for the local library (default: the file's own, or the network default).
+    ``create``: False refuses a ``db`` that holds no library yet (a memory that only reads: the proxy)."""
     if node:
         return NodeMemory(NodeClient(node, token=token, timeout_s=timeout_s))
     if db is None:
@@ -113,4 +118,4 @@ def open_memory(db: Path | None = None, node: str | None = None, token: str | No
     enc = None
     if encoder and encoder != "default":
         enc = load_encoder(encoder)
-    return LocalMemory(Library(Path(db).expanduser(), encoder=enc))
+    return LocalMemory(Library(Path(db).expanduser(), encoder=enc, create=create))

@@ -8,9 +8,11 @@ import pytest
 
 openai = pytest.importorskip("openai", reason="the proxy's banner test talks through the openai SDK: the learn extra installs it")
 
-from dso_process import Server
+from dso_process import Server  # noqa: E402
 
-from dsonet.bench.proxy import Served, free_port, scripted_upstream
+from dsonet.bench.proxy import Served, free_port, scripted_upstream  # noqa: E402
+from dsonet.encoders.registry import load_encoder  # noqa: E402
+from dsonet.library import Library  # noqa: E402
 
 
 def test_dso_node_start_says_where_it_listens_once_when_ready(tmp_path):
@@ -28,6 +30,7 @@ def test_dso_node_start_says_where_it_listens_once_when_ready(tmp_path):
 
 def test_dso_proxy_says_where_it_listens_once_when_ready(tmp_path):
     port = free_port()
+    Library(tmp_path / "lib.sqlite", encoder=load_encoder("wordllama")).close()  # the proxy reads, never creates
     with Served(scripted_upstream()) as up:
         server = Server("proxy", "--upstream", f"{up.url}/v1", "--db", str(tmp_path / "lib.sqlite"),
                         "--encoder", "wordllama", "--port", str(port))
@@ -58,7 +61,7 @@ def test_dso_mcp_over_http_says_where_it_listens_and_searches_with_its_own_thres
                                       "domain": "math.ratio"})
             await c.call_tool("add", {"text": "When a ratio of boys to girls is given, add the parts first",
                                       "domain": "math.ratio"})
-            return (await c.call_tool("search", {"task": "The ratio of boys to girls is 3:5; how many girls?"}))
+            return (await c.call_tool("search", {"query": "The ratio of boys to girls is 3:5; how many girls?"}))
 
     try:
         line = server.banner()

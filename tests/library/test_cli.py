@@ -44,6 +44,7 @@ def test_add_search_show_delete_through_the_cli_with_the_default_encoder(tmp_pat
 def test_an_empty_search_prints_nothing_and_says_why_on_stderr_quoting_no_lesson(tmp_path):
     db = tmp_path / "lib.sqlite"
     search = ["search", "How do I undo my last git commit?", "--db", str(db)]
+    Library(db).close()  # an empty library (a search never creates one)
     empty = CliRunner().invoke(cli, search, catch_exceptions=False)
     assert empty.stdout == "" and empty.stderr.splitlines()[-1].startswith("no lesson above 0.")
     assert "the library holds no lesson to score" in empty.stderr

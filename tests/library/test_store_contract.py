@@ -114,3 +114,25 @@ def test_a_deleted_lesson_is_gone_from_search_listing_and_stats(case):
     assert case.store.delete(gone.id) is False
     assert case.store.search(LESSON, min_similarity=EXACT) == []
     assert [e.id for e in case.store.all()] == [kept.id] and case.held(case.store.stats()) == 1
+
+
+@pytest.mark.parametrize("text", ["x", "ok"])
+def test_a_text_with_no_words_to_act_on_is_refused_by_every_store_and_nothing_is_stored(case, text):
+    with pytest.raises(DsoError, match="a lesson needs at least 3"):
+        case.store.add(text)
+    assert case.store.all() == []
+
+
+def test_tags_scope_a_search_to_the_lessons_that_carry_them_all_in_every_store(case):
+    mine = case.store.add(LESSON, domain="math", tags=("agent:reviewer", "project:billing"))
+    theirs = case.store.add(OTHER, domain="code", tags=("agent:writer",))
+
+    def found(*tags):
+        return sorted(h.experience.id for h in case.store.search(LESSON, min_similarity=-1.0, k=10, tags=tags))
+
+    assert found() == sorted([mine.id, theirs.id])
+    assert found("project:billing") == [mine.id] and found("agent:reviewer", "project:billing") == [mine.id]
+    assert found("agent:writer") == [theirs.id] and found("agent:writer", "project:billing") == []
+    with pytest.raises(DsoError, match="tags: 'Not A Tag' is not a tag like 'agent:reviewer'"):
+        case.store.add("When a tag is wrong, say which one", tags=("Not A Tag",))
+    assert len(case.store.all()) == 2

@@ -90,3 +90,29 @@ def test_proxy_over_a_node_reports_the_nodes_retrieval_id(node):
         assert httpx.post(f"{proxy.url}/v1/outcomes", json={"retrieval_id": rid, "helped": False}).json()["recorded"] == 1
     memory.close()
     assert _counters(n) == (1, 0)
+
+
+def test_lessons_added_before_the_node_started_are_its_own_on_the_page_and_in_mcp_list(tmp_path):
+    from mcp import Client
+
+    from dsonet.library import Library
+    from dsonet.mcp.server import build_server
+
+    with Library(tmp_path / "node" / "library.sqlite", encoder=HashEncoder()) as lib:  # `dso add` before the node
+        before = lib.add(LESSON, "math.ratio")
+    with serving(tmp_path / "node", token="node-token", encoder=HashEncoder(), rule="mean") as (url, node):
+        memory = open_memory(node=url, token="node-token")
+
+        async def session():
+            async with Client(build_server(memory, allow_delete=True)) as c:
+                return (await c.call_tool("list", {})).structured_content
+
+        listed = anyio.run(session)
+        page = httpx.get(url + "/", headers={"Authorization": "Bearer node-token"}).text
+        memory.close()
+        assert [e.provenance.node_id for e in node.library.all()] == [node.node_id]
+    assert [(ls["id"], ls["author"], ls["own"]) for ls in listed["lessons"]] == [(before.id, node.node_id, True)]
+    assert f'<code title="{node.node_id}">{node.node_id[:12]}</code>' in page and '<span class="own">own</span>' in page
+    with Library(tmp_path / "node" / "library.sqlite", encoder=HashEncoder()) as lib:  # and the file says whose
+        assert lib.owner == node.node_id and lib.add("When a list must stay sorted, insert with bisect",
+                                                     "code").provenance.node_id == node.node_id

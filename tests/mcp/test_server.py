@@ -43,7 +43,7 @@ def test_search_add_outcome_and_stats_through_the_sdk_client(memory):
             assert {t.name for t in (await c.list_tools()).tools} == {"search", "add", "list", "record_outcome", "stats"}
             added = await c.call_tool("add", {"text": LESSON, "domain": "math.ratio", "confidence": 0.8})
             assert not added.is_error
-            found = await c.call_tool("search", {"task": LESSON, "min_similarity": 0.5})
+            found = await c.call_tool("search", {"query": LESSON, "min_similarity": 0.5})
             outcome = await c.call_tool("record_outcome", {"retrieval_id": found.structured_content["retrieval_id"],
                                                            "helped": True})
             again = await c.call_tool("record_outcome", {"retrieval_id": found.structured_content["retrieval_id"],
@@ -92,6 +92,39 @@ def test_bad_arguments_are_a_clear_tool_error_and_store_nothing(memory, tool, ar
     result = anyio.run(call)
     assert result.is_error and says in result.content[0].text
     assert len(memory.library) == 0
+
+
+@pytest.mark.parametrize("args,says", [
+    ({"task": "x", "k": 0}, "search: k: input should be greater than or equal to 1 (got 0)"),
+    ({"k": 3}, "search: query: field required"),
+    ({"query": "When x, do y", "min_similarity": "high"}, "search: min_similarity: input should be a valid number"),
+])
+def test_an_argument_error_names_the_field_and_why_without_a_pydantic_url(memory, args, says):
+    result, = _call(build_server(memory), ("search", args))
+    text = result.content[0].text
+    assert result.is_error and text.startswith(says)
+    assert "pydantic" not in text and "http" not in text and "validation error for" not in text
+
+
+def test_search_takes_query_like_every_other_entry_point_and_still_reads_task(memory):
+    memory.add(LESSON, "math.ratio")
+    by_query, by_task = _call(build_server(memory), ("search", {"query": LESSON, "min_similarity": 0.9}),
+                              ("search", {"task": LESSON, "min_similarity": 0.9}))
+    assert [h["text"] for h in by_query.structured_content["hits"]] == [LESSON]
+    assert by_task.structured_content["hits"] == by_query.structured_content["hits"]
+
+
+def test_add_and_search_take_tags_with_the_servers_scope_as_their_default(memory):
+    server = build_server(memory, add_tags=("agent:reviewer",), search_tags=("agent:reviewer",))
+    other = "When a list must stay sorted, insert with bisect instead of sorting again"
+    mine, theirs, scoped, everyone = _call(
+        server, ("add", {"text": LESSON}), ("add", {"text": other, "tags": ["agent:writer"]}),
+        ("search", {"query": LESSON, "min_similarity": -1.0}),
+        ("search", {"query": LESSON, "min_similarity": -1.0, "tags": []}))
+    assert memory.library.tags(mine.structured_content["id"]) == ["agent:reviewer"]
+    assert memory.library.tags(theirs.structured_content["id"]) == ["agent:writer"]
+    assert [h["text"] for h in scoped.structured_content["hits"]] == [LESSON]
+    assert {h["text"] for h in everyone.structured_content["hits"]} == {LESSON, other}
 
 
 def _call(server, *calls):

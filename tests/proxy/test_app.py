@@ -214,3 +214,19 @@ def test_the_encoder_loads_at_start_not_on_the_first_request(tmp_path, monkeypat
         _client(proxy).chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
     memory.close()
     assert len(loads) == 1
+
+
+def test_tags_keep_the_injected_lessons_to_a_scope_from_the_proxy_or_the_request(tmp_path, upstream):
+    mem = LocalMemory(Library(tmp_path / "tagged.sqlite", encoder=HashEncoder()))
+    lesson = mem.add(LESSON, "math.ratio", tags=("project:billing",))
+    with Served(create_app(mem, f"{upstream.url}/v1", min_similarity=0.5, tags=("project:search",))) as proxy:
+        def injected(**headers):
+            raw = _client(proxy).chat.completions.with_raw_response.create(
+                model="m", messages=[{"role": "user", "content": QUESTION}], extra_headers=headers)
+            return raw.headers["x-dso-lessons"]
+
+        assert injected() == ""  # the proxy's own scope holds no such lesson
+        assert injected(**{"X-DSO-Tags": "project:billing"}) == lesson.id
+        with pytest.raises(openai.BadRequestError, match="x-dso-tags: tags: 'Bad Tag'"):
+            injected(**{"X-DSO-Tags": "Bad Tag"})
+    mem.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from dsonet.codec.batch import MAX_BATCH_BYTES, MAX_EXPERIENCES
+from dsonet.codec.bitdelta import ENCODES_MIN_COSINE
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class DeltaSoupConfig:
     # texts an hour, ~50 s of CPU with MiniLM; an honest learner's tens of rows an hour cost nothing.
     reencode_share: float = 0.1
     trusted: float = 0.7  # a sender under this reputation (new keys start at rep_initial) has every row re-encoded
-    reencode_min_cosine: float = 0.9  # cos(ê, code of our encoding of its text) below this: the batch lied
+    reencode_min_cosine: float = ENCODES_MIN_COSINE  # cos(ê, code of our encoding of its text) under it: a lie
     feedback: bool = True  # record_outcome moves the source's reputation
     max_source_share: float | None = 0.05  # a source keeps at most this share of a domain's admitted rows
 

@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from dsonet.codec.batch import CompressedBatch
-from dsonet.codec.bitdelta import compress, decompress
+from dsonet.codec.bitdelta import code_agreement
 
 
 def reencode_agreement(batches: Sequence[CompressedBatch], rows: Sequence[np.ndarray],
@@ -32,17 +32,14 @@ def reencode_agreement(batches: Sequence[CompressedBatch], rows: Sequence[np.nda
     if not texts:
         return np.zeros(0, dtype=np.float32)
     ours = np.asarray(encoder.encode(texts, kind="document"), dtype=np.float32)
-    rebuilt = np.empty_like(ours)
-    start = 0
+    cos, start = [], 0
     for b, picked in enumerate(rows):  # one small compress per batch: each in its own profile
         if len(picked):
-            codes = compress(ours[start : start + len(picked)], batches[b].profile.group_size,
-                             baseline=batches[b].baseline, rotation_seed=batches[b].profile.rotation_seed)
-            rebuilt[start : start + len(picked)] = decompress(codes)
-            start += len(picked)
-    num = np.einsum("ij,ij->i", rebuilt, sent)
-    den = np.linalg.norm(rebuilt, axis=1) * np.linalg.norm(sent, axis=1)
-    return (num / np.maximum(den, 1e-12)).astype(np.float32)
+            p, stop = batches[b].profile, start + len(picked)
+            cos.append(code_agreement(ours[start:stop], sent[start:stop], p.group_size, batches[b].baseline,
+                                      p.rotation_seed))
+            start = stop
+    return np.concatenate(cos)
 
 
 def cap_source_share(keep: np.ndarray, source: np.ndarray, domain: np.ndarray, max_share: float,

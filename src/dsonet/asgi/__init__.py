@@ -17,9 +17,11 @@ three run on: it says one "listening on URL" line once the app has started and t
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import json
 import secrets
+import socket
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +34,12 @@ from dsonet.errors import DsoError
 ErrorBody = Callable[[int, str], bytes]  # (status, message) -> the JSON body of a refusal
 
 OPEN_PATHS = frozenset({"/health"})  # liveness
+
+
+class PortInUse(DsoError, OSError):
+    """A server's address is held by another process; `dso` exits with ``exit_code`` (README, CLI reference)."""
+
+    exit_code = 3  # uvicorn's own code for a failed bind, kept so that scripts written against it still work
 
 
 class ExposureError(DsoError, ValueError):
@@ -85,9 +93,31 @@ def server_config(app, host: str, port: int, limits: Limits = Limits(), **config
                           timeout_keep_alive=limits.keep_alive_s, **config)
 
 
-def serve(app, host: str, port: int, name: str, path: str = "", limits: Limits = Limits(), **config: Any) -> None:
-    """Run ``app`` with uvicorn until Ctrl-C/SIGTERM, announcing it once it is ready (`AnnouncedServer`)."""
-    AnnouncedServer(server_config(app, host, port, limits, **config), name, path).run()
+def bind(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before anything slow starts (a model, a node), so that a busy port is
+    `PortInUse` at once, saying which, rather than uvicorn's log line after the start."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a restart reuses the port at once
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUse(f"--port {port}: {host}:{port} is in use by another process; stop it, or give another "
+                            "--port") from None
+        raise DsoError(f"--host {host} --port {port}: cannot listen there ({exc.strerror}); give a local address "
+                       "and a port above 1023") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(app, host: str, port: int, name: str, path: str = "", limits: Limits = Limits(),
+          sock: socket.socket | None = None, **config: Any) -> None:
+    """Run ``app`` with uvicorn until Ctrl-C/SIGTERM, announcing it once it is ready (`AnnouncedServer`);
+    on ``sock`` where the caller bound it already (`bind`)."""
+    sock = sock or bind(host, port)
+    AnnouncedServer(server_config(app, host, port, limits, **config), name, path).run(sockets=[sock])
 
 
 class BearerToken:

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from dsonet.cli.options import (db_option, db_path, k_option, min_similarity_option, node_option, node_token_option,
-                                token_option)
+                                tag_option, token_option)
 from dsonet.errors import DsoError
 
 encoder_option = click.option("--encoder", default="default", show_default=True,
@@ -25,10 +25,11 @@ def _http_url(_ctx, param, value: str | None) -> str | None:
     return value
 
 
-def _memory(db: Path | None, node: str | None, node_token: str | None, encoder: str, timeout: float):
+def _memory(db: Path | None, node: str | None, node_token: str | None, encoder: str, timeout: float,
+            create: bool = True):
     from dsonet.memory import open_memory
 
-    return open_memory(None if node else db_path(db), node, node_token, encoder, timeout)
+    return open_memory(None if node else db_path(db), node, node_token, encoder, timeout, create)
 
 
 @click.command()
@@ -48,8 +49,11 @@ def _memory(db: Path | None, node: str | None, node_token: str | None, encoder: 
 @min_similarity_option
 @click.option("--allow-delete", is_flag=True,
               help="Add the delete tool: an agent may delete lessons this node (or this file) wrote, never peers'.")
+@tag_option("A scope the add tool gives every lesson, e.g. agent:reviewer (repeatable; the agent may send others).")
+@click.option("--search-tag", "search_tags", multiple=True, metavar="TAG",
+              help="A scope the search tool keeps to by default, e.g. project:billing (repeatable).")
 def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, timeout, k, min_similarity,
-        allow_delete) -> None:
+        allow_delete, tags, search_tags) -> None:
     """Serve the library as MCP tools (search, add, list, record_outcome, stats; delete with
     --allow-delete) for Claude Desktop, Cursor or any MCP host, over stdio or streamable HTTP.
     -k and --min-similarity are the search tool's defaults.
@@ -65,20 +69,28 @@ def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, t
     try:
         if transport == "http":
             check_exposure(host, token)
-        memory = _memory(db, node, node_token, encoder, timeout)
     except DsoError as exc:
         raise click.ClickException(str(exc)) from None
-    from dsonet.asgi import Limits, serve
+    from dsonet.asgi import Limits, bind, serve
+
+    sock = bind(host, port) if transport == "http" else None  # a busy port: exit 3 before the encoder loads
+    try:
+        memory = _memory(db, node, node_token, encoder, timeout)
+    except DsoError as exc:
+        if sock is not None:
+            sock.close()
+        raise click.ClickException(str(exc)) from None
     from dsonet.mcp.server import build_server, http_app, warm_up
 
-    server = build_server(memory, k=k, min_similarity=min_similarity, allow_delete=allow_delete)
+    server = build_server(memory, k=k, min_similarity=min_similarity, allow_delete=allow_delete, add_tags=tags,
+                          search_tags=search_tags)
     try:
         warm_up(memory)  # the encoder loads now, not on the first search
         if transport == "stdio":
             server.run("stdio")
         else:
             app = http_app(server, token, max_body, idle_timeout_s=60 * timeout)
-            serve(app, host, port, "dso mcp", "/mcp", Limits(keep_alive_s=timeout))
+            serve(app, host, port, "dso mcp", "/mcp", Limits(keep_alive_s=timeout), sock=sock)
     finally:
         memory.close()
 
@@ -106,8 +118,9 @@ def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, t
                    "become a lesson (on probation) in the library, and the results of the code answered with "
                    "lessons become their outcomes. Off by default: with --node, what your agents hit is "
                    "published to the fleet.")
+@tag_option("Inject only lessons carrying this scope, e.g. project:billing (repeatable: every one).")
 def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, token, max_body, timeout, k,
-          min_similarity, learn) -> None:
+          min_similarity, learn, tags) -> None:
     """Serve an OpenAI-compatible API (/v1/chat/completions, /v1/responses; streaming or not) that
     puts the library's lessons for the last user message into the system message and forwards to
     UPSTREAM. Each answer names the lessons (X-DSO-Lessons) and its retrieval (X-DSO-Retrieval-Id);
@@ -125,19 +138,26 @@ def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, tok
 
     try:
         check_exposure(host, token)
-        memory = _memory(db, node, node_token, encoder, timeout)
     except DsoError as exc:
         raise click.ClickException(str(exc)) from None
-    from dsonet.asgi import Limits, serve
-    from dsonet.proxy.app import create_app
+    from dsonet.asgi import Limits, bind, serve
 
+    sock = bind(host, port)  # a busy port: exit 3 before the encoder loads
+    try:
+        # it only reads lessons, unless it learns them from the traffic
+        memory = _memory(db, node, node_token, encoder, timeout, create=learn)
+    except DsoError as exc:
+        sock.close()
+        raise click.ClickException(str(exc)) from None
+    from dsonet.proxy.app import create_app
     from dsonet.proxy.learning import TrafficLearner
 
     app = create_app(memory, upstream, upstream_key=upstream_key, token=token, max_body=max_body, timeout_s=timeout,
-                     k=k, min_similarity=min_similarity, learner=TrafficLearner(memory) if learn else None)
+                     k=k, min_similarity=min_similarity, tags=tags,
+                     learner=TrafficLearner(memory) if learn else None)
     try:
         # the encoder loads at start, then the line says it is ready; each request in flight holds a
         # second descriptor (its upstream connection), so the connection cap leaves room for those
-        serve(app, host, port, "dso proxy", "/v1", Limits(fds_per_connection=2))
+        serve(app, host, port, "dso proxy", "/v1", Limits(fds_per_connection=2), sock=sock)
     finally:
         memory.close()

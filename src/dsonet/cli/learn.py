@@ -36,11 +36,11 @@ def open_llm(url, model, concurrency, timeout):
     return _open(url, model, max_concurrency=concurrency, timeout=timeout)
 
 
-def open_library(path: Path):
+def open_library(path: Path, create: bool = True):
+    """``create``: False for the commands that only read lessons (ask, eval), which never make a library."""
     from dsonet.library import Library
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return Library(str(path))
+    return Library(str(path), create=create)
 
 
 def parse_config(pairs: tuple[str, ...]) -> dict:
@@ -229,7 +229,7 @@ def ask(question, db, url, model, concurrency, timeout, k, min_similarity, conte
 
     try:
         llm = open_llm(url, model, concurrency, timeout)
-        lib = open_library(db) if db else None
+        lib = open_library(db, create=False) if db else None
         answer = _ask(llm, lib, question, Retrieval(k, min_similarity, context_tokens), max_tokens=max_tokens)
     except DsoError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -278,7 +278,7 @@ def evaluate(task, db, url, model, concurrency, timeout, size, config, verifier,
     try:
         llm = open_llm(url, model, concurrency, timeout)
         _, test = load_split(task, size, config, verifier, held_out, seed)
-        result = _evaluate(llm, test, open_library(db), max_tokens=max_tokens,
+        result = _evaluate(llm, test, open_library(db, create=False), max_tokens=max_tokens,
                            retrieval=Retrieval(min_similarity=min_similarity))
     except DsoError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -1,4 +1,4 @@
-"""`dso add | search | show | delete | export | import | stats`: the experience library.
+"""`dso add | search | list | show | edit | delete | export | import | stats`: the experience library.
 
 Every command opens the library at --db (env DSONET_DB, default ~/.dsonet/library.sqlite), or
 with --node URL talks to a running node's API instead (add, search, show, delete, stats); it
@@ -9,13 +9,15 @@ result, as text or, with --json, as JSON.
 from __future__ import annotations
 
 import json
+import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
 from dsonet.cli.options import (DEFAULT_KEY, db_option, db_path, json_option, k_option, max_tokens_option,
-                                min_similarity_option, node_option, node_token_option)
+                                min_similarity_option, node_option, node_token_option, tag_option)
 from dsonet.errors import DsoError
 from dsonet.identity import NodeIdentity
 from dsonet.library import Library
@@ -25,14 +27,15 @@ from dsonet.library.transfer import export, import_file
 
 
 @contextmanager
-def _store(db: Path | None, node: str | None = None, node_token: str | None = None):
-    """The library file, or a node's API (`NodeClient` has the library's add/get/delete/search/stats)."""
+def _store(db: Path | None, node: str | None = None, node_token: str | None = None, create: bool = False):
+    """The library file, or a node's API (`NodeClient` has the library's add/get/delete/search/stats).
+    ``create``: only the commands that write (add, import) make a library where there is none."""
     if node:
         from dsonet.network.client import NodeClient  # httpx: 0.3 s that the file's commands never need
 
         store = NodeClient(node, token=node_token)
     else:
-        store = Library(db_path(db))
+        store = Library(db_path(db), create=create)
     try:
         yield store
     finally:
@@ -47,21 +50,28 @@ def _echo_json(data) -> None:
 @click.argument("text")
 @click.option("--domain", default="general", show_default=True, help="Dotted tag, e.g. math.geometry.")
 @click.option("--confidence", type=click.FloatRange(0, 1), default=0.5, show_default=True)
+@tag_option("A scope for the lesson, e.g. agent:reviewer or project:billing (repeat it for more); this "
+            "library's own, never sent to peers.")
 @db_option
 @node_option
 @node_token_option
 @json_option
-def add(text: str, domain: str, confidence: float, db: Path | None, node: str | None, node_token: str | None,
-        as_json: bool) -> None:
-    """Add one experience (encoded with the library's encoder) and print its id.
+def add(text: str, domain: str, confidence: float, tags: tuple[str, ...], db: Path | None, node: str | None,
+        node_token: str | None, as_json: bool) -> None:
+    """Add one experience (encoded with the library's encoder) and print its id. TEXT "-" reads it
+    from standard input. A lesson needs at least three words: a condition and what to do.
 
     \b
     Examples:
       dso add "When a ratio is given, write both parts as multiples of one unknown" --domain math.ratio
       dso add "When a graph is sparse, store it as adjacency lists" --node http://127.0.0.1:8080
+      echo "When pip reinstalls every package, copy requirements.txt first" | dso add - --domain ops
+      dso add "When a migration locks a table, add the index concurrently" --tag project:billing --tag agent:dba
     """
-    with _store(db, node, node_token) as store:
-        exp = store.add(text, domain=domain, confidence=confidence)
+    if text == "-":
+        text = sys.stdin.read()
+    with _store(db, node, node_token, create=True) as store:
+        exp = store.add(text, domain=domain, confidence=confidence, tags=tags)
     _echo_json(exp.to_dict()) if as_json else click.echo(exp.id)
 
 
@@ -71,12 +81,13 @@ def add(text: str, domain: str, confidence: float, db: Path | None, node: str | 
 @min_similarity_option
 @max_tokens_option
 @click.option("--domain", default=None, help="Only this domain.")
+@tag_option("Only lessons carrying this tag, e.g. project:billing (repeat it: lessons carrying every one).")
 @db_option
 @node_option
 @node_token_option
 @json_option
-def search(query: str, k: int, min_similarity: float | None, max_tokens: int, domain: str | None, db: Path | None,
-           node: str | None, node_token: str | None, as_json: bool) -> None:
+def search(query: str, k: int, min_similarity: float | None, max_tokens: int, domain: str | None,
+           tags: tuple[str, ...], db: Path | None, node: str | None, node_token: str | None, as_json: bool) -> None:
     """Find the experiences nearest to QUERY (scored over compressed codes, rescored exactly where
     possible) at or above the relevance threshold. With none above it, stdout stays empty (--json:
     zero lines) and one line on stderr gives the threshold and the closest score.
@@ -85,9 +96,11 @@ def search(query: str, k: int, min_similarity: float | None, max_tokens: int, do
     Examples:
       dso search "A train travels 120 km in 2 hours; how fast?" -k 3
       dso search "sparse graphs" --node http://127.0.0.1:8080 --json --min-similarity 0.3
+      dso search "slow migration" --tag project:billing
     """
     with _store(db, node, node_token) as store:
-        hits = store.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain)
+        hits = store.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain,
+                            tags=tags)
     for h in hits:  # --json: JSON Lines, one object per hit
         if as_json:
             click.echo(json.dumps({"score": round(h.score, 4), "members": list(h.members), **h.experience.to_dict()}))
@@ -112,8 +125,8 @@ def empty_answer(threshold: float | None, best_score: float | None) -> str:
 @node_token_option
 @json_option
 def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None, as_json: bool) -> None:
-    """Show one experience: text, provenance and, from a local library, each stored copy's code
-    (bytes of signs and scales, digest, baseline) and usage counters. An id prefix of 8+
+    """Show one experience: text, provenance and, from a local library, each stored copy's code (bytes of signs
+    and scales, digest, baseline), usage counters and the versions `dso edit` replaced. An id prefix of 8+
     characters will do locally; a node needs the full id.
 
     \b
@@ -129,17 +142,78 @@ def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None,
             data = exp.to_dict()
         else:
             full = _resolve(store, exp_id)
-            data = {**store.get(full).to_dict(), "copies": [c._asdict() for c in store.copies(full)]}
+            data = {**store.get(full).to_dict(), "copies": [c._asdict() for c in store.copies(full)],
+                    "history": [v._asdict() for v in store.versions(full)], "tags": store.tags(full)}
     if as_json:
         _echo_json(data)
         return
     click.echo(f"{data['id']}  [{data['domain']}]  confidence {data['confidence']}\n  {data['text']}")
     prov = data.get("provenance") or {}
     click.echo("  provenance " + "  ".join(f"{k}={v}" for k, v in prov.items()))
+    if data.get("tags"):
+        click.echo("  tags " + " ".join(data["tags"]))
     for c in data.get("copies", []):
         click.echo(f"  code: {c['sign_bytes']} B signs + {c['scale_bytes']} B scales, baseline {c['baseline_id']}, "
                    f"digest {c['code_digest'][:16]}; float held: {c['float_held']}; received: {c['received']}; "
                    f"published: {c['published']}; used {c['uses']} times, helped {c['helped']}")
+    for v in data.get("history", []):  # newest first: what `dso edit` replaced
+        click.echo(f"  before {time.strftime('%Y-%m-%d %H:%M', time.gmtime(v['replaced_ms'] / 1000))} UTC, "
+                   f"{v['id'][:12]} [{v['domain']}]: {v['text']}")
+
+
+@click.command("list")
+@click.option("--domain", default=None, help="Only this domain.")
+@click.option("--signer", default=None, help="Only lessons this signer holds (a prefix of its node id).")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True, help="Lessons on this page.")
+@click.option("--offset", type=click.IntRange(0), default=0, show_default=True, help="Lessons to skip first.")
+@db_option
+@node_option
+@node_token_option
+@json_option
+def list_cmd(domain: str | None, signer: str | None, limit: int, offset: int, db: Path | None, node: str | None,
+             node_token: str | None, as_json: bool) -> None:
+    """List the library's lessons, newest first, a page at a time: id, domain, signer and text. The
+    last line says how many match and the --offset of the next page.
+
+    \b
+    Examples:
+      dso list
+      dso list --domain ops --limit 20 --offset 20
+      dso list --signer 3f2a9c0b --json
+      dso list --node http://127.0.0.1:8080 --domain ops
+    """
+    with _store(db, node, node_token) as store:
+        total, page = store.listing(domain, signer, limit, offset)
+    for e in page:  # --json: JSON Lines, one object per lesson
+        if as_json:
+            click.echo(json.dumps(e.to_dict()))
+        else:
+            click.echo(f"{e.id[:12]}  [{e.domain}]  {e.provenance.node_id[:12] or '(this file)'}  {e.text}")
+    more = f"; the next page: --offset {offset + len(page)}" if offset + len(page) < total else ""
+    click.echo(f"{len(page)} of {total} lessons shown (from offset {offset}){more}", err=True)
+
+
+@click.command()
+@click.argument("exp_id")
+@click.argument("text")
+@click.option("--domain", default=None, help="A new domain too (default: the old one's).")
+@db_option
+@json_option
+def edit(exp_id: str, text: str, domain: str | None, db: Path | None, as_json: bool) -> None:
+    """Give a lesson a new TEXT ("-": read it from standard input): a new version with a new id,
+    encoded again; the old one is tombstoned (peers drop it too) and kept in the history that
+    `dso show` prints. Prints the new id.
+
+    \b
+    Examples:
+      dso edit 3f2a9c0b "When a ratio is given, write both parts as multiples of one unknown x"
+      dso edit 3f2a9c0b - --domain math.ratio < lesson.txt
+    """
+    if text == "-":
+        text = sys.stdin.read()
+    with _store(db) as lib:
+        new = lib.update(_resolve(lib, exp_id), text, domain)
+    _echo_json(new.to_dict()) if as_json else click.echo(new.id)
 
 
 @click.command()
@@ -203,20 +277,26 @@ def export_cmd(path: Path, fmt: str, key: Path, db: Path | None, as_json: bool) 
                    "for the encoder's time and 30 KB a row on disk. (JSONL files carry their floats already.)")
 @json_option
 def import_cmd(paths: tuple[Path, ...], db: Path | None, encode_texts: bool, as_json: bool) -> None:
-    """Read JSONL or CompressedBatch files (hash and signature verified) into the library.
+    """Read JSONL or CompressedBatch files (hash and signature verified) into the library. A JSONL
+    line may be an exported row or a lesson written by hand, {"text": "When ...", "domain": "ops"}:
+    every text is encoded here, and a line whose vector does not encode its text is refused. A file
+    with a broken line imports nothing, and the error names the line.
 
     \b
     Examples:
       dso import peer.msgpack lib.jsonl
+      dso import lessons.jsonl       lines like {"text": "When X, do Y", "domain": "ops"}
       dso import --encode-texts peer.msgpack
     """
     added = {}
-    with _store(db) as lib:
+    with _store(db, create=True) as lib:
         for p in paths:
             try:
                 added[str(p)] = import_file(lib, p, encode_texts)
             except DsoError as exc:
-                raise click.ClickException(f"{p}: {exc}") from None
+                before = "; ".join(f"{k}: {v} added" for k, v in added.items())
+                done = f" (imported before it: {before})" if before else ""
+                raise click.ClickException(f"{p}: {exc}{done}") from None
             if not as_json:
                 click.echo(f"{p}: {added[str(p)]} added")
     if as_json:

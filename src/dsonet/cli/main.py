@@ -17,7 +17,9 @@ COMMANDS = {
     "bench": ("dsonet.cli.bench:bench", "Run benchmarks and write bench/results/*.json."),
     "add": ("dsonet.cli.library:add", "Add an experience to the local library."),
     "search": ("dsonet.cli.library:search", "Search the local library for experiences near a query."),
-    "show": ("dsonet.cli.library:show", "Show one experience of the local library."),
+    "list": ("dsonet.cli.library:list_cmd", "List the local library's lessons, newest first, a page at a time."),
+    "show": ("dsonet.cli.library:show", "Show one experience of the local library, with its earlier versions."),
+    "edit": ("dsonet.cli.library:edit", "Give a lesson a new text: a new version, the old one tombstoned."),
     "delete": ("dsonet.cli.library:delete", "Delete (tombstone) an experience."),
     "export": ("dsonet.cli.library:export_cmd", "Export the library as JSONL or signed batch files."),
     "import": ("dsonet.cli.library:import_cmd", "Import JSONL or CompressedBatch files into the library."),
@@ -40,7 +42,8 @@ EXTRAS = {"torch": "encoder", "transformers": "encoder", "sentence_transformers"
 
 
 class Dso(LazyGroup):
-    """Exit codes: 0 ok, 1 a user error (one line that says how to fix it, no traceback), 2 usage.
+    """Exit codes: 0 ok, 1 a user error (one line that says how to fix it, no traceback), 2 usage,
+    3 a server command's port is in use (node start, mcp --transport http, proxy).
     Every command's expected errors end here: the project's DsoError, a missing or unreadable
     file, and a module that only an extra installs (the torch path of the encoders, for one)."""
 
@@ -48,7 +51,9 @@ class Dso(LazyGroup):
         try:
             return super().invoke(ctx)
         except DsoError as exc:
-            raise click.ClickException(str(exc)) from None
+            refused = click.ClickException(str(exc))
+            refused.exit_code = getattr(exc, "exit_code", 1)  # a server's busy port: 3 (`dsonet.asgi.PortInUse`)
+            raise refused from None
         except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as exc:
             raise click.ClickException(f"{exc.filename}: {exc.strerror}") from None
         except ModuleNotFoundError as exc:
@@ -68,8 +73,10 @@ def cli() -> None:
 
     \b
     Quick start:
+      dso add "When a Docker build reinstalls every package, copy requirements.txt before the code"
+      dso search "docker reinstalls all my pip packages every time"
+      dso list                           the lessons held, newest first
       dso keygen ~/.dsonet/node.key      create this node's identity
-      dso bench codec --quick            measure BitDelta on real embeddings
 
     Every command has --help with examples.
     """

@@ -121,9 +121,9 @@ def start(data_dir: Path, nats_urls: str, nats_user: str | None, nats_password_f
                               replicas=replicas, max_age_s=retention_days * 86400, user=nats_user,
                               password=_nats_password(nats_password_file), tls_ca=nats_tls_ca,
                               tls_cert=nats_tls_cert, tls_key=nats_tls_key)
-        asyncio.run(serve_node(config, nats, host, port, token, max_body, system_text))
     except DsoError as exc:
         raise click.ClickException(str(exc)) from None
+    asyncio.run(serve_node(config, nats, host, port, token, max_body, system_text))  # `Dso` tells its errors
 
 
 def _nats_password(path: Path | None) -> str | None:

@@ -1,9 +1,10 @@
 """The options every command shares: one flag per concept, one environment prefix (DSONET_).
 
     --db PATH     the library file        DSONET_DB     (default ~/.dsonet/library.sqlite)
-    --node URL    a running node's API    DSONET_NODE   (add/search/show/stats/mcp/proxy talk to it instead)
+    --node URL    a running node's API    DSONET_NODE   (add/search/list/show/stats/mcp/proxy talk to it instead)
     --node-token  the node's API token    DSONET_NODE_TOKEN
     --token T     the token a server demands of its clients   DSONET_TOKEN  (node start, mcp, proxy)
+    --tag TAG     a scope (agent:NAME, project:NAME), repeatable: set on add, filtered in search, mcp, proxy
     -k N          how many results
     --min-similarity X   relevance threshold   DSONET_MIN_SIMILARITY  (default: the space's calibrated one)
     --json        machine-readable output
@@ -47,6 +48,11 @@ min_similarity_option = click.option(
          f"Env {ENV_MIN_SIMILARITY}.")
 max_tokens_option = click.option("--max-tokens", type=click.IntRange(1), default=MAX_TOKENS, show_default=True,
                                  help="Token budget of the returned experiences' text.")
+
+
+def tag_option(help: str):
+    """--tag, repeatable: scopes such as agent:NAME and project:NAME (`dsonet.library.tags`)."""
+    return click.option("--tag", "tags", multiple=True, metavar="TAG", help=help)
 
 
 def k_option(default: int = K):

@@ -64,6 +64,9 @@ class BitDeltaCodes:
         return BitDeltaCodes(self.signs[rows], self.scales[rows], self.baseline, self.group_size, self.rotation_seed)
 
 
+ENCODES_MIN_COSINE = 0.9  # `code_agreement` below this: the vector does not encode its text
+
+
 def words_per_group(group_size: int) -> int:
     return -(-group_size // 32)
 
@@ -187,6 +190,19 @@ def compress(
     if not np.isfinite(scales).all():
         _raise_non_finite(e)
     return BitDeltaCodes(signs, scales, base, int(group_size), None if rotation_seed is None else int(rotation_seed))
+
+
+def code_agreement(ours: np.ndarray, sent: np.ndarray, group_size: int, baseline: np.ndarray,
+                   rotation_seed: int | None) -> np.ndarray:
+    """Cosine between each sent ê (M, d) and the code of our own encoding of the same text (M, d),
+    compressed as the sender had to (same baseline, group size and rotation): an honest sender with
+    the profile's encoder reproduces its code (≈ 1.0); a vector for another text shows. DeltaSoup's
+    re-encoding check and a JSONL import both ask it."""
+    rebuilt = decompress(compress(ours, group_size, baseline=baseline, rotation_seed=rotation_seed))
+    sent = np.asarray(sent, np.float32)
+    num = np.einsum("ij,ij->i", rebuilt, sent)
+    den = np.linalg.norm(rebuilt, axis=1) * np.linalg.norm(sent, axis=1)
+    return (num / np.maximum(den, 1e-12)).astype(np.float32)
 
 
 def decompress_deltas(codes: BitDeltaCodes) -> np.ndarray:

@@ -23,13 +23,16 @@ __all__ = ["LessonStore", "Store"]
 
 
 class Store(Protocol):
-    def add(self, text: str, domain: str = "general", confidence: float = 0.5) -> Experience:
-        """Store one lesson ("When X, do Y"); returns it with its id."""
+    def add(self, text: str, domain: str = "general", confidence: float = 0.5,
+            tags: tuple[str, ...] = ()) -> Experience:
+        """Store one lesson ("When X, do Y") with the store's own ``tags`` (scopes such as agent:NAME,
+        project:NAME; `dsonet.library.tags`); returns it with its id."""
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None) -> Hits:
+               domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
         """The lessons for ``query`` under the retrieval policy (``min_similarity`` None: the threshold
-        calibrated for the store's space), with a retrieval id (None when nothing passed)."""
+        calibrated for the store's space), of those carrying every one of ``tags``, with a retrieval id
+        (None when nothing passed)."""
 
     def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
         """Whether the lessons of a search helped, all together (``helped``) or each (``lessons``: id ->
@@ -50,7 +53,7 @@ class Store(Protocol):
 class LessonStore(Store, Protocol):
     """What the learner also needs: lessons read and edited by id (UPDATE keeps the lineage)."""
 
-    def add(self, text: str, domain: str = "general", confidence: float = 0.5,
+    def add(self, text: str, domain: str = "general", confidence: float = 0.5, tags: tuple[str, ...] = (),
             provenance: Provenance | None = None) -> Experience:
         """`Store.add`, the lesson's provenance given (a remote node records itself instead)."""
 

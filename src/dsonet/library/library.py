@@ -33,17 +33,18 @@ from dsonet.codec import CompressedBatch, Profile, profile_of
 from dsonet.codec.batch import check_unit
 from dsonet.codec.bitdelta import BitDeltaCodes, compress
 from dsonet.errors import BatchError
-from dsonet.experience import Experience, Provenance
+from dsonet.experience import Experience, Provenance, check_lesson
 from dsonet.library.eviction import standing_of
 from dsonet.library.hits import Hits
 from dsonet.library.merge import MergedView, MergeRule
 from dsonet.library.merged_hits import MergedHits
-from dsonet.library import quarantine
+from dsonet.library import history, quarantine
+from dsonet.library import tags as tags_table
 from dsonet.library.decoded import DecodedRows
 from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy
 from dsonet.library.reference import Reference, ReferencePool
 from dsonet.library.retrievals import Retrievals
-from dsonet.library.errors import DamagedFile, LibraryError
+from dsonet.library.errors import DamagedFile, LibraryError, MissingLibrary
 from dsonet.library.file import damaged
 from dsonet.library.rows import ANY_SIGNER, Copy, IngestResult, RowStore, row_code, row_experience
 from dsonet.library.saved_fit import restore_clusters
@@ -57,22 +58,28 @@ class Library(DeferredSteps):
     def __init__(self, path: str | Path, encoder=None, profile: Profile | None = None, capacity: int | None = None,
                  support: np.ndarray | None = None, merge: MergeRule = MergeRule(),
                  trust: Callable[[str], float] | None = None, defer_merge: bool = False,
-                 trusted: float | None = None):
-        """``support``: vectors spanning the subspace the encoder's outputs lie in (e.g.
-        `ZenReranker.support()`); turns on the index's stage 3. ``trust``: a signer's weight in
-        the merged view (a node passes its reputation); every signer weighs 1 without it.
-        ``trusted``: past ``capacity``, signers ``trust`` puts at this or above keep a fair share each,
-        the others one share between them, those it puts at 0 go first (this library's own rows
-        always last; see `dsonet.library.eviction`).
-        ``defer_merge``: writes leave the merged view and the index's refits to their steps
-        instead of the next read (a node that searches while it ingests; see `dsonet.library.steps`)."""
+                 trusted: float | None = None, create: bool = True, owner: str | None = None):
+        """``owner``: the node this file belongs to; the rows added to it before it had one become its own
+        (`RowStore.adopt`). ``create``: False refuses a path that holds no library yet (a read must not
+        leave an empty file and its folders behind a mistyped --db). ``support``: vectors spanning the
+        subspace the encoder's outputs lie in (e.g. `ZenReranker.support()`); turns on the index's stage 3.
+        ``trust``: a signer's weight in the merged view (a node passes its reputation); every signer weighs
+        1 without it. ``trusted``: past ``capacity``, signers ``trust`` puts at this or above keep a fair
+        share each, the others one share between them, those it puts at 0 go first (this library's own rows
+        always last; see `dsonet.library.eviction`). ``defer_merge``: writes leave the merged view and the
+        index's refits to their steps instead of the next read (a node that searches while it ingests; see
+        `dsonet.library.steps`)."""
         self.path = Path(path).expanduser()
+        if not create and not self.path.exists():
+            raise MissingLibrary(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._encoder = encoder
         self.trust = trust
         self.defer_merge = defer_merge
         standing = None if trust is None or trusted is None else (lambda signer: standing_of(trust(signer), trusted))
         self.rows = RowStore(self.path, capacity, standing=standing)
+        if owner:
+            self.rows.adopt(owner)  # before the index reads the rows' signers
         self.retrievals = Retrievals()  # the ids `search` issued, for `outcome`
         self.profile: Profile | None = None  # known once bound to the file's profile
         try:  # reads the profile and every row's code: where the file's pages are broken, SQLite says so here
@@ -132,6 +139,11 @@ class Library(DeferredSteps):
         return profile
 
     @property
+    def owner(self) -> str:
+        """The node whose library this file is ('' for one no node has opened): its rows are this file's own."""
+        return self.rows.meta("owner") or ""
+
+    @property
     def db(self):
         """The SQLite connection, for inspection and maintenance (PRAGMAs, checkpoints)."""
         return self.rows.db
@@ -154,11 +166,24 @@ class Library(DeferredSteps):
 
     # ------------------------------------------------------------------ writing
 
-    def add(self, text: str, domain: str = "general", confidence: float = 0.5, provenance: Provenance | None = None) -> Experience:
-        """Encode one experience and store it with its float vector and code (ADD)."""
-        exp = Experience(text, domain, confidence, provenance or Provenance(timestamp_ms=int(time.time() * 1000)))
+    def add(self, text: str, domain: str = "general", confidence: float = 0.5, tags: tuple[str, ...] = (),
+            provenance: Provenance | None = None) -> Experience:
+        """Encode one experience and store it with its float vector and code (ADD), as the file's
+        `owner`'s unless ``provenance`` says otherwise, with this library's ``tags`` (`dsonet.library.tags`)."""
+        check_lesson(text)
+        scopes = tags_table.checked(tags)
+        prov = provenance or Provenance(self.owner, timestamp_ms=int(time.time() * 1000))
+        exp = Experience(text, domain, confidence, prov)
         self.add_vectors([exp], self.encoder.encode([exp.text], kind="document"))
+        self.tag(exp.id, scopes)
         return exp
+
+    def tag(self, exp_id: str, tags: tuple[str, ...]) -> None:
+        """Give an experience more of this library's tags (a node tags what its API was sent)."""
+        tags_table.tag(self.rows.db, exp_id, tags_table.checked(tags))
+
+    def tags(self, exp_id: str) -> list[str]:
+        return tags_table.of(self.rows.db, exp_id)
 
     def add_vectors(self, experiences: list[Experience], vectors: np.ndarray) -> list[str]:
         """Store experiences this node encoded itself (vectors in the profile's space). Returns ids stored."""
@@ -245,20 +270,29 @@ class Library(DeferredSteps):
     def _view_changed(self, domains: set[str]) -> None:
         (self.view.defer if self.defer_merge else self.view.touch)(domains)
 
-    def update(self, exp_id: str, text: str) -> Experience:
-        """New text for an experience (UPDATE): re-encoded, same lineage; the old id is tombstoned."""
+    def update(self, exp_id: str, text: str, domain: str | None = None) -> Experience:
+        """New text (and ``domain``, where given) for an experience (UPDATE): a new version, re-encoded,
+        same lineage; the old id is tombstoned and kept in the file's history (`versions`)."""
         old = self.get(exp_id)
         if old is None:
             raise LibraryError(f"exp_id: {exp_id!r} is not in the library (or was deleted); add it instead")
+        check_lesson(text)
         lineage = self.rows.lineage(exp_id)
-        new = Experience(text, old.domain, old.confidence, Provenance(old.provenance.node_id, old.provenance.model,
-                                                                     int(time.time() * 1000), old.provenance.iteration))
+        new = Experience(text, old.domain if domain is None else domain, old.confidence,
+                         Provenance(old.provenance.node_id, old.provenance.model, int(time.time() * 1000),
+                                    old.provenance.iteration))
         if new.id == exp_id:
             return old
         self.add_vectors([new], self.encoder.encode([new.text], kind="document"))
         self.rows.set_lineage(new.id, lineage)
+        history.record(self.rows.db, old, new.id)
+        self.tag(new.id, tuple(self.tags(exp_id)))  # a new version keeps its scopes
         self.delete(exp_id)
         return new
+
+    def versions(self, exp_id: str) -> list[history.Version]:
+        """The versions an experience replaced (`update`), newest first; [] for one never edited."""
+        return history.versions(self.rows.db, exp_id)
 
     def delete(self, exp_id: str) -> bool:
         """Delete an experience here, every signer's row of it (DELETE); returns whether it was held."""
@@ -320,6 +354,14 @@ class Library(DeferredSteps):
     def all(self) -> list[Experience]:
         return self.rows.all()
 
+    def listing(self, domain: str | None = None, signer: str | None = None, limit: int = 50,
+                offset: int = 0) -> tuple[int, list[Experience]]:
+        """A page of experiences, newest first, one per id, of one ``domain`` and a ``signer`` (a prefix
+        of its id) where given; and how many match in all (`RowStore.listing`)."""
+        if limit < 1 or offset < 0:
+            raise LibraryError(f"limit {limit}, offset {offset}: give limit >= 1 and offset >= 0")
+        return self.rows.listing(domain, signer, limit, offset)
+
     def copies(self, exp_id: str) -> list[Copy]:
         """Every signer's stored row of an experience (its code's sizes, digest and baseline, its
         flags and counters), oldest first; [] where none is held."""
@@ -330,6 +372,10 @@ class Library(DeferredSteps):
         if len(prefix) < 8:
             raise LibraryError(f"exp_id: {prefix!r} is {len(prefix)} characters; give at least 8 characters of the id")
         found = self.rows.ids_starting(prefix, 2)
+        edited = history.replaced(self.rows.db, prefix) if not found else None
+        if edited is not None:
+            raise LibraryError(f"exp_id: {prefix!r} was edited: its new version is {edited.replaced_by} "
+                               f"(dso show {edited.replaced_by[:12]} shows it with its history)")
         if len(found) != 1:
             raise LibraryError(f"exp_id: {prefix!r}: " + ("no such experience (no id begins with it)" if not found else
                                                           "ambiguous, more than one id begins with it; give more characters"))
@@ -375,23 +421,26 @@ class Library(DeferredSteps):
         return self.search_index.vectors(np.array([self._preferred_row(i) for i in ids], np.int64))
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None) -> Hits:
+               domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
         """Top experiences for a text query (`RetrievalPolicy`: k = 5, cosine at or above the
-        space's calibrated threshold unless ``min_similarity`` says otherwise, ≤ 2048 tokens), with
-        a retrieval id to report their `outcome` under."""
-        hits = self.search_vector(self.encoder.encode([query], kind="query")[0], k, min_similarity, domain, max_tokens)
+        space's calibrated threshold unless ``min_similarity`` says otherwise, ≤ 2048 tokens), of
+        those carrying every one of ``tags``, with a retrieval id to report their `outcome` under."""
+        hits = self.search_vector(self.encoder.encode([query], kind="query")[0], k, min_similarity, domain, max_tokens,
+                                  tags)
         hits.retrieval_id = self.retrievals.issue(hits)
         return hits
 
     def search_vector(self, q: np.ndarray, k: int = K, min_similarity: float | None = None,
-                      domain: str | None = None, max_tokens: int = MAX_TOKENS) -> Hits:
+                      domain: str | None = None, max_tokens: int = MAX_TOKENS, tags: tuple[str, ...] = ()) -> Hits:
         """`search` for a query vector in the profile's space (the caller encoded it once already)."""
         policy = RetrievalPolicy(k, min_similarity, max_tokens).resolved(self.profile)
+        scopes = tags_table.checked(tags)
+        within = tags_table.ids_with(self.rows.db, scopes) if scopes else None
         q = np.asarray(q, np.float32).reshape(-1)
         if q.shape != (self.profile.dim,) or not np.isfinite(q).all():
             raise LibraryError(f"q: shape {q.shape} (finite values expected), expected ({self.profile.dim},)")
         q = q / max(float(np.linalg.norm(q)), 1e-12)
-        rows, scores = self.search_index.rank(q, policy.k, domain)
+        rows, scores = self.search_index.rank(q, policy.k, domain, within)
         return self.merged_hits.walk(q, rows, scores, policy)
 
     def rank(self, q: np.ndarray, k: int, domain: str | None = None) -> tuple[np.ndarray, np.ndarray]:

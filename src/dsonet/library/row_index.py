@@ -126,10 +126,15 @@ class RowIndex:
             np.zeros((0, self.profile.dim), np.float32)
         return held, floats
 
-    def rank(self, q: np.ndarray, k: int, domain: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def rank(self, q: np.ndarray, k: int, domain: str | None = None,
+             ids: set[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Index rows and scores for a unit query, best first, before merging: the codes' estimate,
-        then the exact cosine for the best `RESCORE` candidates whose float vector the file holds."""
+        then the exact cosine for the best `RESCORE` candidates whose float vector the file holds.
+        ``ids``: only rows of these experiences (a search scoped by tags)."""
         allowed = None if domain is None else self.domain_mask(domain)
+        if ids is not None:
+            within = np.fromiter((i in ids for i in self.ids), bool, len(self.ids))
+            allowed = within if allowed is None else allowed & within
         rows, scores = self.index.search(q, k, max(OVERSAMPLE, 4 * k), allowed)
         held, floats = self._held_floats(rows[:RESCORE])
         if held.any():

@@ -38,7 +38,7 @@ from dsonet.codec.profile import baseline_digest
 from dsonet.experience import Experience, Provenance
 from dsonet.library.errors import LibraryError, StorageError
 from dsonet.library.eviction import TRUSTED, fair_cuts
-from dsonet.library.file import ANY_SIGNER, StoredRow, connect
+from dsonet.library.file import ANY_SIGNER, COLUMNS, StoredRow, connect
 
 _QUALITY = "confidence * (helped + 1.0) / (uses + 2.0) ASC, id DESC, signer DESC"  # eviction's order in a signer
 _MAX_BOUND = 400  # values bound in one `IN (...)` list: under SQLite's bound-parameter limit
@@ -281,6 +281,21 @@ class RowStore:
             self._rollback(exc)
         return list(dict.fromkeys(i for i, _ in gone)), [seq for _, seq in gone]
 
+    def adopt(self, owner: str) -> int:
+        """This file's own rows written before it had a signer (``signer`` '': `dso add` before `dso node
+        start`) become ``owner``'s, who is named in the file's meta; where the owner holds the same lesson
+        already, the unsigned copy goes. Returns the rows adopted."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            adopted = self.db.execute("UPDATE OR IGNORE experiences SET signer = ? WHERE signer = '' AND received = 0",
+                                      (owner,)).rowcount
+            self.db.execute("DELETE FROM experiences WHERE signer = '' AND received = 0")
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('owner', ?)", (owner,))
+            self.db.execute("COMMIT")
+        except BaseException as exc:
+            self._rollback(exc)
+        return adopted
+
     def tombstones(self) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT DISTINCT id FROM tombstones ORDER BY id")]
 
@@ -334,6 +349,26 @@ class RowStore:
         rows = self._stored(f"SELECT * FROM experiences ORDER BY id, {PREFERRED}")
         return [row_experience(r) for i, r in enumerate(rows) if i == 0 or rows[i - 1].id != r.id]
 
+    def listing(self, domain: str | None = None, signer: str | None = None, limit: int = 50,
+                offset: int = 0) -> tuple[int, list[Experience]]:
+        """A page of experiences, one per id (its preferred row among those ``signer`` signed, a prefix
+        of the signer's id, where given), newest first; and how many the filters match in all."""
+        where, params = [], []
+        if domain is not None:
+            where.append("domain = ?")
+            params.append(domain)
+        if signer is not None:
+            where.append("signer LIKE ? ESCAPE '\\'")
+            params.append(_like_prefix(signer))
+        cond = f"WHERE {' AND '.join(where)}" if where else ""
+        (total,) = self.db.execute(f"SELECT COUNT(DISTINCT id) FROM experiences {cond}", params).fetchone()
+        cols = ", ".join(COLUMNS)
+        rows = self._stored(
+            f"SELECT {cols} FROM (SELECT {cols}, ROW_NUMBER() OVER (PARTITION BY id ORDER BY {PREFERRED}) AS pos"
+            f" FROM experiences {cond}) WHERE pos = 1 ORDER BY timestamp_ms DESC, seq DESC LIMIT ? OFFSET ?",
+            (*params, int(limit), int(offset)))
+        return total, [row_experience(r) for r in rows]
+
     def copies(self, exp_id: str) -> list[Copy]:
         """Every signer's row of an experience, oldest first: its code's sizes, digest and baseline,
         its flags and its counters."""
@@ -345,9 +380,8 @@ class RowStore:
     def ids_starting(self, prefix: str, limit: int) -> list[str]:
         """Up to ``limit`` distinct experience ids that begin with ``prefix`` (its ``%`` and ``_`` taken
         literally; ids are hex, matched in either case)."""
-        pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         return [i for (i,) in self.db.execute("SELECT DISTINCT id FROM experiences WHERE id LIKE ? ESCAPE '\\' LIMIT ?",
-                                              (pattern, int(limit)))]
+                                              (_like_prefix(prefix), int(limit)))]
 
     def floats(self, seqs: list[int]) -> dict[int, np.ndarray]:
         """The float vectors this node holds for some rows, read from the file (30 KB each at d = 7680)."""
@@ -402,3 +436,8 @@ def _code_digest(signs: bytes, scales: bytes, baseline: bytes) -> str:
 
 def _rank(digest: str) -> int:
     return int(digest[:15], 16)
+
+
+def _like_prefix(prefix: str) -> str:
+    """A LIKE pattern (ESCAPE '\\') for strings that begin with ``prefix``, its ``%`` and ``_`` taken literally."""
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"

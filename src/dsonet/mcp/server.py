@@ -12,11 +12,12 @@ verbs: add, search, list, delete):
     record_outcome  did the lessons of a retrieval help? (recorded once per retrieval)
     stats           counts, domains and profile of the library
 
-Bad arguments come back as a tool error (``is_error``) whose text says what to send instead;
-nothing is stored. The memory behind the tools is a local library file or a running node
-(`dsonet.memory`); the SDK runs tools on worker threads, so one lock takes them one at a time.
-Transports: stdio (what desktop hosts launch) and streamable HTTP, which carries the node's
-guards: a bearer token, a body limit and idle-session timeouts.
+Bad arguments come back as a tool error (``is_error``) whose text names each field, the value sent and what
+to send instead; nothing is stored. `search` takes ``query``, as the CLI, the node's API and the library do
+(``task``, its name before, is still read). The memory behind the tools is a local library file or a running
+node (`dsonet.memory`); the SDK runs tools on worker threads, so one lock takes them one at a time.
+Transports: stdio (what desktop hosts launch) and streamable HTTP, which carries the node's guards: a bearer
+token, a body limit and idle-session timeouts.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ import threading
 from typing import Annotated
 
 from mcp.server import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, Field, create_model
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from pydantic import AliasChoices, BaseModel, Field, ValidationError, create_model
 
 from dsonet import __version__
 from dsonet.errors import DsoError
@@ -35,7 +36,7 @@ from dsonet.learn.context import system_text
 from dsonet.library import Hit, Hits
 from dsonet.library.contract import Store
 from dsonet.library.policy import K
-from dsonet.memory import NodeMemory
+from dsonet.memory import LocalMemory, NodeMemory
 
 log = logging.getLogger(__name__)
 LOCAL_AUTHOR = ""  # the provenance of a lesson added to a library file directly, not received from a node
@@ -95,6 +96,29 @@ class OutcomeOut(BaseModel):
     recorded: int = Field(description="Experiences whose use counters moved")
 
 
+def argument_errors(tool: str, exc: ValidationError) -> str:
+    """A tool's refused arguments, one clause per field: its name, the value sent and what to send
+    (pydantic's own text, without its error codes and documentation links)."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        field = ".".join(str(part) for part in err["loc"]) or "arguments"
+        sent = "" if err["type"] == "missing" else f" (got {repr(err.get('input'))[:60]})"
+        parts.append(f"{field}: {err['msg'][0].lower()}{err['msg'][1:]}{sent}")
+    return f"{tool}: " + "; ".join(parts)
+
+
+class _Server(MCPServer):
+    """The SDK's server, its argument errors told as `argument_errors` says."""
+
+    async def call_tool(self, name: str, arguments: dict, context=None):
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc, UnexpectedToolError) or not isinstance(exc.__cause__, ValidationError):
+                raise
+            raise ToolError(argument_errors(name, exc.__cause__)) from exc.__cause__
+
+
 def render_lessons(hits: Hits) -> str:
     """The lessons as the learner puts them in a system message: bullets quoted as notes from other
     agents, best first ('' when none passed the threshold)."""
@@ -114,16 +138,21 @@ def warm_up(memory: Store) -> None:
 
 
 def _author(memory: Store) -> str:
-    """Whose lessons `delete` may remove: the node's (its id), or those added to the file here."""
-    return str(memory.stats()["node_id"]) if isinstance(memory, NodeMemory) else LOCAL_AUTHOR
+    """Whose lessons are this server's own (`delete` may remove them): the node's (its id), or, for a
+    file, its owner's (the node that opened it; `LOCAL_AUTHOR` for a file no node has)."""
+    if isinstance(memory, NodeMemory):
+        return str(memory.stats()["node_id"])
+    return memory.library.owner if isinstance(memory, LocalMemory) else LOCAL_AUTHOR
 
 
 def build_server(memory: Store, *, k: int = K, min_similarity: float | None = None,
-                 allow_delete: bool = False) -> MCPServer:
-    """An MCP server whose tools read and write ``memory``; ``k`` and ``min_similarity`` are the
-    search tool's defaults (None: the threshold calibrated for the memory's space), ``allow_delete``
-    adds the delete tool."""
-    server = MCPServer("dsonet", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+                 allow_delete: bool = False, add_tags: tuple[str, ...] = (),
+                 search_tags: tuple[str, ...] = ()) -> MCPServer:
+    """An MCP server whose tools read and write ``memory``; ``k``, ``min_similarity`` (None: the
+    threshold calibrated for the memory's space) and ``search_tags`` are the search tool's defaults,
+    ``add_tags`` the add tool's (an agent's scope: agent:NAME, project:NAME); ``allow_delete`` adds the
+    delete tool."""
+    server = _Server("dsonet", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     lock = threading.Lock()
 
     def guard(fn, *args, **kwargs):
@@ -136,14 +165,17 @@ def build_server(memory: Store, *, k: int = K, min_similarity: float | None = No
 
     @server.tool()
     def search(
-        task: Annotated[str, Field(min_length=1, max_length=4096, description="The task or question at hand")],
+        query: Annotated[str, Field(min_length=1, max_length=4096, description="The task or question at hand",
+                                    validation_alias=AliasChoices("query", "task"))],
         k: Annotated[int, Field(ge=1, le=50, description="Lessons at most")] = k,
         min_similarity: Annotated[float | None, Field(ge=-1.0, le=1.0, description="Cosine threshold; null: the one "
                                                       "calibrated for the library's space")] = min_similarity,
         domain: Annotated[str | None, Field(max_length=64, description="Only this dotted domain")] = None,
+        tags: Annotated[list[str], Field(max_length=8, description="Only lessons carrying every one of these scopes, "
+                                         "e.g. project:billing")] = list(search_tags),
     ) -> SearchOut:
         """Lessons other agents learned that apply to this task, best first, with a retrieval id."""
-        hits = guard(memory.search, task, k=k, min_similarity=min_similarity, domain=domain)
+        hits = guard(memory.search, query, k=k, min_similarity=min_similarity, domain=domain, tags=tuple(tags))
         return SearchOut(retrieval_id=hits.retrieval_id, lessons=render_lessons(hits),
                          hits=[LessonOut(**h.summary()) for h in hits], threshold=round(hits.threshold, 4),
                          best_score=None if hits.best_score is None else round(hits.best_score, 4))
@@ -154,9 +186,11 @@ def build_server(memory: Store, *, k: int = K, min_similarity: float | None = No
                                    description="One lesson, at most 32 words: 'When [condition], [strategy]'")],
         domain: Annotated[str, Field(max_length=64, description="Dotted lower-case tag, e.g. math.geometry")] = "general",
         confidence: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5,
+        tags: Annotated[list[str], Field(max_length=8, description="Scopes for the lesson, e.g. agent:reviewer, "
+                                         "project:billing (this library's own, never sent to peers)")] = list(add_tags),
     ) -> AddOut:
         """Store one reusable lesson in the library (shared with the network when it runs on a node)."""
-        exp = guard(memory.add, text, domain=domain, confidence=confidence)
+        exp = guard(memory.add, text, domain=domain, confidence=confidence, tags=tuple(tags))
         return AddOut(id=exp.id, text=exp.text, domain=exp.domain)
 
     @server.tool(name="list")

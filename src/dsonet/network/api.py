@@ -1,10 +1,11 @@
-"""The node's HTTP API for agents (FastAPI; OpenAPI docs at /docs).
+"""The node's HTTP API for agents (FastAPI; its routes listed at /docs, offline).
 
-    POST   /experiences        {text, domain?, confidence?, vector?}  -> 201 the stored experience
-    GET    /experiences        ?domain=&limit= -> {"experiences": [...]} (one per id, sorted by id)
+    POST   /experiences        {text, domain?, confidence?, vector?, tags?}  -> 201 the stored experience
+    GET    /experiences        ?domain=&limit= -> {"experiences": [...]} (one per id, sorted by id);
+                               &offset=&signer= -> a page, newest first, and "total"
     GET    /experiences/{id}   -> the experience, or 404
     DELETE /experiences/{id}   -> {"deleted": true} (a signed tombstone is published), or 404
-    POST   /search             {query | vector, k?, min_similarity?, max_tokens?, domain?}
+    POST   /search             {query | vector, k?, min_similarity?, max_tokens?, domain?, tags?}
                                -> {"retrieval_id", "hits": [...], "threshold", "best_score"}
                                (min_similarity omitted: the library's calibrated threshold; an empty
                                search has retrieval_id null, and best_score says how near it came)
@@ -14,10 +15,11 @@
     GET    /                   the node's page for people, read-only (`dsonet.network.web`): a browser
                                opens /?token=<token> once and reads it on a page-only cookie
 
-Every request except /health (the docs included) needs ``Authorization: Bearer <token>`` when the
-node was given a token (mandatory when it listens beyond loopback). Bodies over
-``max_body_bytes`` are refused with 413 before they are read; bad input gets a 4xx whose
-``detail`` names the field and what to send instead; nothing is stored.
+``/docs`` is a page listing every route, offline (no CDN), beside ``/openapi.json``; a browser opens both
+with the page's login. Every request except /health needs ``Authorization: Bearer <token>`` (or, for the
+page and the docs, the page's cookie) when the node was given a token (mandatory when it listens beyond
+loopback). Bodies over ``max_body_bytes`` are refused with 413 before they are read; bad input gets a 4xx
+whose ``detail`` names the field and what to send instead; nothing is stored.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from dsonet.network.admin import admin_routes
 from dsonet.network.node import Node, NodeError
 from dsonet.network.transport import TransportError
 from dsonet.network.web import PageGate, SystemText, page_routes
+from dsonet.network.web.docs import docs_routes
+from dsonet.network.web.page import HEADERS as PAGE_HEADERS
 
 DEFAULT_MAX_BODY = 1024 * 1024  # a 7680-dim vector as JSON is ~150 KB; 1 MiB leaves room, refuses floods
 
@@ -53,6 +57,8 @@ class SubmitRequest(BaseModel):
     confidence: float = Field(0.5, ge=0.0, le=1.0)
     vector: list[float] | None = Field(None, description="The text's embedding in the network profile's space; "
                                                          "omit it to let the node encode the text")
+    tags: list[str] = Field(default_factory=list, max_length=8, description="This node's scopes for the lesson, "
+                            "e.g. agent:reviewer, project:billing (kept here, never sent to peers)")
 
 
 class SearchRequest(BaseModel):
@@ -64,6 +70,7 @@ class SearchRequest(BaseModel):
                                          "for the threshold calibrated for the node's space")
     max_tokens: int = Field(MAX_TOKENS, ge=1, le=1_000_000)
     domain: str | None = Field(None, max_length=64)
+    tags: list[str] = Field(default_factory=list, max_length=8, description="Only lessons carrying every one")
 
 
 class OutcomeRequest(BaseModel):
@@ -91,7 +98,8 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
             if manage_node:
                 await node.close()
 
-    app = FastAPI(title="dsonet node", version=__version__, lifespan=lifespan,
+    # /docs is the node's own offline page (`dsonet.network.web.docs`): Swagger UI's assets come from a CDN
+    app = FastAPI(title="dsonet node", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Submit and search experiences; the node shares them with its network.")
     @app.exception_handler(DsoError)
     async def refused(_: Request, exc: DsoError) -> JSONResponse:
@@ -108,15 +116,20 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
 
     @app.post("/experiences", status_code=201)
     async def submit(req: SubmitRequest) -> dict:
-        exp = await node.submit(req.text, req.domain, req.confidence, req.vector)
+        exp = await node.submit(req.text, req.domain, req.confidence, req.vector, tuple(req.tags))
         return exp.to_dict()
 
     @app.get("/experiences")
-    async def listing(domain: str | None = None, limit: int = Query(1000, ge=1, le=10_000)) -> dict:
+    async def listing(domain: str | None = None, limit: int = Query(1000, ge=1, le=10_000),
+                      signer: str | None = Query(None, max_length=64), offset: int | None = Query(None, ge=0)) -> dict:
         """Experiences held (one per id, sorted by id), of one domain or all: what a learner compares
-        its proposals with."""
-        exps = [e for e in await node.all() if domain is None or e.domain == domain][:limit]
-        return {"experiences": [_jsonable(e) for e in exps]}
+        its proposals with. With ``offset`` or ``signer`` (a prefix of its id): a page, newest first, and
+        ``total``, how many match (`dso list --node`)."""
+        if offset is None and signer is None:
+            exps = [e for e in await node.all() if domain is None or e.domain == domain][:limit]
+            return {"experiences": [_jsonable(e) for e in exps]}
+        total, page = await node.listing(domain, signer, limit, offset or 0)
+        return {"experiences": [_jsonable(e) for e in page], "total": total}
 
     @app.get("/experiences/{exp_id}")
     async def get(exp_id: str) -> dict:
@@ -133,7 +146,8 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
 
     @app.post("/search")
     async def search(req: SearchRequest) -> dict:
-        rid, hits = await node.recall(req.query, req.vector, req.k, req.min_similarity, req.max_tokens, req.domain)
+        rid, hits = await node.recall(req.query, req.vector, req.k, req.min_similarity, req.max_tokens, req.domain,
+                                      tuple(req.tags))
         return {"retrieval_id": rid, "hits": [_jsonable(h) for h in hits], "threshold": hits.threshold,
                 "best_score": hits.best_score}
 
@@ -169,6 +183,7 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
 
     app.include_router(admin_routes(node))
     app.include_router(page_routes(node, system_text))
+    app.include_router(docs_routes(app.openapi, PAGE_HEADERS))
 
     # the token is checked, then the body's size, before the app reads a byte of the body; the page
     # alone may also be read on its cookie (`dsonet.network.web.gate`)

@@ -35,15 +35,25 @@ class NodeClient:
             raise NodeClientError(f"{method} {path}: {reply.status_code} {reply.text[:300]}")
         return reply.json()
 
-    def add(self, text: str, domain: str = "general", confidence: float = 0.5, provenance=None) -> Experience:
-        """The node records itself as the provenance; ``provenance`` is accepted for the store protocol."""
-        return Experience.from_dict(self._call("POST", "/experiences", json={"text": text, "domain": domain,
-                                                                             "confidence": confidence}))
+    def add(self, text: str, domain: str = "general", confidence: float = 0.5, tags: tuple[str, ...] = (),
+            provenance=None) -> Experience:
+        """The node records itself as the provenance; ``provenance`` is accepted for the store protocol.
+        ``tags`` go only where given (a node older than them refuses the field)."""
+        body = {"text": text, "domain": domain, "confidence": confidence, **({"tags": list(tags)} if tags else {})}
+        return Experience.from_dict(self._call("POST", "/experiences", json=body))
 
     def all(self, domain: str | None = None) -> list[Experience]:
         """The node's experiences (one per id, at most 10,000), of one domain or all."""
         params = {"limit": 10_000, **({"domain": domain} if domain else {})}
         return [Experience.from_dict(e) for e in self._call("GET", "/experiences", params=params).get("experiences", [])]
+
+    def listing(self, domain: str | None = None, signer: str | None = None, limit: int = 50,
+                offset: int = 0) -> tuple[int, list[Experience]]:
+        """`Library.listing` on the node: a page of its lessons, newest first, and how many match."""
+        params = {"limit": limit, "offset": offset, **({"domain": domain} if domain else {}),
+                  **({"signer": signer} if signer else {})}
+        reply = self._call("GET", "/experiences", params=params)
+        return int(reply.get("total", 0)), [Experience.from_dict(e) for e in reply.get("experiences", [])]
 
     def get(self, exp_id: str) -> Experience | None:
         data = self._call("GET", f"/experiences/{exp_id}")
@@ -61,19 +71,20 @@ class NodeClient:
         return self.add(text, old.domain, old.confidence)
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None) -> Hits:
+               domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
         """The node's hits, with the retrieval id it issued for them (`outcome`)."""
-        rid, hits = self.recall(query, k, min_similarity, max_tokens, domain)
+        rid, hits = self.recall(query, k, min_similarity, max_tokens, domain, tags)
         hits.retrieval_id = rid
         return hits
 
     def recall(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None) -> tuple[str | None, Hits]:
+               domain: str | None = None, tags: tuple[str, ...] = ()) -> tuple[str | None, Hits]:
         """(retrieval id, hits): the id names this search when its outcome is reported (`outcome`);
         None when nothing was found (there is nothing to judge). ``min_similarity`` None: the
         node's calibrated threshold, which the hits carry back with the best score it saw."""
         body = {"query": query, "k": k, "max_tokens": max_tokens, "domain": domain,
-                **({} if min_similarity is None else {"min_similarity": min_similarity})}
+                **({} if min_similarity is None else {"min_similarity": min_similarity}),
+                **({"tags": list(tags)} if tags else {})}
         reply = self._call("POST", "/search", json=body)
         hits = Hits([Hit(Experience.from_dict(h["experience"]), float(h["score"]), tuple(h.get("members", ())),
                          tuple(h.get("sources", ()))) for h in reply.get("hits", [])],

@@ -39,7 +39,7 @@ from dsonet.aggregate import DeltaSoup, DeltaSoupConfig, RoundResult
 from dsonet.codec import Profile, default_profile, profile_of
 from dsonet.encoders.registry import load_encoder
 from dsonet.errors import DsoError
-from dsonet.experience import Experience, Provenance
+from dsonet.experience import Experience, Provenance, check_lesson
 from dsonet.identity import NodeIdentity
 from dsonet.library import Hit, Hits, Library, MergeRule
 from dsonet.library.errors import DamagedFile
@@ -47,6 +47,7 @@ from dsonet.library.merge import THETA_DUP
 from dsonet.library.quarantine import row_damage
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import OutcomeError, Retrievals
+from dsonet.library.tags import checked as checked_tags
 from dsonet.network.access import FairLock, SerialEncoder
 from dsonet.network.ingest import Ingest, Peer
 from dsonet.network.journal import Journal
@@ -158,7 +159,7 @@ class Node:
         self.soup = DeltaSoup(config=soup_config, profiles=[self.profile], rule=self.config.rule, encoder=self.encoder)
         self.library = Library(self.config.data_dir / "library.sqlite", encoder=self.encoder, profile=self.profile,
                                capacity=self.config.capacity, merge=MergeRule(self.config.theta_dup),
-                               trust=self._trust, defer_merge=True, trusted=soup_config.trusted)
+                               trust=self._trust, defer_merge=True, trusted=soup_config.trusted, owner=self.node_id)
         self.library.heal()  # rows damaged in the file are set aside now, not met by a search later
         self.ledger = Ledger(self.library.db)
         self.journal = Journal(self.config.data_dir / "journal.sqlite")  # rounds and reputation, for the page
@@ -249,8 +250,11 @@ class Node:
     # ------------------------------------------------------------------ agent-facing API
 
     async def submit(self, text: str, domain: str = "general", confidence: float = 0.5,
-                     vector: np.ndarray | list | None = None) -> Experience:
-        """Store one experience now (encoding its text unless a vector in the profile's space is given)."""
+                     vector: np.ndarray | list | None = None, tags: tuple[str, ...] = ()) -> Experience:
+        """Store one experience now (encoding its text unless a vector in the profile's space is given),
+        with this node's ``tags`` (`dsonet.library.tags`: kept here, never published)."""
+        check_lesson(text)
+        tags = checked_tags(tags)
         prov = Provenance(self.node_id, self.config.model, int(time.time() * 1000), 0)
         if vector is None:
             if self.encoder is None:
@@ -262,6 +266,8 @@ class Node:
             v = self.check_vector(vector, "vector")
             exp = Experience(text, domain, confidence, prov)
         await self._locked(self.library.add_vectors, [exp], v[None, :])
+        if tags:
+            await self._locked(self.library.tag, exp.id, tags)
         self.ingest.schedule_merge()
         self.metrics.submitted.inc()
         self.publisher.submitted()
@@ -269,9 +275,9 @@ class Node:
 
     async def search(self, query: str | None = None, vector: np.ndarray | list | None = None, k: int = K,
                      min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-                     domain: str | None = None) -> Hits:
+                     domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
         """The library's hits for a query (encoded here) or a vector; ``min_similarity`` None: the
-        threshold calibrated for the library's space."""
+        threshold calibrated for the library's space; ``tags``: only lessons carrying all of them."""
         if (query is None) == (vector is None):
             raise NodeError("query/vector: give exactly one of them")
         t = time.perf_counter()
@@ -281,15 +287,15 @@ class Node:
             if self.encoder is None:
                 raise NodeError("query: this node has no encoder; search with a vector instead")
             q = (await self._encode([query], "query"))[0]
-        hits = await self._locked(self.library.search_vector, q, k, min_similarity, domain, max_tokens)
+        hits = await self._locked(self.library.search_vector, q, k, min_similarity, domain, max_tokens, tags)
         self.metrics.search_seconds.observe(time.perf_counter() - t)
         return hits
 
     async def recall(self, query: str | None = None, vector: np.ndarray | list | None = None, k: int = K,
                      min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-                     domain: str | None = None) -> tuple[str | None, Hits]:
+                     domain: str | None = None, tags: tuple[str, ...] = ()) -> tuple[str | None, Hits]:
         """`search`, with a retrieval id to report the outcome under (`outcome`; None when nothing was found)."""
-        hits = await self.search(query, vector, k, min_similarity, max_tokens, domain)
+        hits = await self.search(query, vector, k, min_similarity, max_tokens, domain, tags)
         return self.retrievals.issue(hits), hits
 
     async def outcome(self, retrieval_id: str, helped: bool | None = None,
@@ -335,6 +341,11 @@ class Node:
 
     async def all(self) -> list[Experience]:
         return await self._locked(self.library.all)
+
+    async def listing(self, domain: str | None = None, signer: str | None = None, limit: int = 50,
+                      offset: int = 0) -> tuple[int, list[Experience]]:
+        """`Library.listing`: a page of the lessons held, newest first, and how many match."""
+        return await self._locked(self.library.listing, domain, signer, limit, offset)
 
     async def get(self, exp_id: str):
         return await self._locked(self.library.get, exp_id)

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import signal
 
-from dsonet.asgi import AnnouncedServer, check_exposure, server_config
+from dsonet.asgi import AnnouncedServer, bind, check_exposure, server_config
 from dsonet.network.access import serving
 from dsonet.network.api import DEFAULT_MAX_BODY, create_app
 from dsonet.network.jetstream import NatsConfig, NatsTransport
@@ -39,6 +39,7 @@ async def serve_node(config: NodeConfig, nats: NatsConfig | None, host: str = "1
 async def _serve(config: NodeConfig, nats: NatsConfig | None, host: str, port: int, token: str | None,
                  max_body_bytes: int, system_text: SystemText | None) -> None:
     check_exposure(host, token)  # beyond loopback only with a token (an empty one is none)
+    sock = bind(host, port)  # a busy port is told before the node opens its library
     transport = await NatsTransport.connect(nats, name=f"dso-{config.data_dir.name}") if nats else InProcessHub().transport()
     node = await Node.open(config, transport)
     app = create_app(node, token=token, max_body_bytes=max_body_bytes, system_text=system_text)
@@ -49,4 +50,4 @@ async def _serve(config: NodeConfig, nats: NatsConfig | None, host: str, port: i
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
-    await server.serve()
+    await server.serve(sockets=[sock])

@@ -21,8 +21,9 @@ streaming or not, and pass the upstream's answer back byte for byte. Every answe
 threshold), ``X-DSO-Threshold`` (the cosine a lesson had to reach: ``min_similarity``, else the
 one calibrated for the memory's space), ``X-DSO-Best-Score`` (the best score the search saw, passed
 or not, so an empty answer says how near it came) and, when lessons were injected,
-``X-DSO-Retrieval-Id`` to send to /v1/outcomes. When the memory cannot be searched (a node that is down), the request still
-goes upstream, without lessons, and ``X-DSO-Error`` says why.
+``X-DSO-Retrieval-Id`` to send to /v1/outcomes. A request's ``X-DSO-Tags: project:billing,agent:x`` keeps
+its lessons to those carrying every tag (the proxy's ``tags`` otherwise). When the memory cannot be searched
+(a node that is down), the request still goes upstream, without lessons, and ``X-DSO-Error`` says why.
 
 Authentication: with ``token``, clients send it as their API key and the proxy talks to the
 upstream with ``upstream_key``; without one (loopback only), the client's own Authorization
@@ -52,11 +53,12 @@ from dsonet.asgi import BearerToken, BodyLimit
 from dsonet.asgi.openai_errors import openai_error_body, openai_response, read_json_object
 from dsonet.errors import DsoError
 from dsonet.learn.code_lessons import refutes
-from dsonet.library import Hit, Hits
+from dsonet.library import Hit, Hits, LibraryError
 from dsonet.library.contract import Store
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import PENDING, UnknownRetrieval
 from dsonet.learn.episodes import responses_messages
+from dsonet.library.tags import checked as checked_tags
 from dsonet.proxy.inject import RequestShapeError, chat_query, inject_chat, inject_responses, responses_query
 from dsonet.proxy.learning import TrafficLearner
 
@@ -65,23 +67,25 @@ RETRIEVAL_HEADER = "x-dso-retrieval-id"
 THRESHOLD_HEADER = "x-dso-threshold"
 BEST_SCORE_HEADER = "x-dso-best-score"
 ERROR_HEADER = "x-dso-error"  # why no lessons were looked up (the request still went upstream)
+TAGS_HEADER = "x-dso-tags"  # a request's scopes (comma-separated), instead of the proxy's --tag ones
 OUTCOME_SHAPES = ('send {"retrieval_id": "<X-DSO-Retrieval-Id of the response>"} with "helped": true|false (every '
                   'lesson), "lessons": {"<id from X-DSO-Lessons>": true|false} (each), or "error": "<the error line '
                   'the code raised>" and "code": "<the code that raised it>" (lessons whose advice it refuses: harmed)')
 log = logging.getLogger(__name__)
 HOP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
 # not passed upstream: the proxy's own connection and framing, the upstream's host, and the key (see upstream_headers)
-CLIENT_ONLY_HEADERS = HOP_HEADERS | {"host", "authorization", "accept-encoding"}
+CLIENT_ONLY_HEADERS = HOP_HEADERS | {"host", "authorization", "accept-encoding", TAGS_HEADER}
 PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
 def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None, token: str | None = None,
                max_body: int = 4 * 1024 * 1024, timeout_s: float = 300.0, k: int = K,
-               min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
+               min_similarity: float | None = None, max_tokens: int = MAX_TOKENS, tags: tuple[str, ...] = (),
                transport: httpx.AsyncBaseTransport | None = None, learner: TrafficLearner | None = None):
     """The proxy as an ASGI app. ``min_similarity`` None: the threshold calibrated for the memory's
-    space. ``transport`` replaces the network in tests of the app alone. ``learner``: every request's
-    history and every answer are read for episodes and outcomes (`dso proxy --learn`)."""
+    space. ``tags``: inject only lessons carrying every one (a request's ``X-DSO-Tags`` replaces them).
+    ``transport`` replaces the network in tests of the app alone. ``learner``: every request's history
+    and every answer are read for episodes and outcomes (`dso proxy --learn`)."""
     base = upstream.rstrip("/")
     client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)), transport=transport)
 
@@ -104,11 +108,11 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
 
     served: OrderedDict[str, list[Hit]] = OrderedDict()  # retrieval id -> its lessons, for an error's verdicts
 
-    async def recall(query: str | None) -> Hits | None:
+    async def recall(query: str | None, scopes: tuple[str, ...]) -> Hits | None:
         if not query:
             return None
         r = await anyio.to_thread.run_sync(
-            lambda: memory.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens))
+            lambda: memory.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, tags=scopes))
         if r.retrieval_id is not None:
             served[r.retrieval_id] = list(r)
             while len(served) > PENDING:
@@ -161,10 +165,12 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
             await anyio.to_thread.run_sync(learn, history)
         try:
             query = query_of(body)
-        except RequestShapeError as exc:
-            return openai_response(400, str(exc))
+            asked = request.headers.get(TAGS_HEADER)
+            scopes = tags if asked is None else checked_tags(t.strip() for t in asked.split(",") if t.strip())
+        except (RequestShapeError, LibraryError) as exc:
+            return openai_response(400, f"{TAGS_HEADER}: {exc}" if isinstance(exc, LibraryError) else str(exc))
         try:
-            r = await recall(query)
+            r = await recall(query, scopes)
         except DsoError as exc:  # the memory (a node, say) is down: answer without lessons, and say why
             log.warning("no lessons for this request: %s", exc)
             reason = " ".join(str(exc).split())[:300].encode("ascii", "replace").decode()

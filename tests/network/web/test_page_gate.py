@@ -43,7 +43,7 @@ def test_the_token_in_the_address_sets_a_page_cookie_that_opens_the_page_and_not
     async def check(client):
         refused = await client.get("/")
         wrong = await client.get("/", params={"token": "guess"})
-        elsewhere = await client.get("/docs", params={"token": TOKEN})
+        elsewhere = await client.get("/stats", params={"token": TOKEN})
         welcome = await client.get("/", params={"token": TOKEN, "text": "case"})
         cookie = {"cookie": welcome.headers["set-cookie"].split(";")[0]}
         page = await client.get("/", headers=cookie)
@@ -59,7 +59,7 @@ def test_the_token_in_the_address_sets_a_page_cookie_that_opens_the_page_and_not
     refused, wrong, elsewhere, welcome, page, api, forged, bearer = _with_node(tmp_path, TOKEN, check)
     for r in (refused, wrong, forged):
         assert r.status_code == 401 and "needs its token" in r.text and "When case 1" not in r.text
-    assert elsewhere.status_code == 401  # the address carries the token to / only
+    assert elsewhere.status_code == 401  # the address carries the token to the page's paths only
     assert welcome.status_code == 303 and welcome.headers["location"] == "/?text=case"
     attrs = [a.strip() for a in welcome.headers["set-cookie"].split(";")]
     assert attrs[0] == f"dso_page={page_cookie(TOKEN)}" and TOKEN not in attrs[0]
@@ -92,3 +92,21 @@ def test_a_lesson_holding_html_reaches_the_markup_escaped(tmp_path):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
     assert "<script" not in page.text and "<img" not in page.text
     assert 'value="asked"' in page.text  # the filter echoed back, in an attribute, escaped too
+
+
+def test_docs_list_every_route_offline_and_open_with_the_page_login(tmp_path):
+    async def check(client):
+        refused = await client.get("/docs")
+        welcome = await client.get("/docs", params={"token": TOKEN})
+        cookie = {"cookie": welcome.headers["set-cookie"].split(";")[0]}
+        return refused, welcome, await client.get("/docs", headers=cookie), await client.get("/openapi.json", headers=cookie)
+
+    refused, welcome, docs, spec = _with_node(tmp_path, TOKEN, check)
+    assert refused.status_code == 401 and "needs its token" in refused.text
+    assert welcome.status_code == 303 and welcome.headers["location"] == "/docs"
+    assert docs.status_code == 200 and spec.status_code == 200
+    for path in spec.json()["paths"]:
+        assert f"<code>{path}</code>" in docs.text
+    assert 'href="/openapi.json"' in docs.text and "<code>query</code>" in docs.text  # POST /search's body fields
+    assert "<script" not in docs.text and "cdn" not in docs.text.lower()  # nothing to fetch from elsewhere
+    assert docs.headers["content-security-policy"].startswith("default-src 'none'")

@@ -1,10 +1,11 @@
 """Who may read the node's page: the API's token, once, in the address; a cookie after that.
 
-A browser cannot send ``Authorization: Bearer``, so ``GET /?token=<token>`` (on ``/`` only) is
-checked in constant time and answered with a redirect to ``/`` (the rest of the address kept) that
+A browser cannot send ``Authorization: Bearer``, so ``GET /?token=<token>`` (on the page's paths only:
+``/``, ``/docs`` and ``/openapi.json``) is checked in constant time and answered with a redirect to
+the same path (the rest of the address kept) that
 sets a cookie: HttpOnly (no script reads it), SameSite=Strict (no other site's page sends it),
-Path=/. The cookie holds a keyed digest of the token, never the token: it opens the page
-(``PAGE_PATHS``, GET and HEAD), and nothing else. Every other request goes on to the API's own
+Path=/. The cookie holds a keyed digest of the token, never the token: it opens the page and the
+API's description (``PAGE_PATHS``, GET and HEAD), and nothing else. Every other request goes on to the API's own
 guard (`dsonet.asgi.BearerToken`), which reads the Authorization header only, so the cookie can
 never write through the API; with the redirect, the token leaves the address bar at once.
 
@@ -21,7 +22,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from dsonet.network.web.html import CSP, refusal
 
-PAGE_PATHS = frozenset({"/"})
+PAGE_PATHS = frozenset({"/", "/docs", "/openapi.json"})  # the page, and the API's description for people
 COOKIE = "dso_page"
 NO_TOKEN = "This node needs its token: open /?token=<the node's token> (the --token it was started with) once."
 
@@ -52,7 +53,7 @@ class PageGate:
         if given:
             if secrets.compare_digest(given[-1].encode("utf-8", "replace"), self.token.encode()):
                 rest = urlencode([(k, v) for k, v in query if k != "token"])  # a bookmarked question stays
-                location = ("/?" + rest if rest else "/").encode("latin-1")
+                location = (scope["path"] + ("?" + rest if rest else "")).encode("latin-1")
                 return await _reply(send, 303, b"", [(b"location", location), (b"set-cookie", self._set_cookie())])
             return await _reply(send, 401, refusal(401, "Wrong token. " + NO_TOKEN).encode(), _html())
         if self._cookie_ok(headers.get(b"cookie", b"")):
