@@ -40,7 +40,8 @@ def _counters(lib: Library, exp_id: str) -> tuple[int, int]:
 def test_search_add_outcome_and_stats_through_the_sdk_client(memory):
     async def session():
         async with Client(build_server(memory)) as c:
-            assert {t.name for t in (await c.list_tools()).tools} == {"search", "add", "list", "record_outcome", "stats"}
+            assert {t.name for t in (await c.list_tools()).tools} == {"search", "add", "learn_from_episode", "list",
+                                                                   "record_outcome", "stats"}
             added = await c.call_tool("add", {"text": LESSON, "domain": "math.ratio", "confidence": 0.8})
             assert not added.is_error
             found = await c.call_tool("search", {"query": LESSON, "min_similarity": 0.5})
@@ -227,3 +228,22 @@ def test_dso_mcp_over_stdio_as_a_desktop_host_launches_it(tmp_path):
     found, bad = anyio.run(session)
     assert [h["text"] for h in found["hits"]] == [LESSON]
     assert bad.is_error and "domain" in bad.content[0].text
+
+
+def test_an_episode_of_the_agents_own_work_becomes_a_lesson_on_probation_or_says_why_not(memory):
+    task = "Write one line of Python that assigns to r the integral of y over x by the trapezoidal rule."
+    refused = "AttributeError: module 'numpy' has no attribute 'trapz'"
+
+    async def session():
+        async with Client(build_server(memory)) as c:
+            learned = await c.call_tool("learn_from_episode", {"task": task, "failed_code": "r = np.trapz(y, x)",
+                                                               "error": refused, "fixed_code": "r = np.trapezoid(y, x)"})
+            nothing = await c.call_tool("learn_from_episode", {"task": task, "failed_code": "r = sum(y)",
+                                                               "error": "ValueError: wrong", "fixed_code": "r = 1"})
+            return learned.structured_content, nothing.structured_content
+
+    learned, nothing = anyio.run(session)
+    assert learned["learned"] and "use np.trapezoid" in learned["text"] and "not np.trapz" in learned["text"]
+    (row,) = memory.library.all()
+    assert row.id == learned["id"] and row.domain == "code" and row.confidence == pytest.approx(0.3)
+    assert not nothing["learned"] and "names nothing" in nothing["reason"] and len(memory.library.all()) == 1

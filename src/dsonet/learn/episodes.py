@@ -31,6 +31,8 @@ _ERROR = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)$", re.MULTILINE)
 _TRACEBACK = "Traceback (most recent call last)"
 # the arguments of a tool call that hold code, in the order tried (smolagents, the Agents SDK's code tools,
 # mini-swe-agent's bash, LangGraph's python REPL)
+PROBATION = 0.3  # confidence of a lesson from an episode: nothing re-ran it, so it starts under a hand-written one
+DOMAIN = "code"  # the domain lessons from episodes are filed under
 CODE_KEYS = ("code", "python_code", "source", "script", "command", "cmd", "query", "input")
 
 

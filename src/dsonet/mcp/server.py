@@ -6,6 +6,8 @@ verbs: add, search, list, delete):
     search          lessons for a task: the rendered block to read, each lesson's id, the threshold and
                     the best score, and a retrieval id (none when no lesson passed)
     add             store one experience ("When X, do Y", at most 32 words)
+    learn_from_episode  code that failed, its error line and the code that then ran: the lesson the error
+                    spells out, stored on probation (`dsonet.learn.episodes`)
     list            the library's lessons, newest first, a page at a time, with ids, domains and authors
     delete          one lesson this node wrote (only when the server runs with --allow-delete; peers'
                     lessons are refused: they are theirs to delete)
@@ -33,6 +35,7 @@ from pydantic import AliasChoices, BaseModel, Field, ValidationError, create_mod
 from dsonet import __version__
 from dsonet.errors import DsoError
 from dsonet.learn.context import system_text
+from dsonet.learn.episodes import DOMAIN, PROBATION, Episode, lesson
 from dsonet.library import Hit, Hits
 from dsonet.library.contract import Store
 from dsonet.library.policy import K
@@ -68,6 +71,13 @@ class AddOut(BaseModel):
     id: str
     text: str
     domain: str
+
+
+class EpisodeOut(BaseModel):
+    learned: bool
+    id: str | None = None
+    text: str | None = None
+    reason: str | None = None
 
 
 class ListedLesson(BaseModel):
@@ -192,6 +202,25 @@ def build_server(memory: Store, *, k: int = K, min_similarity: float | None = No
         """Store one reusable lesson in the library (shared with the network when it runs on a node)."""
         exp = guard(memory.add, text, domain=domain, confidence=confidence, tags=tuple(tags))
         return AddOut(id=exp.id, text=exp.text, domain=exp.domain)
+
+    @server.tool()
+    def learn_from_episode(
+        task: Annotated[str, Field(min_length=1, max_length=8192, description="What the agent was asked to do")],
+        failed_code: Annotated[str, Field(min_length=1, max_length=8192, description="The code that raised")],
+        error: Annotated[str, Field(min_length=1, max_length=2048, description="Its error line, e.g. AttributeError: "
+                                    "module 'numpy' has no attribute 'trapz'")],
+        fixed_code: Annotated[str, Field(min_length=1, max_length=8192,
+                                         description="Later code for the same step that ran without error")],
+    ) -> EpisodeOut:
+        """Turn one episode of your own work (code that failed, its error, the code that then ran) into a
+        lesson for every agent: the rule its error line spells out, stored on probation until outcomes
+        settle it. Nothing is stored where the error names nothing the failed code wrote."""
+        text = lesson(Episode(task, failed_code, error, fixed_code))
+        if text is None:
+            return EpisodeOut(learned=False, reason="the error line names nothing the failed code wrote, so no rule "
+                                                    "lesson follows from it; add one yourself with the add tool")
+        exp = guard(memory.add, text, domain=DOMAIN, confidence=PROBATION, tags=tuple(add_tags))
+        return EpisodeOut(learned=True, id=exp.id, text=exp.text)
 
     @server.tool(name="list")
     def list_lessons(

@@ -28,11 +28,9 @@ from dataclasses import dataclass, field
 
 from dsonet.errors import DsoError
 from dsonet.learn.code_lessons import refutes
-from dsonet.learn.episodes import Episode, attempts, episodes, history_key, lesson
+from dsonet.learn.episodes import DOMAIN, PROBATION, Episode, attempts, episodes, history_key, lesson
 from dsonet.library import Hits
 
-PROBATION = 0.3  # confidence of a lesson learned from traffic: nothing re-ran it, so it starts under a hand-written one
-DOMAIN = "code"
 REMEMBERED = 4096  # episode keys and answered turns kept (oldest forgotten first)
 log = logging.getLogger(__name__)
 
