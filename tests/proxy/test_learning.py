@@ -9,12 +9,13 @@ import httpx
 import openai
 import pytest
 from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
 
 from dsonet.bench.proxy import Served
 from dsonet.encoders import default_encoder
 from dsonet.library import Library
 from dsonet.memory import LocalMemory
-from dsonet.proxy.app import create_app
+from dsonet.proxy.app import chat_answer, create_app, responses_answer
 from dsonet.proxy.learning import PROBATION, TrafficLearner
 
 SETUP = "The code below has run (Python 3.11, numpy 2.4.6).\n```python\nimport numpy as np\nx = np.linspace(0, {n}, 11)\ny = x ** {p}\n```\n"
@@ -29,11 +30,15 @@ def scripted_coder(codes: list[str]) -> FastAPI:
     app.state.requests = []
 
     @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> dict:
+    async def chat(request: Request):
         body = await request.json()
         app.state.requests.append(body)
         n = len(app.state.requests)
         call = {"id": f"call_{n}", "type": "function", "function": {"name": "python", "arguments": json.dumps({"code": codes[n - 1]})}}
+        if body.get("stream"):
+            delta = {"role": "assistant", "content": None, "tool_calls": [{"index": 0, **call}]}
+            return StreamingResponse(iter([_sse({"choices": [{"index": 0, "delta": delta}]})]),
+                                     media_type="text/event-stream")
         return {"id": f"c{n}", "object": "chat.completion", "created": 0, "model": "m",
                 "choices": [{"index": 0, "finish_reason": "tool_calls",
                              "message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
@@ -109,4 +114,39 @@ def test_a_history_posted_to_episodes_is_learned_once_and_a_proxy_that_does_not_
     with Served(create_app(memory, "http://127.0.0.1:9/v1")) as plain:
         refused = httpx.post(f"{plain.url}/v1/episodes", json={"messages": history})
     assert refused.status_code == 409 and "--learn" in refused.json()["error"]["message"]
+    memory.close()
+
+
+def _sse(*events: dict) -> bytes:
+    return b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
+
+
+def test_a_streamed_answers_tool_call_is_read_whole_once_the_stream_ends():
+    args = json.dumps({"code": "r = np.trapezoid(y, x)"})
+    stream = _sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": None, "tool_calls": [
+                      {"index": 0, "id": "call_9", "type": "function", "function": {"name": "python", "arguments": args[:9]}}]}}]},
+                  {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": args[9:]}}]}}]},
+                  {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    (message,) = chat_answer(stream)
+    assert message["tool_calls"] == [{"id": "call_9", "function": {"name": "python", "arguments": args}}]
+    completed = {"type": "response.completed", "response": {"output": [
+        {"type": "function_call", "call_id": "f1", "name": "python", "arguments": args}]}}
+    (call,) = responses_answer(f"event: response.completed\ndata: {json.dumps(completed)}\n\n".encode())
+    assert call["tool_calls"][0]["function"]["arguments"] == args
+    assert chat_answer(b"not an answer") == [] and responses_answer(b"") == []
+
+
+def test_a_streamed_answer_given_with_lessons_gets_its_outcome_from_the_runs_next_request(tmp_path, encoder):
+    memory = LocalMemory(Library(tmp_path / "lib.sqlite", encoder=encoder))
+    lesson = memory.add("When computing the integral of y over x by the trapezoidal rule, use np.trapezoid(y, x), "
+                        "not np.trapz: this environment refuses np.trapz (AttributeError).", "code")
+    with Served(scripted_coder(["r = np.trapezoid(y, x)"] * 2)) as upstream, \
+            Served(create_app(memory, f"{upstream.url}/v1", learner=TrafficLearner(memory), min_similarity=0.5)) as proxy:
+        asked = [{"role": "user", "content": TASK_B}]
+        streamed = httpx.post(f"{proxy.url}/v1/chat/completions", json={"model": "m", "messages": asked, "stream": True})
+        assert streamed.headers["x-dso-lessons"] == lesson.id
+        (answer,) = chat_answer(streamed.content)  # what the client assembled from the stream
+        httpx.post(f"{proxy.url}/v1/chat/completions",
+                   json={"model": "m", "messages": asked + [answer, _result(answer, "20.25")]})
+    assert memory.library.outcomes(lesson.id) == (1, 1)
     memory.close()

@@ -41,6 +41,7 @@ import json
 import logging
 from collections import OrderedDict
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import httpx
@@ -133,7 +134,7 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
                       on_answer=None) -> Response:
         """``content`` to the upstream's ``path`` with the request's method, query and headers; its answer
         back as it comes (an event stream chunk by chunk), with ``extra`` headers. ``on_answer``: called
-        with a whole (not streamed) successful answer's bytes."""
+        with a successful answer's bytes, a stream's once it has ended."""
         url = f"{base}{path}" + (f"?{request.url.query}" if request.url.query else "")
         req = client.build_request(request.method, url, headers=upstream_headers(request), content=content)
         try:
@@ -153,7 +154,8 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
             if on_answer is not None and reply.status_code == 200:
                 await anyio.to_thread.run_sync(on_answer, answer)
             return Response(answer, status_code=reply.status_code, headers=headers)
-        return StreamingResponse(_relay(reply), status_code=reply.status_code, headers=headers,
+        seen = on_answer if reply.status_code == 200 else None
+        return StreamingResponse(_relay(reply, seen), status_code=reply.status_code, headers=headers,
                                  background=BackgroundTask(reply.aclose))
 
     async def complete(request: Request, path: str, query_of, amend, history_of, answer_of) -> Response:
@@ -258,22 +260,57 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
     return BearerToken(guarded, token, error_body=openai_error_body)
 
 
-def chat_answer(answer: bytes) -> list[dict]:
-    """A chat completion's choices as assistant messages ([] for anything else)."""
+def _events(answer: bytes) -> list[dict]:
+    """The JSON objects of an event stream's ``data:`` lines (``[DONE]`` and anything else left out)."""
+    out = []
+    for line in answer.decode("utf-8", "replace").splitlines():
+        if line.startswith("data:") and line[5:].strip() not in ("", "[DONE]"):
+            try:
+                event = json.loads(line[5:])
+            except json.JSONDecodeError:
+                continue
+            if isinstance(event, dict):
+                out.append(event)
+    return out
+
+
+def _json(answer: bytes) -> Any:
     try:
-        body = json.loads(answer)
+        return json.loads(answer)
     except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+
+
+def chat_answer(answer: bytes) -> list[dict]:
+    """A chat completion's first choice as an assistant message, whole or streamed ([] for anything else)."""
+    body = _json(answer)
+    if isinstance(body, dict):
+        choices = body.get("choices") or []
+        first = choices[0] if choices and isinstance(choices[0], dict) else {}
+        return [first["message"]] if isinstance(first.get("message"), dict) else []
+    content, calls = [], {}  # a stream: the first choice's deltas, tool calls joined by their index
+    for event in _events(answer):
+        for choice in event.get("choices") or ():
+            delta = choice.get("delta") if isinstance(choice, dict) and choice.get("index", 0) == 0 else None
+            if not isinstance(delta, dict):
+                continue
+            content.append(delta.get("content") or "")
+            for piece in delta.get("tool_calls") or ():
+                call = calls.setdefault(piece.get("index", 0), {"id": "", "function": {"name": "", "arguments": ""}})
+                call["id"] = piece.get("id") or call["id"]
+                fn = piece.get("function") or {}
+                call["function"]["name"] += fn.get("name") or ""
+                call["function"]["arguments"] += fn.get("arguments") or ""
+    if not content and not calls:
         return []
-    choices = body.get("choices") if isinstance(body, dict) else None
-    return [c["message"] for c in choices or () if isinstance(c, dict) and isinstance(c.get("message"), dict)]
+    return [{"role": "assistant", "content": "".join(content), "tool_calls": [calls[i] for i in sorted(calls)]}]
 
 
 def responses_answer(answer: bytes) -> list[dict]:
-    """A response's output items as assistant messages ([] for anything else)."""
-    try:
-        body = json.loads(answer)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return []
+    """A response's output items as assistant messages, whole or streamed (its response.completed event)."""
+    body = _json(answer)
+    if body is None:
+        body = next((e.get("response") for e in _events(answer) if e.get("type") == "response.completed"), None)
     return responses_messages({"input": body.get("output") or []}) if isinstance(body, dict) else []
 
 
@@ -287,8 +324,14 @@ def warm_up(memory: Store) -> None:
                     exc)
 
 
-async def _relay(reply: httpx.Response):
+async def _relay(reply: httpx.Response, on_answer=None):
     """The upstream's stream, chunk by chunk as it arrives (SSE events pass through untouched;
-    decoded, since the upstream's content-encoding header is not passed on)."""
+    decoded, since the upstream's content-encoding header is not passed on); with ``on_answer``,
+    the whole stream goes to it once it has ended."""
+    kept: list[bytes] = []
     async for chunk in reply.aiter_bytes():
+        if on_answer is not None:
+            kept.append(chunk)
         yield chunk
+    if on_answer is not None:
+        await anyio.to_thread.run_sync(on_answer, b"".join(kept))

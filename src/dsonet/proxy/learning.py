@@ -16,7 +16,7 @@ Every request an agent sends holds its run so far. `TrafficLearner.observe` read
   of it).
 
 An answer whose code never comes back with a result (the run's last) leaves its lessons without an
-outcome. Streamed answers are not yet read for their code, so their lessons get no inferred outcome.
+outcome. A streamed answer is read once its stream has ended (`proxy.app.chat_answer`).
 """
 
 from __future__ import annotations
