@@ -37,6 +37,20 @@ def _closed_by_server(sock: socket.socket) -> bool:
     return data == b"" or data.startswith(b"HTTP/1.1 408")
 
 
+def _still_open(sock: socket.socket) -> bool:
+    """Open with nothing to read yet (not closed, not answered), without waiting."""
+    sock.setblocking(False)
+    try:
+        sock.recv(1024, socket.MSG_PEEK)  # data or an end: answered or closed by the server
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.setblocking(True)
+
+
 def _serving(app, limits: Limits, attack):
     """Run ``app`` with ``limits`` on a free port; ``attack(port, loop, client)`` runs while it serves."""
     port = free_ports(1)[0]
@@ -69,29 +83,29 @@ def _open(port: int, n: int, first: bytes) -> list[socket.socket]:
 def test_slow_requests_time_out_and_a_full_table_gives_way_to_a_whole_request(partial):
     async def attack(port, loop, client):
         socks = await loop.run_in_executor(None, _open, port, 16, partial)  # twice what the table holds
-        t = time.perf_counter()
         during = (await client.post("/echo", content=b"{}")).status_code
-        seconds = time.perf_counter() - t
+        waiting = sum(_still_open(s) for s in socks)  # slow ones the deadlines have not closed yet
         await asyncio.sleep(1.5)  # past both deadlines
         closed = await loop.run_in_executor(None, lambda: [_closed_by_server(s) for s in socks])
         for s in socks:
             s.close()
-        return during, seconds, closed
+        return during, waiting, closed
 
-    during, seconds, closed = _serving(_app, Limits(header_timeout_s=1.0, body_timeout_s=1.0, max_connections=8),
+    during, waiting, closed = _serving(_app, Limits(header_timeout_s=1.0, body_timeout_s=1.0, max_connections=8),
                                        attack)
-    # before: a slow body was never shed nor timed out; with the table full of them a new client was refused
-    assert during == 200 and seconds < 1.0
+    # before: a slow body was never shed nor timed out; with the table full of them a new client was refused.
+    # Served while slow connections were still open: the table gave way, the client did not wait out a deadline
+    assert during == 200 and waiting > 0
     assert all(closed)
 
 
 def test_a_body_that_keeps_trickling_is_cut_at_its_deadline_even_while_bytes_come():
-    def trickle(port: int) -> tuple[bytes, float]:
+    def trickle(port: int) -> bytes:
         sock = _open(port, 1, PARTIAL_BODY)[0]
         t = time.perf_counter()
         sock.settimeout(0.2)
         answer = b""
-        while time.perf_counter() - t < 5 and not answer:
+        while time.perf_counter() - t < 5 and not answer:  # five deadlines' worth: the client's own bound
             try:
                 sock.sendall(b"x")  # one byte every 0.2 s: never idle, never done
                 answer = sock.recv(1024)
@@ -100,13 +114,13 @@ def test_a_body_that_keeps_trickling_is_cut_at_its_deadline_even_while_bytes_com
             except OSError:
                 break
         sock.close()
-        return answer, time.perf_counter() - t
+        return answer
 
     async def attack(port, loop, client):
         return await loop.run_in_executor(None, trickle, port)
 
-    answer, seconds = _serving(_app, Limits(body_timeout_s=1.0), attack)
-    assert answer.startswith(b"HTTP/1.1 408") and seconds < 2.0
+    # a 408 came while bytes kept coming: the body's deadline, not an idle timer and not the client, ended it
+    assert _serving(_app, Limits(body_timeout_s=1.0), attack).startswith(b"HTTP/1.1 408")
 
 
 def test_a_refusal_at_the_headers_closes_the_connection_without_reading_the_body():

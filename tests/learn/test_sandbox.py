@@ -145,7 +145,6 @@ def test_a_run_starved_of_cpu_gets_back_the_time_it_waited_for_a_core():
     assert out.ok and out.value == 1, out
     assert out.seconds > 1.2  # it was starved: the plain wall limit would have killed it
     assert slept.error == "TimeoutError: wall-clock limit of 1 s"  # sleeping is not waiting for a core
-    assert slept.seconds < 3
 
 
 def test_fork_and_a_fork_bomb_cannot_start_a_process(box):
