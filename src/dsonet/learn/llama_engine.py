@@ -74,6 +74,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+STOP_TAIL = 16  # tokens at the answer's end searched for a stop string after each new one
 MIN_COPY = 32  # prompt tokens a copied prefix must save: a copy moves the source's whole KV stream
 
 
@@ -184,12 +185,14 @@ class SlotEngine:
         if self.vocab.is_eog(token):
             return self._finish(slot, "stop", done)
         slot.out.append(token)
-        text = self._detok(slot.out)
-        if req.stop and any(s in text for s in req.stop):
+        # a stop string can only have just appeared at the end: the tail is enough (the whole answer,
+        # detokenized every step, made a long answer's steps cost more and more)
+        if req.stop and any(s in self._detok(slot.out[-STOP_TAIL:]) for s in req.stop):
             return self._finish(slot, "stop", done)
         if len(slot.out) >= req.max_tokens:
             return self._finish(slot, "length", done)
         if req.on_text:  # hold back what could still become a stop string
+            text = self._detok(slot.out)
             # trailing space waits for what follows it: the answer is returned without it
             safe = min(len(text.rstrip()), len(text) - max((len(s) - 1 for s in req.stop), default=0))
             cut = text.find("\ufffd", slot.sent)  # a character whose bytes span tokens not yet all sampled

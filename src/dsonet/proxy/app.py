@@ -163,6 +163,7 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
         if isinstance(body, Response):
             return body
         history = history_of(body)  # as the client sent it, before any injection
+        # before the search, not after the answer: a lesson this history teaches can serve this very request
         if learner is not None:
             await anyio.to_thread.run_sync(learn, history)
         try:
