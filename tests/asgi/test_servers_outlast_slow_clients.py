@@ -21,6 +21,8 @@ import pytest
 
 from dsonet.asgi.protocol import MAX_CONNECTIONS
 from dsonet.bench.proxy import free_port
+from dsonet.encoders.registry import load_encoder
+from dsonet.library import Library
 
 FD_LIMIT = 1024  # the usual `ulimit -n`
 HELD = 2 * MAX_CONNECTIONS
@@ -152,6 +154,7 @@ def test_dso_node_start_serves_a_fresh_client_while_twice_its_cap_are_held(tmp_p
 @pytest.mark.slow
 def test_dso_proxy_serves_a_fresh_client_while_twice_its_cap_are_held(tmp_path):
     port = free_port()
+    Library(tmp_path / "lib.sqlite", encoder=load_encoder("wordllama")).close()  # the proxy reads, never creates
     cmd = ["proxy", "--upstream", "http://127.0.0.1:9/v1", "--db", str(tmp_path / "lib.sqlite"),
            "--encoder", "wordllama"]
     _served_within_a_second(*_hold(cmd, port, lambda c: c.get(f"http://127.0.0.1:{port}/health")))
