@@ -51,11 +51,13 @@ def serve(model: str, host: str, port: int, slots: int, threads: int | None, n_c
       OPENAI_BASE_URL=http://127.0.0.1:8000/v1 OPENAI_API_KEY=none python my_agent.py
     """
     from dsonet.asgi import check_exposure, serve as serve_app
-    from dsonet.learn.llama_llm import LlamaCppLLM, gguf_path
-    from dsonet.serve import ServedModel, create_app
 
     try:
+        # before the imports below: a refused exposure is said even where the learn extra is missing
         check_exposure(host, token)
+        from dsonet.learn.llama_llm import LlamaCppLLM, gguf_path
+        from dsonet.serve import ServedModel, create_app
+
         loaded = LlamaCppLLM(gguf_path(model), MODELS[model].name, threads, n_ctx=n_ctx, slots=slots)
     except DsoError as exc:
         raise click.ClickException(str(exc)) from None
