@@ -5,6 +5,7 @@ and retrieval are real."""
 
 import json
 
+import httpx
 import openai
 import pytest
 from fastapi import FastAPI, Request
@@ -89,4 +90,23 @@ def test_one_agents_fix_becomes_the_next_agents_lesson_and_its_run_the_lessons_o
         assert memory.library.outcomes(lesson.id) == (0, 0)
         _turn(client, [{"role": "user", "content": TASK_B}, answer, _result(answer, result)])
     assert memory.library.outcomes(lesson.id) == uses_helped
+    memory.close()
+
+
+def test_a_history_posted_to_episodes_is_learned_once_and_a_proxy_that_does_not_learn_says_how(tmp_path, encoder):
+    memory = LocalMemory(Library(tmp_path / "lib.sqlite", encoder=encoder))
+    history = [{"role": "user", "content": TASK_A},
+               {"role": "assistant", "content": "```python\nr = np.trapz(y, x)\n```"},
+               {"role": "user", "content": REFUSED},
+               {"role": "assistant", "content": "```python\nr = np.trapezoid(y, x)\n```"},
+               {"role": "user", "content": "0.335"}]
+    with Served(create_app(memory, "http://127.0.0.1:9/v1", learner=TrafficLearner(memory))) as proxy:
+        first = httpx.post(f"{proxy.url}/v1/episodes", json={"messages": history}).json()
+        again = httpx.post(f"{proxy.url}/v1/episodes", json={"messages": history}).json()
+        bad = httpx.post(f"{proxy.url}/v1/episodes", json={"messages": "r = 1"})
+    assert first["episodes"] == 1 and first["lessons"] == [memory.all()[0].id] and again["episodes"] == 0
+    assert bad.status_code == 400 and "messages" in bad.json()["error"]["message"]
+    with Served(create_app(memory, "http://127.0.0.1:9/v1")) as plain:
+        refused = httpx.post(f"{plain.url}/v1/episodes", json={"messages": history})
+    assert refused.status_code == 409 and "--learn" in refused.json()["error"]["message"]
     memory.close()

@@ -2,6 +2,7 @@
 
     POST /v1/chat/completions   lessons for the last user message go into the system message
     POST /v1/responses          ... into ``instructions`` (the Responses API's system message)
+    POST /v1/episodes           {"messages": [...]}: a run's history, learned from (with ``learner``)
     POST /v1/outcomes           {"retrieval_id", "helped"}: did the lessons of that response help?
                                 ({"lessons": {id: bool}}: each; {"error", "code"}: the code the answer
                                 gave failed, and lessons that advised what the error refuses harmed)
@@ -217,6 +218,24 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
         reply = {"retrieval_id": rid, "recorded": recorded}
         return JSONResponse(reply | ({"helped": helped} if lessons is None else {"lessons": lessons})
                             | ({"refuted": refuted} if refuted is not None else {}))
+
+    @app.post("/v1/episodes")
+    async def post_episodes(request: Request) -> Response:
+        """A run's history posted by a framework that does not send its requests through the proxy:
+        learned as if it had (``messages`` as chat completions send them, or ``input`` as Responses)."""
+        if learner is None:
+            return _error(409, "this proxy does not learn from traffic; start it with `dso proxy --learn`")
+        body = await read_body(request)
+        if isinstance(body, Response):
+            return body
+        messages = body.get("messages")
+        if not isinstance(messages, list) and isinstance(body.get("input"), list):
+            messages = responses_messages(body)
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            return _error(400, 'send {"messages": [...]} (a chat history) or {"input": [...]} (Responses items)')
+        learned = await anyio.to_thread.run_sync(learner.observe, messages)
+        return JSONResponse({"episodes": len(learned.episodes), "lessons": learned.lessons,
+                             "outcomes": learned.outcomes})
 
     @app.get("/health")
     async def health() -> dict:
