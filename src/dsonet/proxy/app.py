@@ -224,15 +224,15 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
         """A run's history posted by a framework that does not send its requests through the proxy:
         learned as if it had (``messages`` as chat completions send them, or ``input`` as Responses)."""
         if learner is None:
-            return _error(409, "this proxy does not learn from traffic; start it with `dso proxy --learn`")
-        body = await read_body(request)
+            return openai_response(409, "this proxy does not learn from traffic; start it with `dso proxy --learn`")
+        body = await read_json_object(request)
         if isinstance(body, Response):
             return body
         messages = body.get("messages")
         if not isinstance(messages, list) and isinstance(body.get("input"), list):
             messages = responses_messages(body)
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-            return _error(400, 'send {"messages": [...]} (a chat history) or {"input": [...]} (Responses items)')
+            return openai_response(400, 'send {"messages": [...]} (a chat history) or {"input": [...]} (Responses items)')
         learned = await anyio.to_thread.run_sync(learner.observe, messages)
         return JSONResponse({"episodes": len(learned.episodes), "lessons": learned.lessons,
                              "outcomes": learned.outcomes})
