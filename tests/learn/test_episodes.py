@@ -72,6 +72,11 @@ def test_a_replys_blocks_are_one_attempt_as_smolagents_runs_them():
     assert [a.code for a in attempts([reply])] == ["import numpy as np\n\nprint(np.trapz(y, x))"]
 
 
+def test_smolagents_answer_stopped_at_its_closing_tag_is_still_an_attempt():
+    answer = {"role": "assistant", "content": "Thought: integrate.\n<code>\nprint(np.trapezoid(y, x))"}
+    assert [a.code for a in attempts([answer])] == ["print(np.trapezoid(y, x))"]
+
+
 def test_smolagents_interpreter_attribute_error_reads_as_pythons_and_spells_out_the_lesson():
     refused = ("Call id: call_1\nError:\nCode execution failed at line 'print(np.trapz(y, x))' due to: InterpreterError: "
                "Object <module 'numpy' from '/venv/numpy/__init__.py'> has no attribute trapz\nNow let's retry: take care "

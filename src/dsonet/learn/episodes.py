@@ -26,8 +26,9 @@ from typing import Any, Iterable
 
 from dsonet.learn import code_lessons, parse
 
-# a fenced block, or smolagents' <code> block (its default tags since 1.20)
-_BLOCK = re.compile(r"```[ \t]*(?:py|python|python3)?[ \t]*\n(.*?)```|<code>(.*?)</code>", re.DOTALL)
+# a fenced block, or smolagents' <code> block (its default tags since 1.20), which the model's answer
+# leaves open: smolagents stops the model at "</code>" and closes the block itself
+_BLOCK = re.compile(r"```[ \t]*(?:py|python|python3)?[ \t]*\n(.*?)```|<code>(.*?)(?:</code>|\Z)", re.DOTALL)
 # smolagents' record of what it ran, appended to the turn that wrote it: a Python list of tool calls
 _CALLING_TOOLS = "Calling tools:\n"
 # smolagents' interpreter words a missing module attribute its own way: "InterpreterError: Object
