@@ -1,12 +1,12 @@
 """Episodes read off an agent's own traffic: code that failed, its error line, and later code that ran.
 
 A coding agent (smolagents, the OpenAI Agents SDK, mini-swe-agent, LangGraph ...) resends its whole
-history with every request: the task, each piece of code it wrote (a tool call's arguments or a
-fenced block in its reply) and the result it got back (a tool message, or the next user turn
-holding a traceback or an error line). An attempt that raised, followed by one that ran without an
-error, is the best-against-worst comparison of one query that the learner makes between rollouts,
-with the environment as the reward: the code that ran plays the reference's role, the failed one
-the worst rollout's. No reference answer, no task file and no outcome call are needed.
+history with every request: the task, each piece of code it wrote (a tool call's arguments, a fenced
+or <code> block in its reply, smolagents' "Calling tools:" record of what it ran) and the result it
+got back (a tool message, or the next user turn holding a traceback or an error line). An attempt
+that raised, followed by one that ran without an error, is the best-against-worst comparison of one
+query that the learner makes between rollouts, with the environment as the reward: the code that
+ran plays the reference's role, the failed one the worst rollout's. No reference answer, no task file and no outcome call are needed.
 
 An attempt whose result never came back (the last reply of a run) is unknown, never a success.
 
