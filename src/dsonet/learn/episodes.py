@@ -6,7 +6,8 @@ or <code> block in its reply, smolagents' "Calling tools:" record of what it ran
 got back (a tool message, or the next user turn holding a traceback or an error line). An attempt
 that raised, followed by one that ran without an error, is the best-against-worst comparison of one
 query that the learner makes between rollouts, with the environment as the reward: the code that
-ran plays the reference's role, the failed one the worst rollout's. No reference answer, no task file and no outcome call are needed.
+ran plays the reference's role, the failed one the worst rollout's. No reference answer, no task
+file and no outcome call are needed.
 
 An attempt whose result never came back (the last reply of a run) is unknown, never a success.
 
