@@ -52,7 +52,44 @@ def test_smolagents_fenced_code_and_its_observation_in_the_next_user_turn():
                {"role": "assistant", "content": "Code:\n```py\nr = np.trapezoid(y, x)\n```<end_code>"},
                {"role": "user", "content": "Observation:\nExecution logs:\nLast output from code snippet:\n0.335"}]
     (ep,) = episodes(history)
-    assert ep.error == "AttributeError: module 'numpy' has no attribute 'trapz'" and ep.fixed == "r = np.trapezoid(y, x)\n"
+    assert ep.error == "AttributeError: module 'numpy' has no attribute 'trapz'" and ep.fixed == "r = np.trapezoid(y, x)"
+
+
+def smolagents_turn(thought_and_blocks: str, ran: str, n: int) -> dict:
+    """An assistant turn as smolagents 1.26 resends it: the model's reply, then its record of what it ran."""
+    record = [{"id": f"call_{n}", "type": "function", "function": {"name": "python_interpreter", "arguments": ran}}]
+    return {"role": "assistant", "content": [{"type": "text", "text": f"{thought_and_blocks}</code>\nCalling tools:\n{record}"}]}
+
+
+def test_smolagents_calling_tools_record_is_the_attempt_not_each_block_of_the_reply():
+    reply = "Thought: integrate.\n```python\nimport numpy as np\n```\nthen\n```python\nprint(np.trapz(y, x))\n```"
+    history = [{"role": "user", "content": TASK}, smolagents_turn(reply, "import numpy as np\n\nprint(np.trapz(y, x))", 1)]
+    assert [a.code for a in attempts(history)] == ["import numpy as np\n\nprint(np.trapz(y, x))"]
+
+
+def test_a_replys_blocks_are_one_attempt_as_smolagents_runs_them():
+    reply = {"role": "assistant", "content": "```python\nimport numpy as np\n```\nand\n<code>\nprint(np.trapz(y, x))\n</code>"}
+    assert [a.code for a in attempts([reply])] == ["import numpy as np\n\nprint(np.trapz(y, x))"]
+
+
+def test_smolagents_answer_stopped_at_its_closing_tag_is_still_an_attempt():
+    answer = {"role": "assistant", "content": "Thought: integrate.\n<code>\nprint(np.trapezoid(y, x))"}
+    assert [a.code for a in attempts([answer])] == ["print(np.trapezoid(y, x))"]
+
+
+def test_smolagents_interpreter_attribute_error_reads_as_pythons_and_spells_out_the_lesson():
+    refused = ("Call id: call_1\nError:\nCode execution failed at line 'print(np.trapz(y, x))' due to: InterpreterError: "
+               "Object <module 'numpy' from '/venv/numpy/__init__.py'> has no attribute trapz\nNow let's retry: take care "
+               "not to repeat previous errors! If you have retried several times, try a completely different approach.\n")
+    history = [{"role": "user", "content": TASK},
+               smolagents_turn("```python\nprint(np.trapz(y, x))\n```", "print(np.trapz(y, x))", 1),
+               {"role": "user", "content": [{"type": "text", "text": refused}]},
+               smolagents_turn("```python\nprint(np.trapezoid(y, x))\n```", "print(np.trapezoid(y, x))", 2),
+               {"role": "user", "content": [{"type": "text", "text": "Call id: call_2\nObservation:\nExecution logs:\n0.335\n"
+                                                                      "Last output from code snippet:\nNone"}]}]
+    (ep,) = episodes(history)
+    assert ep.error == "AttributeError: module 'numpy' has no attribute 'trapz'"
+    assert "use np.trapezoid" in lesson(ep) and "not np.trapz" in lesson(ep)
 
 
 def test_responses_function_calls_read_as_tool_calls():

@@ -1,12 +1,13 @@
 """Episodes read off an agent's own traffic: code that failed, its error line, and later code that ran.
 
 A coding agent (smolagents, the OpenAI Agents SDK, mini-swe-agent, LangGraph ...) resends its whole
-history with every request: the task, each piece of code it wrote (a tool call's arguments or a
-fenced block in its reply) and the result it got back (a tool message, or the next user turn
-holding a traceback or an error line). An attempt that raised, followed by one that ran without an
-error, is the best-against-worst comparison of one query that the learner makes between rollouts,
-with the environment as the reward: the code that ran plays the reference's role, the failed one
-the worst rollout's. No reference answer, no task file and no outcome call are needed.
+history with every request: the task, each piece of code it wrote (a tool call's arguments, a fenced
+or <code> block in its reply, smolagents' "Calling tools:" record of what it ran) and the result it
+got back (a tool message, or the next user turn holding a traceback or an error line). An attempt
+that raised, followed by one that ran without an error, is the best-against-worst comparison of one
+query that the learner makes between rollouts, with the environment as the reward: the code that
+ran plays the reference's role, the failed one the worst rollout's. No reference answer, no task
+file and no outcome call are needed.
 
 An attempt whose result never came back (the last reply of a run) is unknown, never a success.
 
@@ -17,6 +18,7 @@ An attempt whose result never came back (the last reply of a run) is unknown, ne
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
@@ -25,7 +27,14 @@ from typing import Any, Iterable
 
 from dsonet.learn import code_lessons, parse
 
-_FENCE = re.compile(r"```[ \t]*(?:py|python|python3)?[ \t]*\n(.*?)```", re.DOTALL)
+# a fenced block, or smolagents' <code> block (its default tags since 1.20), which the model's answer
+# leaves open: smolagents stops the model at "</code>" and closes the block itself
+_BLOCK = re.compile(r"```[ \t]*(?:py|python|python3)?[ \t]*\n(.*?)```|<code>(.*?)(?:</code>|\Z)", re.DOTALL)
+# smolagents' record of what it ran, appended to the turn that wrote it: a Python list of tool calls
+_CALLING_TOOLS = "Calling tools:\n"
+# smolagents' interpreter words a missing module attribute its own way: "InterpreterError: Object
+# <module 'numpy' from '...'> has no attribute trapz"; said as Python says it, a lesson can read it
+_INTERPRETER_ATTRIBUTE = re.compile(r"InterpreterError: Object <module '([\w.]+)'[^>]*> has no attribute (\w+)")
 # "AttributeError: module 'numpy' has no attribute 'trapz'" and the like; the last one a result names
 _ERROR = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)$", re.MULTILINE)
 _TRACEBACK = "Traceback (most recent call last)"
@@ -51,7 +60,9 @@ class Attempt:
         found = _ERROR.findall(self.result)
         if found:
             kind, message = found[-1]
-            return f"{kind}: {message.strip()}"
+            line = f"{kind}: {message.strip()}"
+            attribute = _INTERPRETER_ATTRIBUTE.search(line)
+            return f"AttributeError: module '{attribute[1]}' has no attribute '{attribute[2]}'" if attribute else line
         return "Error: a traceback without an error line" if _TRACEBACK in self.result else None
 
     @property
@@ -96,33 +107,53 @@ def _tool_code(arguments: Any) -> str:
     return arguments if isinstance(arguments, str) else ""
 
 
+def _ran_by_smolagents(text: str) -> str | None:
+    """The code of smolagents' "Calling tools:" record in a turn's text (what its executor ran), None without one."""
+    _, found, record = text.rpartition(_CALLING_TOOLS)
+    if not found:
+        return None
+    try:
+        calls = ast.literal_eval(record.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    codes = [_tool_code((c.get("function") or {}).get("arguments")) for c in calls if isinstance(c, dict)] \
+        if isinstance(calls, list) else []
+    return "\n\n".join(c for c in codes if c.strip()) or None
+
+
+def _written_code(text: str) -> str:
+    """The code an assistant turn wrote as text: smolagents' record of what it ran, else every block
+    of the turn joined (smolagents runs a reply's blocks as one program, and one result answers the turn)."""
+    ran = _ran_by_smolagents(text)
+    if ran is not None:
+        return ran
+    return "\n\n".join(b.strip() for pair in _BLOCK.findall(text) for b in pair if b.strip())
+
+
 def attempts(messages: Iterable[dict]) -> list[Attempt]:
     """Every piece of code the assistant wrote, in order, each with the result that came back for it."""
     out: list[Attempt] = []
-    open_blocks: list[int] = []  # fenced attempts of the last assistant turn, answered by the next user turn
+    open_text: int | None = None  # the last assistant turn's attempt written as text, answered by the next user turn
     by_call: dict[str, int] = {}
     for turn, m in enumerate(messages):
         role = m.get("role")
         if role == "assistant":
-            open_blocks = []
+            open_text = None
             for call in m.get("tool_calls") or ():
                 code = _tool_code((call.get("function") or {}).get("arguments"))
                 if code.strip():
                     by_call[call.get("id", "")] = len(out)
                     out.append(Attempt(code, None, call.get("id", ""), turn))
-            if not m.get("tool_calls"):
-                for block in _FENCE.findall(text_of(m.get("content"))):
-                    if block.strip():
-                        open_blocks.append(len(out))
-                        out.append(Attempt(block, None, "", turn))
+            code = "" if m.get("tool_calls") else _written_code(text_of(m.get("content")))
+            if code:
+                open_text = len(out)
+                out.append(Attempt(code, None, "", turn))
         elif role == "tool" and m.get("tool_call_id") in by_call:
             i = by_call.pop(m["tool_call_id"])
             out[i] = replace(out[i], result=text_of(m.get("content")))
-        elif role == "user" and open_blocks:
-            result = text_of(m.get("content"))
-            for i in open_blocks:
-                out[i] = replace(out[i], result=result)
-            open_blocks = []
+        elif role == "user" and open_text is not None:
+            out[open_text] = replace(out[open_text], result=text_of(m.get("content")))
+            open_text = None
     return out
 
 
