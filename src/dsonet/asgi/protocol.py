@@ -18,7 +18,12 @@ issue 24). Here:
   busy with a whole request is the new one refused;
 - a response sent before its request's body came in (a refusal: 401, 413) closes the connection:
   the rest of the body is not read (a chunked body without a token streamed 300 MB to the node
-  before, issue 24).
+  before, issue 24);
+- when descriptors run out all the same (a burst of connections accepted before the cap could shed
+  any), asyncio stops accepting for a second and reports each failed accept to the loop's exception
+  handler; `survive_loop_errors` makes that report one line every `NOTE_EVERY_S`, never a traceback,
+  and a report that fails (a log handler that itself needs a descriptor to render a traceback)
+  falls back to a bare write on stderr instead of ending the process.
 
 A deployment facing the open internet should still sit behind a reverse proxy (nginx's
 ``client_header_timeout``, ``client_body_timeout``, ``limit_conn``): one address can open many
@@ -28,6 +33,9 @@ connections, and this process cannot tell a slow client from an attacker.
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
+import os
 import resource
 from dataclasses import dataclass
 
@@ -40,6 +48,8 @@ MAX_CONNECTIONS = 512
 # descriptors kept for what is not a client's socket: the library file and its journal, NATS,
 # model files, logs, an upstream connection per proxied request (`fds_per_connection`)
 FD_RESERVE = 64
+NOTE_EVERY_S = 10.0  # how often running out of descriptors is said while it lasts
+_OUT_OF_FDS = (errno.EMFILE, errno.ENFILE)
 _TIMEOUT_REPLY = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 
 
@@ -49,6 +59,41 @@ def connection_cap(fds_per_connection: int = 1, limit: int = MAX_CONNECTIONS) ->
     if soft == resource.RLIM_INFINITY:
         return limit
     return max(1, min(limit, (soft - FD_RESERVE) // fds_per_connection))
+
+
+log = logging.getLogger(__name__)
+
+
+def survive_loop_errors(loop: asyncio.AbstractEventLoop, name: str) -> None:
+    """Install on ``loop`` an exception handler that cannot end the process: descriptors running
+    out are said in one line every `NOTE_EVERY_S` (asyncio resumes accepting a second later, and the
+    connection cap sheds the slowest meanwhile); any other error goes to asyncio's own report."""
+    quiet_until = 0.0
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        nonlocal quiet_until
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in _OUT_OF_FDS:
+            if loop.time() >= quiet_until:
+                quiet_until = loop.time() + NOTE_EVERY_S
+                soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+                _report(f"{name}: out of file descriptors (ulimit -n {soft}): new connections wait while the "
+                        "slowest are shed; raise `ulimit -n` if this load is legitimate")
+            return
+        try:
+            loop.default_exception_handler(context)
+        except Exception:  # the report itself failed: a log handler that needed a descriptor, say
+            _report(f"{name}: {context.get('message', 'error in the event loop')}: {exc!r}")
+
+    loop.set_exception_handler(handle)
+
+
+def _report(line: str) -> None:
+    """One warning; straight to stderr when logging fails (out of descriptors, a handler's own error)."""
+    try:
+        log.warning(line)
+    except Exception:
+        os.write(2, f"{line}\n".encode(errors="replace"))
 
 
 @dataclass(frozen=True)
