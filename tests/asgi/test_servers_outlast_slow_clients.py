@@ -29,6 +29,8 @@ HOLD_S = 6.0
 TRICKLE_S = 3.0  # a byte every 3 s, as the attacks of issue 24 sent
 READY_S = 180
 SLOW_HEADERS = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: "
+TOKEN = "s3cret"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SLOW_BODY = b"POST /health HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
 
 
@@ -62,7 +64,7 @@ class SlowClients:
                 if self.stop.is_set():
                     return
                 try:
-                    if s is None:
+                    if s is None or _answered(s):
                         raise OSError
                     s.send(b"a")
                 except OSError:
@@ -86,6 +88,15 @@ class SlowClients:
                 s.close()
 
 
+def _answered(s: socket.socket) -> bool:
+    """Whether the server answered (its 408) or closed this slow connection."""
+    try:
+        s.recv(1024)
+    except BlockingIOError:
+        return False
+    return True
+
+
 def _fresh(request) -> float:
     """Seconds a new client waits for its answer (a failed or late request: the assertion says so)."""
     t = time.perf_counter()
@@ -105,8 +116,8 @@ def _room_for_the_attack(held: int) -> None:
 
 
 def _hold(cmd: list[str], request, port: int, kinds: tuple[bytes, ...] = (SLOW_HEADERS, SLOW_BODY),
-          fd_limit: int = FD_LIMIT, held: int = HELD) -> tuple[list[float], list[float], int]:
-    """Start ``cmd`` under ``ulimit -n fd_limit``, hold ``held`` slow connections to it for `HOLD_S`;
+          fd_limit: int = FD_LIMIT, held: int = HELD, hold_s: float = HOLD_S) -> tuple[list[float], list[float], int]:
+    """Start ``cmd`` under ``ulimit -n fd_limit``, hold ``held`` slow connections to it for ``hold_s``;
     fresh clients' waits during the hold and right after it, and how often the slow ones were shed."""
     _room_for_the_attack(held)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -121,7 +132,7 @@ def _hold(cmd: list[str], request, port: int, kinds: tuple[bytes, ...] = (SLOW_H
         with SlowClients(port, held, kinds) as slow:
             time.sleep(1.0)
             during = []
-            end = time.monotonic() + HOLD_S
+            end = time.monotonic() + hold_s
             while time.monotonic() < end:
                 during.append(_fresh(request))
                 time.sleep(0.5)
@@ -143,15 +154,15 @@ def _served_within_a_second(during: list[float], after: list[float], reconnects:
     assert statistics.median(after) < 1.0, after
 
 
-def _node(tmp_path, port: int):
+def _node(tmp_path, port: int, token: list[str] = ()):
     cmd = ["node", "start", "--data-dir", str(tmp_path / "node"), "--encoder", "none", "--dim", "16",
-           "--log-level", "WARNING"]
-    return cmd, lambda c: c.get(f"http://127.0.0.1:{port}/stats")
+           "--log-level", "WARNING", *token]
+    return cmd, lambda c: c.get(f"http://127.0.0.1:{port}/stats", headers=AUTH if token else None)
 
 
-def _proxy(tmp_path, port: int):
+def _proxy(tmp_path, port: int, token: list[str] = ()):
     cmd = ["proxy", "--upstream", "http://127.0.0.1:9/v1", "--db", str(tmp_path / "lib.sqlite"),
-           "--encoder", "wordllama"]
+           "--encoder", "wordllama", *token]
     return cmd, lambda c: c.get(f"http://127.0.0.1:{port}/health")
 
 
@@ -188,9 +199,24 @@ def test_dso_mcp_over_http_serves_a_fresh_client_while_twice_its_cap_are_held(tm
 
 @pytest.mark.parametrize("server", [_node, _proxy, _mcp], ids=["node", "proxy", "mcp"])
 def test_every_server_outlives_running_out_of_file_descriptors(tmp_path, server):
-    """Under ``ulimit -n 256`` (a cap of 192), 400 slow connections that reconnect when shed: accepts fail
+    """Under ``ulimit -n 256`` (a cap of 192), 300 slow connections that reconnect when shed: accepts fail
     with EMFILE again and again, and the server keeps answering. Before, `dso mcp` exited with code 1: the
     rich handler that logged the failed accept needed a descriptor to render its traceback."""
     port = free_port()
     cmd, request = server(tmp_path, port)
-    _served_within_a_second(*_hold(cmd, request, port, (SLOW_HEADERS,), fd_limit=256, held=400))
+    _served_within_a_second(*_hold(cmd, request, port, (SLOW_HEADERS,), fd_limit=256, held=300))
+
+
+@pytest.mark.parametrize("server, path", [(_node, "/experiences"), (_proxy, "/v1/chat/completions")],
+                         ids=["node", "proxy"])
+def test_slow_bodies_from_clients_that_hold_the_token_are_cut_within_seconds(tmp_path, server, path):
+    """60 clients holding the token send a body a byte every 3 s: each is cut (408) after its 10 s of grace,
+    and comes back, while fresh clients are served. Before, the proxy held such bodies for their whole
+    30 s deadline: an attack that held 300 of them for 30 s saw none closed."""
+    port = free_port()
+    slow = (f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{").encode()
+    cmd, request = server(tmp_path, port, ["--token", TOKEN])
+    during, after, reconnects = _hold(cmd, request, port, (slow,), held=60, hold_s=15.0)
+    assert reconnects >= 60  # every slow body was cut at least once within the hold
+    _served_within_a_second(during, after, reconnects)

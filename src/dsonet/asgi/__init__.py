@@ -83,7 +83,9 @@ def server_config(app, host: str, port: int, limits: Limits = Limits(), **config
     """uvicorn's settings for every server here: the guarded protocol (`dsonet.asgi.protocol`) with
     ``limits``. uvicorn's own ``limit_concurrency`` stays off: it counts connections still sending
     their request, so slow ones could make every real request 503; requests in flight are bounded
-    by the connection cap."""
+    by the connection cap. A SIGTERM waits at most ``timeout_graceful_shutdown`` (10 s) for requests in
+    flight: a server that slow clients or open sessions hold still exits."""
+    config.setdefault("timeout_graceful_shutdown", 10)
     return uvicorn.Config(app, host=host, port=port, log_level="warning", http=guarded_protocol(limits),
                           timeout_keep_alive=limits.keep_alive_s, **config)
 
