@@ -99,28 +99,43 @@ def test_slow_requests_time_out_and_a_full_table_gives_way_to_a_whole_request(pa
     assert all(closed)
 
 
-def test_a_body_that_keeps_trickling_is_cut_at_its_deadline_even_while_bytes_come():
-    def trickle(port: int) -> bytes:
-        sock = _open(port, 1, PARTIAL_BODY)[0]
-        t = time.perf_counter()
-        sock.settimeout(0.2)
-        answer = b""
-        while time.perf_counter() - t < 5 and not answer:  # five deadlines' worth: the client's own bound
-            try:
-                sock.sendall(b"x")  # one byte every 0.2 s: never idle, never done
-                answer = sock.recv(1024)
-            except socket.timeout:
-                continue
-            except OSError:
-                break
-        sock.close()
-        return answer
+def _send_body(port: int, chunk: bytes, every_s: float, for_s: float) -> tuple[bytes, float]:
+    """A 1 MB body sent as ``chunk`` every ``every_s`` for at most ``for_s``: the server's first answer, and when."""
+    sock = _open(port, 1, b"POST /echo HTTP/1.1\r\nHost: node\r\nContent-Length: 1000000\r\n\r\n")[0]
+    sock.settimeout(every_s)
+    t = time.perf_counter()
+    answer = b""
+    while time.perf_counter() - t < for_s and not answer:
+        try:
+            sock.sendall(chunk)
+            answer = sock.recv(1024)
+        except socket.timeout:
+            continue
+        except OSError:
+            break
+    sock.close()
+    return answer, time.perf_counter() - t
 
+
+def test_a_body_that_keeps_trickling_is_cut_at_its_deadline_even_while_bytes_come():
     async def attack(port, loop, client):
-        return await loop.run_in_executor(None, trickle, port)
+        return await loop.run_in_executor(None, _send_body, port, b"x", 0.2, 5.0)  # never idle, never done
 
     # a 408 came while bytes kept coming: the body's deadline, not an idle timer and not the client, ended it
     assert _serving(_app, Limits(body_timeout_s=1.0), attack).startswith(b"HTTP/1.1 408")
+
+
+def test_a_body_slower_than_the_minimum_rate_is_cut_long_before_the_body_deadline():
+    limits = Limits(header_timeout_s=1.0, body_timeout_s=30.0, min_body_rate=500)
+
+    async def attack(port, loop, client):
+        trickle = loop.run_in_executor(None, _send_body, port, b"x", 0.2, 5.0)  # 5 B/s
+        steady = loop.run_in_executor(None, _send_body, port, b"x" * 2000, 0.2, 3.0)  # 10 KB/s
+        return await trickle, await steady
+
+    (trickled, seconds), (steady, _) = _serving(_app, limits, attack)
+    assert trickled.startswith(b"HTTP/1.1 408") and seconds < 2.0  # its grace, not the 30 s deadline
+    assert steady == b""  # 3 s in, past the grace: still being read
 
 
 def test_a_refusal_at_the_headers_closes_the_connection_without_reading_the_body():

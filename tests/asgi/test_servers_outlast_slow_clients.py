@@ -7,6 +7,7 @@ Before (issue 24): the node, whose cap shed slow headers but not slow bodies, le
 unanswered while slow bodies filled it; `dso proxy` ran out of file descriptors and stopped
 answering for good; `dso mcp` crashed on EMFILE and exited."""
 
+import functools
 import os
 import resource
 import socket
@@ -30,11 +31,13 @@ HOLD_S = 6.0
 TRICKLE_S = 3.0  # a byte every 3 s, as the attacks of issue 24 sent
 READY_S = 180
 SLOW_HEADERS = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: "
+TOKEN = "s3cret"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 SLOW_BODY = b"POST /health HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
 
 
-def _fd_limit() -> None:
-    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
+def _fd_limit(n: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
 
 
 class SlowClients:
@@ -63,7 +66,7 @@ class SlowClients:
                 if self.stop.is_set():
                     return
                 try:
-                    if s is None:
+                    if s is None or _answered(s):
                         raise OSError
                     s.send(b"a")
                 except OSError:
@@ -87,6 +90,15 @@ class SlowClients:
                 s.close()
 
 
+def _answered(s: socket.socket) -> bool:
+    """Whether the server answered (its 408) or closed this slow connection."""
+    try:
+        s.recv(1024)
+    except BlockingIOError:
+        return False
+    return True
+
+
 def _fresh(request) -> float:
     """Seconds a new client waits for its answer (a failed or late request: the assertion says so)."""
     t = time.perf_counter()
@@ -95,32 +107,34 @@ def _fresh(request) -> float:
     return time.perf_counter() - t
 
 
-def _room_for_the_attack() -> None:
-    """This process holds `HELD` sockets: raise its own fd limit where the machine's is the usual 1,024."""
+def _room_for_the_attack(held: int) -> None:
+    """This process holds ``held`` sockets: raise its own fd limit where the machine's is the usual 1,024."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = HELD + 512
+    need = held + 512
     if soft < need:
         if hard != resource.RLIM_INFINITY and hard < need:
-            pytest.skip(f"the fd limit's hard cap ({hard}) leaves no room for {HELD} slow connections")
+            pytest.skip(f"the fd limit's hard cap ({hard}) leaves no room for {held} slow connections")
         resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
 
 
-def _hold(cmd: list[str], port: int, request,
-          kinds: tuple[bytes, ...] = (SLOW_HEADERS, SLOW_BODY)) -> tuple[list[float], list[float], int]:
-    _room_for_the_attack()
+def _hold(cmd: list[str], request, port: int, kinds: tuple[bytes, ...] = (SLOW_HEADERS, SLOW_BODY),
+          fd_limit: int = FD_LIMIT, held: int = HELD, hold_s: float = HOLD_S) -> tuple[list[float], list[float], int]:
+    """Start ``cmd`` under ``ulimit -n fd_limit``, hold ``held`` slow connections to it for ``hold_s``;
+    fresh clients' waits during the hold and right after it, and how often the slow ones were shed."""
+    _room_for_the_attack(held)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.Popen([sys.executable, "-m", "dsonet.cli.main", *cmd, "--port", str(port)],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=env, preexec_fn=_fd_limit)
+                            env=env, preexec_fn=functools.partial(_fd_limit, fd_limit))
     try:
         deadline = time.monotonic() + READY_S
         while b"listening on" not in proc.stderr.readline():
             assert proc.poll() is None and time.monotonic() < deadline, f"not ready: exit {proc.poll()}"
         threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep its stderr flowing
-        with SlowClients(port, HELD, kinds) as slow:
+        with SlowClients(port, held, kinds) as slow:
             time.sleep(1.0)
             during = []
-            end = time.monotonic() + HOLD_S
+            end = time.monotonic() + hold_s
             while time.monotonic() < end:
                 during.append(_fresh(request))
                 time.sleep(0.5)
@@ -142,32 +156,70 @@ def _served_within_a_second(during: list[float], after: list[float], reconnects:
     assert statistics.median(after) < 1.0, after
 
 
+def _node(tmp_path, port: int, token: list[str] = ()):
+    cmd = ["node", "start", "--data-dir", str(tmp_path / "node"), "--encoder", "none", "--dim", "16",
+           "--log-level", "WARNING", *token]
+    return cmd, lambda c: c.get(f"http://127.0.0.1:{port}/stats", headers=AUTH if token else None)
+
+
+def _proxy(tmp_path, port: int, token: list[str] = ()):
+    Library(tmp_path / "lib.sqlite", encoder=load_encoder("wordllama")).close()  # the proxy reads, never creates
+    cmd = ["proxy", "--upstream", "http://127.0.0.1:9/v1", "--db", str(tmp_path / "lib.sqlite"),
+           "--encoder", "wordllama", *token]
+    return cmd, lambda c: c.get(f"http://127.0.0.1:{port}/health")
+
+
+def _mcp(tmp_path, port: int):
+    """Over a node that is down: no encoder to load, and the MCP SDK's own logging (rich tracebacks), as
+    with the default encoder; wordllama's import would have set up plain logging first."""
+    pytest.importorskip("mcp")
+    cmd = ["mcp", "--transport", "http", "--node", "http://127.0.0.1:9", "--timeout", "1"]
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                  "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                             "clientInfo": {"name": "fresh", "version": "1"}}}
+    return cmd, lambda c: c.post(f"http://127.0.0.1:{port}/mcp", json=initialize,
+                                 headers={"Accept": "application/json, text/event-stream"})
+
+
 @pytest.mark.slow
 def test_dso_node_start_serves_a_fresh_client_while_twice_its_cap_are_held(tmp_path):
     port = free_port()
-    cmd = ["node", "start", "--data-dir", str(tmp_path / "node"), "--encoder", "none", "--dim", "16",
-           "--log-level", "WARNING"]
     # slow bodies only, as the attack on the node did: its old cap shed slow headers, never slow bodies
-    _served_within_a_second(*_hold(cmd, port, lambda c: c.get(f"http://127.0.0.1:{port}/stats"), (SLOW_BODY,)))
+    _served_within_a_second(*_hold(*_node(tmp_path, port), port, (SLOW_BODY,)))
 
 
 @pytest.mark.slow
 def test_dso_proxy_serves_a_fresh_client_while_twice_its_cap_are_held(tmp_path):
     port = free_port()
-    Library(tmp_path / "lib.sqlite", encoder=load_encoder("wordllama")).close()  # the proxy reads, never creates
-    cmd = ["proxy", "--upstream", "http://127.0.0.1:9/v1", "--db", str(tmp_path / "lib.sqlite"),
-           "--encoder", "wordllama"]
-    _served_within_a_second(*_hold(cmd, port, lambda c: c.get(f"http://127.0.0.1:{port}/health")))
+    _served_within_a_second(*_hold(*_proxy(tmp_path, port), port))
 
 
 @pytest.mark.slow
 def test_dso_mcp_over_http_serves_a_fresh_client_while_twice_its_cap_are_held(tmp_path):
-    pytest.importorskip("mcp")
     port = free_port()
-    cmd = ["mcp", "--transport", "http", "--db", str(tmp_path / "lib.sqlite"), "--encoder", "wordllama"]
-    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                  "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                             "clientInfo": {"name": "fresh", "version": "1"}}}
-    _served_within_a_second(*_hold(cmd, port, lambda c: c.post(
-        f"http://127.0.0.1:{port}/mcp", json=initialize,
-        headers={"Accept": "application/json, text/event-stream"})))
+    _served_within_a_second(*_hold(*_mcp(tmp_path, port), port))
+
+
+@pytest.mark.parametrize("server", [_node, _proxy, _mcp], ids=["node", "proxy", "mcp"])
+def test_every_server_outlives_running_out_of_file_descriptors(tmp_path, server):
+    """Under ``ulimit -n 256`` (a cap of 192), 300 slow connections that reconnect when shed: accepts fail
+    with EMFILE again and again, and the server keeps answering. Before, `dso mcp` exited with code 1: the
+    rich handler that logged the failed accept needed a descriptor to render its traceback."""
+    port = free_port()
+    cmd, request = server(tmp_path, port)
+    _served_within_a_second(*_hold(cmd, request, port, (SLOW_HEADERS,), fd_limit=256, held=300))
+
+
+@pytest.mark.parametrize("server, path", [(_node, "/experiences"), (_proxy, "/v1/chat/completions")],
+                         ids=["node", "proxy"])
+def test_slow_bodies_from_clients_that_hold_the_token_are_cut_within_seconds(tmp_path, server, path):
+    """60 clients holding the token send a body a byte every 3 s: each is cut (408) after its 10 s of grace,
+    and comes back, while fresh clients are served. Before, the proxy held such bodies for their whole
+    30 s deadline: an attack that held 300 of them for 30 s saw none closed."""
+    port = free_port()
+    slow = (f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{").encode()
+    cmd, request = server(tmp_path, port, ["--token", TOKEN])
+    during, after, reconnects = _hold(cmd, request, port, (slow,), held=60, hold_s=15.0)
+    assert reconnects >= 60  # every slow body was cut at least once within the hold
+    _served_within_a_second(during, after, reconnects)

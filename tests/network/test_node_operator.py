@@ -8,10 +8,12 @@ import sqlite3
 
 import httpx
 import numpy as np
+import pytest
 
 from dsonet.codec import make_batch
 from dsonet.experience import Experience
 from dsonet.identity import NodeIdentity
+from dsonet.library.errors import DamagedFile
 from dsonet.network.api import create_app
 from dsonet.network.node import Node, NodeConfig
 from dsonet.network.transport import InProcessHub, subject_for
@@ -128,3 +130,38 @@ def test_an_operator_lists_bans_and_resets_a_key(tmp_path):
     assert reset["banned"] is False and reset["ban_lifted"] is True and reset["reputation"] == 0.5
     assert set(first) <= seen_reset
     assert bad.status_code == 400 and bad.json()["detail"].startswith("key: 'not-a-key' is not a node id")
+
+
+def test_a_page_damaged_while_serving_is_refused_in_one_line_and_said_on_health(tmp_path, caplog):
+    """The outbox's table pointed at a page that is not a table's (what a broken page reads as): publishing
+    fails in one line naming the file and the fix, /health says so, the rest is served, no traceback."""
+
+    async def serve():
+        node, client = await _served(tmp_path, InProcessHub())
+        try:
+            await node.submit("When case 0 comes up, do step 0.", "math", vector=_vec(0))
+            db = sqlite3.connect(tmp_path / "library.sqlite")
+            (index_page,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'sqlite_autoindex_meta_1'"
+                                       ).fetchone()
+            (version,) = db.execute("PRAGMA schema_version").fetchone()
+            db.execute("PRAGMA writable_schema = ON")
+            db.execute("UPDATE sqlite_master SET rootpage = ? WHERE name = 'outbox'", (index_page,))
+            db.execute(f"PRAGMA schema_version = {version + 1}")  # the node's connection reads the schema again
+            db.commit()
+            db.close()
+            with pytest.raises(DamagedFile) as flushed:  # the batch's way out reads the outbox
+                await node.flush()
+            health = (await client.get("/health")).json()
+            listed = await client.get("/experiences")
+        finally:
+            await client.aclose()
+            await node.close()
+        return str(flushed.value), health, listed
+
+    with caplog.at_level(logging.INFO):
+        flushed, health, listed = asyncio.run(serve())
+    library = tmp_path / "library.sqlite"
+    assert f"{library} is damaged (database disk image is malformed)" in flushed and f"mv {library}" in flushed
+    assert health["status"] == "damaged" and health["problem"] == flushed
+    assert listed.status_code == 200  # what the broken page does not hold is still served
+    assert not [r for r in caplog.records if r.exc_info]  # no traceback anywhere

@@ -17,6 +17,7 @@ three run on: it says one "listening on URL" line once the app has started and t
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import ipaddress
 import json
@@ -28,7 +29,7 @@ from typing import Any
 
 import uvicorn
 
-from dsonet.asgi.protocol import Limits, guarded_protocol
+from dsonet.asgi.protocol import Limits, guarded_protocol, survive_loop_errors
 from dsonet.errors import DsoError
 
 ErrorBody = Callable[[int, str], bytes]  # (status, message) -> the JSON body of a refusal
@@ -65,13 +66,15 @@ def detail_body(status: int, message: str) -> bytes:
 
 class AnnouncedServer(uvicorn.Server):
     """uvicorn's server, saying ``<name> listening on http://HOST:PORT<path>`` on stderr once it is
-    ready: after the app's lifespan has started (models loaded) and the socket is bound."""
+    ready: after the app's lifespan has started (models loaded) and the socket is bound. Errors its
+    loop reports, descriptors running out among them, cannot end it (`survive_loop_errors`)."""
 
     def __init__(self, config: uvicorn.Config, name: str, path: str = ""):
         super().__init__(config)
         self.name, self.path = name, path
 
     async def startup(self, sockets=None) -> None:
+        survive_loop_errors(asyncio.get_running_loop(), self.name)
         await super().startup(sockets)
         if self.started:
             print(f"{self.name} listening on {self.url}", file=sys.stderr, flush=True)
@@ -88,7 +91,9 @@ def server_config(app, host: str, port: int, limits: Limits = Limits(), **config
     """uvicorn's settings for every server here: the guarded protocol (`dsonet.asgi.protocol`) with
     ``limits``. uvicorn's own ``limit_concurrency`` stays off: it counts connections still sending
     their request, so slow ones could make every real request 503; requests in flight are bounded
-    by the connection cap."""
+    by the connection cap. A SIGTERM waits at most ``timeout_graceful_shutdown`` (10 s) for requests in
+    flight: a server that slow clients or open sessions hold still exits."""
+    config.setdefault("timeout_graceful_shutdown", 10)
     return uvicorn.Config(app, host=host, port=port, log_level="warning", http=guarded_protocol(limits),
                           timeout_keep_alive=limits.keep_alive_s, **config)
 

@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS evicted (id TEXT NOT NULL, signer TEXT NOT NULL, PRIM
 """
 _MAGIC = b"SQLite format 3\x00"
 _DAMAGED_CODES = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}  # sqlite3 errors that mean the file, not the moment
+_PAGE_PROBLEMS_SAID = 3  # a message names the first few broken pages, not every one
 
 
 class StoredRow(NamedTuple):
@@ -71,7 +72,8 @@ COLUMNS = StoredRow._fields
 
 
 def connect(path: Path) -> sqlite3.Connection:
-    """The library file at ``path``, opened for the row store: checked whole (`check_file`), created
+    """The library file at ``path``, opened for the row store: checked whole (`check_file`, then every
+    page: `_check_pages`), created
     where it is missing, made owner-only, migrated from schema 1, its tables there. Raises
     `DamagedFile` for a file that is not a library and `StorageError` for one that cannot be used now."""
     check_file(path)
@@ -82,10 +84,14 @@ def connect(path: Path) -> sqlite3.Connection:
     try:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")  # an acknowledged commit survives power loss too
+        _check_pages(db, path)
         if _columns(db, "experiences") and "signer" not in _columns(db, "experiences"):
             _migrate_v1(db)
         _create_tables(db)
         db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+    except DamagedFile:
+        db.close()
+        raise
     except sqlite3.DatabaseError as exc:
         db.close()
         if damaged(exc):
@@ -98,7 +104,7 @@ def connect(path: Path) -> sqlite3.Connection:
 def check_file(path: Path) -> None:
     """Raise `DamagedFile` where ``path`` exists and is not a whole SQLite file: a directory, 0 bytes,
     a header that is not SQLite's, or fewer bytes than its header says it holds (truncated).
-    Reads the first 100 bytes only: the pages themselves are checked as SQLite reads them."""
+    Reads the first 100 bytes only: the pages are checked once SQLite has the file open (`_check_pages`)."""
     if not os.path.lexists(path):
         return
     if path.is_dir():
@@ -119,6 +125,17 @@ def check_file(path: Path) -> None:
     pending = wal.exists() and wal.stat().st_size > 0  # a checkpoint cut short: the log holds the pages still to copy
     if counter == valid_for and not pending and pages * page_size > size:  # the header's count is current
         raise DamagedFile(path, f"truncated: {size} bytes where its header counts {pages * page_size}")
+
+
+def _check_pages(db: sqlite3.Connection, path: Path) -> None:
+    """Raise `DamagedFile` where a page of any table is broken (SQLite's ``quick_check``: every page's
+    structure, without comparing indexes to their tables: 0.12 s for a 124 MB file in the page cache, 2 s
+    from disk). Without it, a broken page
+    of a table read only later (the outbox, the deferred queue) failed the node once it served."""
+    said = [row[0] for row in db.execute(f"PRAGMA quick_check({_PAGE_PROBLEMS_SAID})")]
+    if said != ["ok"]:
+        problems = [line for s in said for line in s.splitlines() if line.strip() and not line.startswith("***")]
+        raise DamagedFile(path, "malformed pages: " + "; ".join(problems))
 
 
 def _create(path: Path) -> None:

@@ -21,6 +21,7 @@ it stored instead of compressing the floats a second time.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from pathlib import Path
@@ -52,6 +53,8 @@ from dsonet.library.steps import DeferredSteps
 from dsonet.library.row_index import RowIndex
 
 __all__ = ["Library"]
+
+log = logging.getLogger(__name__)
 
 
 class Library(DeferredSteps):
@@ -86,6 +89,7 @@ class Library(DeferredSteps):
             self.profile = self._bind_profile(profile)
             quarantine.ensure_table(self.rows.db)  # rows whose bytes were damaged are set aside, not fatal
             self.quarantined = quarantine.count(self.rows.db)
+            self.damage: DamagedFile | None = None  # a page found broken while serving (`broken_page`)
             self.search_index = self._index(support, defer_merge)
         except sqlite3.DatabaseError as exc:
             self.rows.close()
@@ -467,6 +471,18 @@ class Library(DeferredSteps):
             self._view_changed(self.search_index.refresh([], seqs))
         self.quarantined = quarantine.count(self.rows.db)
         return seqs
+
+    def broken_page(self, exc: sqlite3.DatabaseError) -> DamagedFile:
+        """What to raise for a page found broken while serving (SQLite's ``malformed``): the rows that can
+        still be read whole are swept (`heal`), and ``damage`` says from now on what is wrong and how to
+        restore the file, for `/health`; the next start refuses the file in the same words."""
+        try:
+            self.heal()
+        except sqlite3.DatabaseError:
+            pass  # the broken page is in the rows' table: their sweep cannot read past it either
+        self.damage = DamagedFile(self.path, str(exc))
+        log.error("%s", self.damage)
+        return self.damage
 
     def set_aside(self, keys: list[tuple[str, str]], why: str) -> list[int]:
         """Quarantine the rows of these (id, signer) keys, whole, with ``why``, and stop serving them;

@@ -38,6 +38,7 @@ from dsonet import __version__
 from dsonet.asgi import BearerToken, BodyLimit
 from dsonet.errors import DsoError
 from dsonet.library import StorageError
+from dsonet.library.errors import DamagedFile
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import UnknownRetrieval
 from dsonet.network.admin import admin_routes
@@ -104,7 +105,7 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
     @app.exception_handler(DsoError)
     async def refused(_: Request, exc: DsoError) -> JSONResponse:
         # the network or the disk failing is the node's trouble (503: retry), anything else the caller's (400)
-        trouble = isinstance(exc, (TransportError, StorageError))
+        trouble = isinstance(exc, (TransportError, StorageError, DamagedFile))
         return JSONResponse({"detail": str(exc)}, status_code=503 if trouble else 400)
 
     @app.exception_handler(RequestValidationError)
@@ -176,8 +177,10 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
 
     @app.get("/health")
     async def health() -> dict:
-        problem = getattr(node.transport, "problem", "")  # e.g. the stream was deleted and made again
-        return {"status": "closing" if node.closed else "degraded" if problem else "ok", "node_id": node.node_id,
+        damage = node.library.damage if node.library else None  # a page found broken while serving
+        problem = str(damage or "") or getattr(node.transport, "problem", "")  # or the stream deleted and made again
+        status = "closing" if node.closed else "damaged" if damage else "degraded" if problem else "ok"
+        return {"status": status, "node_id": node.node_id,
                 "quarantined_rows": node.library.quarantined if node.library else 0,  # damaged, set aside
                 **({"problem": problem} if problem else {})}
 

@@ -43,6 +43,7 @@ from dsonet.experience import Experience, Provenance, check_lesson
 from dsonet.identity import NodeIdentity
 from dsonet.library import Hit, Hits, Library, MergeRule
 from dsonet.library.errors import DamagedFile
+from dsonet.library.file import damaged
 from dsonet.library.merge import THETA_DUP
 from dsonet.library.quarantine import row_damage
 from dsonet.library.policy import MAX_TOKENS, K
@@ -238,6 +239,10 @@ class Node:
         except (sqlite3.OperationalError, ValueError) as exc:
             if not row_damage(exc) or not self.library.heal():
                 raise
+        except sqlite3.DatabaseError as exc:  # a broken page: one line to the caller and on /health
+            if not damaged(exc):
+                raise
+            raise self.library.broken_page(exc) from None
         return fn(*args, **kwargs)
 
     async def _aside(self, fn: Callable, *args):

@@ -45,7 +45,7 @@ async def _serve(config: NodeConfig, nats: NatsConfig | None, host: str, port: i
     app = create_app(node, token=token, max_body_bytes=max_body_bytes, system_text=system_text)
     # slow or idle clients cannot hold the node's sockets: deadlines on headers and bodies, a cap on
     # connections that closes the slowest first, 5 s of keep-alive (`dsonet.asgi.protocol`)
-    server = _Server(server_config(app, host, port, lifespan="on", timeout_graceful_shutdown=10),
+    server = _Server(server_config(app, host, port, lifespan="on"),
                      f"dso node {node.node_id[:16]}")  # says "listening on" once started (docs at /docs)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

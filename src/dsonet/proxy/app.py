@@ -48,6 +48,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
+from starlette.requests import ClientDisconnect
 
 from dsonet import __version__
 from dsonet.asgi import BearerToken, BodyLimit
@@ -98,6 +99,12 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
 
     app = FastAPI(title="dsonet proxy", version=__version__, lifespan=lifespan,
                   description="OpenAI-compatible; injects the library's lessons into the system message.")
+
+    @app.exception_handler(ClientDisconnect)
+    async def gone(_: Request, _exc: ClientDisconnect) -> Response:
+        # the body stopped coming (the client left, or the server cut it at its deadline): nobody to answer,
+        # and nothing worth a traceback per connection in the log
+        return Response(status_code=400)
 
     def upstream_headers(request: Request) -> dict[str, str]:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in CLIENT_ONLY_HEADERS}
