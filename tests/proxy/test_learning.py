@@ -117,6 +117,25 @@ def test_a_history_posted_to_episodes_is_learned_once_and_a_proxy_that_does_not_
     memory.close()
 
 
+def test_two_agents_that_named_their_variable_otherwise_give_one_lesson_with_both_as_its_evidence(tmp_path, encoder):
+    def run(var: str) -> list[dict]:
+        task = f"```python\nimport numpy as np\n{var} = np.arange(1, 6)\n```\nAssign to r the cumulative product of {var}."
+        return [{"role": "user", "content": task},
+                {"role": "assistant", "content": f"```python\nr = np.cumproduct({var})\n```"},
+                {"role": "user", "content": "AttributeError: module 'numpy' has no attribute 'cumproduct'. "
+                                            "Did you mean: 'cumprod'?"},
+                {"role": "assistant", "content": f"```python\nr = np.cumprod({var})\n```"},
+                {"role": "user", "content": "[1, 2, 6, 24, 120]"}]
+
+    memory = LocalMemory(Library(tmp_path / "lib.sqlite", encoder=encoder))
+    learner = TrafficLearner(memory)
+    first, second = learner.observe(run("a")), learner.observe(run("b"))
+    (lesson,) = memory.all()  # "np.cumprod(a)" and "np.cumprod(b)": one advice, one row
+    assert "use np.cumprod(a) instead" in lesson.text
+    assert first.lessons == second.lessons == [lesson.id] and learner.evidence == {lesson.id: 2}
+    memory.close()
+
+
 def _sse(*events: dict) -> bytes:
     return b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
 

@@ -7,7 +7,9 @@ Every request an agent sends holds its run so far. `TrafficLearner.observe` read
   that ran, added to the memory on probation (``PROBATION`` confidence, under a hand-written
   lesson's 0.5) with the domain ``code``; outcomes then keep or evict it, as for any lesson. A request
   resent with one more turn yields each episode once (``seen``); the same lesson reached by another
-  episode counts as more evidence for it (``evidence``), not a second row.
+  episode, or by another agent whose code named its variables otherwise (`code_lessons.advice_key`:
+  "np.cumprod(a)" and "np.cumprod(b)" advise one thing), counts as more evidence for it (``evidence``),
+  not a second row.
 - **outcomes**: the proxy remembers which lessons it injected into the turn whose answer it forwarded
   (`answered`), keyed by the run so far and the answer's code. When a later request of the same run
   (its history begins with that turn's) carries that code with its result, each lesson gets a
@@ -27,7 +29,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from dsonet.errors import DsoError
-from dsonet.learn.code_lessons import refutes
+from dsonet.learn.code_lessons import advice_key, refutes
 from dsonet.learn.episodes import DOMAIN, PROBATION, Episode, attempts, episodes, history_key, lesson
 from dsonet.library import Hits
 
@@ -61,6 +63,7 @@ class TrafficLearner:
         self.memory, self.domain, self.confidence = memory, domain, confidence
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.evidence: dict[str, int] = {}  # lesson id -> episodes that gave it
+        self._advised: OrderedDict[str, str] = OrderedDict()  # advice_key -> the id of the lesson that says it
         self._answered: OrderedDict[str, tuple[str, dict[str, str]]] = OrderedDict()  # code -> (retrieval, {id: text})
 
     def answered(self, history: list[dict], hits: Hits | None, answer: list[dict]) -> None:
@@ -87,13 +90,16 @@ class TrafficLearner:
             text = lesson(episode)
             if text is None:
                 continue
-            try:
-                exp = self.memory.add(text, self.domain, self.confidence)
-            except DsoError as exc:  # refused by the memory (a node that is down, a lesson it rejects): say so, go on
-                log.warning("a lesson learned from traffic was not stored: %s", exc)
-                continue
-            self.evidence[exp.id] = self.evidence.get(exp.id, 0) + 1
-            out.lessons.append(exp.id)
+            said = self._advised.get(advice_key(text))
+            if said is None:
+                try:
+                    said = self.memory.add(text, self.domain, self.confidence).id
+                except DsoError as exc:  # refused by the memory (a node that is down, a lesson it rejects): go on
+                    log.warning("a lesson learned from traffic was not stored: %s", exc)
+                    continue
+            _remember(self._advised, advice_key(text), said)
+            self.evidence[said] = self.evidence.get(said, 0) + 1
+            out.lessons.append(said)
         return out
 
     def _outcome(self, retrieval_id: str, lessons: dict[str, str], code: str, error: str | None) -> int:
