@@ -17,6 +17,11 @@ Every request an agent sends holds its run so far. `TrafficLearner.observe` read
   advice (`code_lessons.refutes`); none otherwise (a failure the lesson did not advise says nothing
   of it).
 
+An error line that names no fix (a wrong value, a name the code that ran does not replace) gives no
+rule lesson: such episodes are ``unexplained``, and the proxy started with ``--reflect`` asks its
+upstream model to compare the two attempts (`episodes.reflection`) and keeps the lesson of its reply
+(`reflected`), on probation as well.
+
 An answer whose code never comes back with a result (the run's last) leaves its lessons without an
 outcome. A streamed answer is read once its stream has ended (`proxy.app.chat_answer`).
 """
@@ -30,7 +35,7 @@ from dataclasses import dataclass, field
 
 from dsonet.errors import DsoError
 from dsonet.learn.code_lessons import advice_key, refutes
-from dsonet.learn.episodes import DOMAIN, PROBATION, Episode, attempts, episodes, history_key, lesson
+from dsonet.learn.episodes import DOMAIN, PROBATION, Episode, attempts, episodes, history_key, lesson, reflected
 from dsonet.library import Hits
 
 REMEMBERED = 4096  # episode keys and answered turns kept (oldest forgotten first)
@@ -44,6 +49,7 @@ class Learned:
     episodes: list[Episode] = field(default_factory=list)
     lessons: list[str] = field(default_factory=list)  # ids of the lessons added or given more evidence
     outcomes: int = 0
+    unexplained: list[Episode] = field(default_factory=list)  # error lines that name no fix: for a reflector
 
 
 def _turn_key(history: list[dict], code: str) -> str:
@@ -89,18 +95,30 @@ class TrafficLearner:
             out.episodes.append(episode)
             text = lesson(episode)
             if text is None:
-                continue
-            said = self._advised.get(advice_key(text))
-            if said is None:
-                try:
-                    said = self.memory.add(text, self.domain, self.confidence).id
-                except DsoError as exc:  # refused by the memory (a node that is down, a lesson it rejects): go on
-                    log.warning("a lesson learned from traffic was not stored: %s", exc)
-                    continue
-            _remember(self._advised, advice_key(text), said)
-            self.evidence[said] = self.evidence.get(said, 0) + 1
-            out.lessons.append(said)
+                out.unexplained.append(episode)
+            elif (said := self._store(text)) is not None:
+                out.lessons.append(said)
         return out
+
+    def reflected(self, episode: Episode, reply: str) -> str | None:
+        """A reflector's ``reply`` about an ``unexplained`` episode (`episodes.reflection` its prompt):
+        its lesson on probation, as a rule lesson would be; the lesson's id, or None where the reply
+        holds none that restates nothing of the episode's task."""
+        text = reflected(episode, reply)
+        return None if text is None else self._store(text)
+
+    def _store(self, text: str) -> str | None:
+        """The id of the lesson saying ``text`` (added, or one giving the same advice given more evidence)."""
+        said = self._advised.get(advice_key(text))
+        if said is None:
+            try:
+                said = self.memory.add(text, self.domain, self.confidence).id
+            except DsoError as exc:  # refused by the memory (a node that is down, a lesson it rejects): go on
+                log.warning("a lesson learned from traffic was not stored: %s", exc)
+                return None
+        _remember(self._advised, advice_key(text), said)
+        self.evidence[said] = self.evidence.get(said, 0) + 1
+        return said
 
     def _outcome(self, retrieval_id: str, lessons: dict[str, str], code: str, error: str | None) -> int:
         verdicts = {i: True for i in lessons} if error is None else \
