@@ -178,7 +178,7 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
     @app.get("/health")
     async def health() -> dict:
         damage = node.library.damage if node.library else None  # a page found broken while serving
-        problem = str(damage or "") or getattr(node.transport, "problem", "")  # or the stream deleted and made again
+        problem = str(damage or "") or node.transport.problem  # or the stream deleted and made again
         status = "closing" if node.closed else "damaged" if damage else "degraded" if problem else "ok"
         return {"status": status, "node_id": node.node_id,
                 "quarantined_rows": node.library.quarantined if node.library else 0,  # damaged, set aside

@@ -148,7 +148,7 @@ class Node:
     def _rebuild_hint(self) -> str:
         """What an empty library gets from the stream: this node's consumer resumes where it stopped, so
         only new batches come unless the consumer is deleted; its own batches it skips when reading."""
-        stream = getattr(getattr(self.transport, "config", None), "stream", None)
+        stream = self.transport.stream
         if stream is None:
             return ""  # an in-process log: nothing to read again
         return (f", which then takes new batches only; to read the stream's retained history again (peers' "
@@ -213,9 +213,8 @@ class Node:
         self._readers.shutdown(wait=True)
 
     def _close_state(self) -> None:
-        close = getattr(self.library, "close", None)
-        if close:
-            close()
+        if self.library is not None:  # None where the open failed before the file was read
+            self.library.close()
         self.journal.close()
 
     async def _on_worker(self, fn: Callable, *args, **kwargs):

@@ -45,6 +45,13 @@ Handler = Callable[[list[Message]], Awaitable[None]]
 
 
 class Transport(Protocol):
+    problem: str  # the last thing found wrong with the log, for /health; "" while all is well
+
+    @property
+    def stream(self) -> str | None:
+        """The retained log's name (a JetStream stream); None for one that lives in this process."""
+        ...
+
     async def publish(self, payload: bytes, subject: str, headers: dict[str, str] | None = None) -> int: ...
 
     async def subscribe(self, durable: str, handler: Handler) -> None: ...
@@ -133,10 +140,13 @@ class InProcessHub:
 
 
 class InProcessTransport:
+    stream = None  # the hub's log ends with the process: there is no retained history to read again
+
     def __init__(self, hub: InProcessHub):
         self.hub = hub
         self._tasks: list[asyncio.Task] = []
         self.closed = False
+        self.problem = ""
 
     async def publish(self, payload: bytes, subject: str, headers: dict[str, str] | None = None) -> int:
         if self.closed:
