@@ -4,7 +4,7 @@ A row is one signer's copy of an experience: its text and fields, its BitDelta c
 scales and the id of the baseline it was coded against; each baseline stored once), the float
 vector where this node encoded the text itself, and usage counters. Keeping rows per signer
 means a peer's copy of a lesson never replaces another signer's row (the author's own
-included), and a tombstone removes only its signer's rows (issue "hostile node", finding 3).
+included), and a tombstone removes only its signer's rows.
 
 Convergence (a CRDT): the rows are a function of the *set* of delivered items and tombstones,
 whatever the order or the number of deliveries. For one (id, signer) delivered twice with
