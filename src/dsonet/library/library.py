@@ -39,7 +39,7 @@ from dsonet.library.eviction import standing_of
 from dsonet.library.hits import Hits
 from dsonet.library.merge import MergedView, MergeRule
 from dsonet.library.merged_hits import MergedHits
-from dsonet.library import history, quarantine
+from dsonet.library import history, quarantine, scoped
 from dsonet.library import tags as tags_table
 from dsonet.library.decoded import DecodedRows
 from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy
@@ -51,6 +51,7 @@ from dsonet.library.rows import ANY_SIGNER, Copy, IngestResult, RowStore, row_co
 from dsonet.library.saved_fit import restore_clusters
 from dsonet.library.steps import DeferredSteps
 from dsonet.library.row_index import RowIndex
+from dsonet.scope import Scope
 
 __all__ = ["Library"]
 
@@ -171,13 +172,14 @@ class Library(DeferredSteps):
     # ------------------------------------------------------------------ writing
 
     def add(self, text: str, domain: str = "general", confidence: float = 0.5, tags: tuple[str, ...] = (),
-            provenance: Provenance | None = None) -> Experience:
+            provenance: Provenance | None = None, scope: Scope = Scope()) -> Experience:
         """Encode one experience and store it with its float vector and code (ADD), as the file's
-        `owner`'s unless ``provenance`` says otherwise, with this library's ``tags`` (`dsonet.library.tags`)."""
+        `owner`'s unless ``provenance`` says otherwise, with this library's ``tags`` (`dsonet.library.tags`)
+        and the ``scope`` it holds in (`dsonet.scope`; signed with it when published)."""
         check_lesson(text)
         scopes = tags_table.checked(tags)
         prov = provenance or Provenance(self.owner, timestamp_ms=int(time.time() * 1000))
-        exp = Experience(text, domain, confidence, prov)
+        exp = Experience(text, domain, confidence, prov, scope)
         self.add_vectors([exp], self.encoder.encode([exp.text], kind="document"))
         self.tag(exp.id, scopes)
         return exp
@@ -284,7 +286,7 @@ class Library(DeferredSteps):
         lineage = self.rows.lineage(exp_id)
         new = Experience(text, old.domain if domain is None else domain, old.confidence,
                          Provenance(old.provenance.node_id, old.provenance.model, int(time.time() * 1000),
-                                    old.provenance.iteration))
+                                    old.provenance.iteration), old.scope)
         if new.id == exp_id:
             return old
         self.add_vectors([new], self.encoder.encode([new.text], kind="document"))
@@ -425,17 +427,19 @@ class Library(DeferredSteps):
         return self.search_index.vectors(np.array([self._preferred_row(i) for i in ids], np.int64))
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
+               domain: str | None = None, tags: tuple[str, ...] = (), environment: Scope | None = None) -> Hits:
         """Top experiences for a text query (`RetrievalPolicy`: k = 5, cosine at or above the
         space's calibrated threshold unless ``min_similarity`` says otherwise, ≤ 2048 tokens), of
-        those carrying every one of ``tags``, with a retrieval id to report their `outcome` under."""
+        those carrying every one of ``tags``, with a retrieval id to report their `outcome` under.
+        ``environment``: the asker's; lessons whose scope contradicts it are held back (`dsonet.library.scoped`)."""
         hits = self.search_vector(self.encoder.encode([query], kind="query")[0], k, min_similarity, domain, max_tokens,
-                                  tags)
+                                  tags, environment)
         hits.retrieval_id = self.retrievals.issue(hits)
         return hits
 
     def search_vector(self, q: np.ndarray, k: int = K, min_similarity: float | None = None,
-                      domain: str | None = None, max_tokens: int = MAX_TOKENS, tags: tuple[str, ...] = ()) -> Hits:
+                      domain: str | None = None, max_tokens: int = MAX_TOKENS, tags: tuple[str, ...] = (),
+                      environment: Scope | None = None) -> Hits:
         """`search` for a query vector in the profile's space (the caller encoded it once already)."""
         policy = RetrievalPolicy(k, min_similarity, max_tokens).resolved(self.profile)
         scopes = tags_table.checked(tags)
@@ -444,8 +448,17 @@ class Library(DeferredSteps):
         if q.shape != (self.profile.dim,) or not np.isfinite(q).all():
             raise LibraryError(f"q: shape {q.shape} (finite values expected), expected ({self.profile.dim},)")
         q = q / max(float(np.linalg.norm(q)), 1e-12)
-        rows, scores = self.search_index.rank(q, policy.k, domain, within)
-        return self.merged_hits.walk(q, rows, scores, policy)
+        if environment is None:
+            rows, scores = self.search_index.rank(q, policy.k, domain, within)
+            return self.merged_hits.walk(q, rows, scores, policy)
+        wide = scoped.wider(policy)
+        rows, scores = self.search_index.rank(q, wide.k, domain, within)
+        return scoped.in_environment(self.merged_hits.walk(q, rows, scores, wide), environment, policy,
+                                     self.scopes, self.get)
+
+    def scopes(self, ids: list[str]) -> dict[str, Scope]:
+        """id -> the scope of each lesson held (`dsonet.scope`)."""
+        return {i: Scope.parse(s) for i, s in self.rows.scopes(ids).items()}
 
     def rank(self, q: np.ndarray, k: int, domain: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Index rows and scores for a unit query, best first, before merging (see `RowIndex.rank`)."""

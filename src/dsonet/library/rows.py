@@ -36,6 +36,7 @@ import numpy as np
 
 from dsonet.codec.profile import baseline_digest
 from dsonet.experience import Experience, Provenance
+from dsonet.scope import Scope
 from dsonet.library.errors import LibraryError, StorageError
 from dsonet.library.eviction import TRUSTED, fair_cuts
 from dsonet.library.file import ANY_SIGNER, COLUMNS, StoredRow, connect
@@ -193,10 +194,11 @@ class RowStore:
                 if row is None:
                     seq = self.db.execute(
                         "INSERT INTO experiences (id, signer, text, domain, confidence, model, timestamp_ms, iteration,"
-                        " lineage, signs, scales, baseline_id, code_digest, received, vector, added_ms)"
-                        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        " lineage, signs, scales, baseline_id, code_digest, received, vector, added_ms, scope)"
+                        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (eid, who, exp.text, exp.domain, float(exp.confidence), prov.model, prov.timestamp_ms,
-                         prov.iteration, eid, sign_blob, scale_blob, bid, digest, int(received), vec, now)).lastrowid
+                         prov.iteration, eid, sign_blob, scale_blob, bid, digest, int(received), vec, now,
+                         str(exp.scope))).lastrowid
                     added.append(eid)
                     indexed[seq] = IndexRow(seq, eid, who, exp.domain, sign_blob, scale_blob, bid,
                                             int(vec is not None), int(not received), float(exp.confidence))
@@ -317,6 +319,10 @@ class RowStore:
                                        " WHERE id = ?", (exp_id,)).fetchone()
         return int(uses), int(helped)
 
+    def scopes(self, ids: list[str]) -> dict[str, str]:
+        """id -> its lesson's scope (canonical; the scope is part of the id, so every row of an id has one)."""
+        return dict(self._select_in("SELECT DISTINCT id, scope FROM experiences WHERE id IN ({marks})", ids))
+
     def unpublished(self, limit: int | None = None) -> list[StoredRow]:
         """This node's own rows not yet published, oldest first."""
         q = "SELECT * FROM experiences WHERE received = 0 AND published = 0 ORDER BY seq"
@@ -414,7 +420,7 @@ class RowStore:
 def row_experience(row: StoredRow) -> Experience:
     """An experience from a full row; its provenance's node id is the row's signer."""
     return Experience(row.text, row.domain, row.confidence, Provenance(row.signer, row.model, row.timestamp_ms,
-                                                                       row.iteration))
+                                                                       row.iteration), Scope.parse(row.scope))
 
 
 def row_code(rows: list[StoredRow] | list[IndexRow], group_size: int,
