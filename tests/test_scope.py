@@ -55,3 +55,22 @@ def test_an_unscoped_lesson_keeps_its_old_id_and_a_scope_makes_another():
     scoped = Experience(text, "code.numpy", scope=Scope.parse(["numpy==2.4.6"]))
     assert plain.id == experience_id(text, "code.numpy") and scoped.id != plain.id
     assert Experience.from_dict(scoped.to_dict()) == scoped and scoped.to_dict()["scope"] == ["numpy==2.4.6"]
+
+
+def test_probe_reads_an_interpreters_distributions_and_a_lesson_names_its_own(tmp_path):
+    import sys
+
+    from dsonet.scope import probe
+
+    here = probe(sys.executable)
+    assert here.environment.get("python") == ".".join(map(str, sys.version_info[:3]))
+    assert here.environment.get("numpy") is not None and "numpy" in here.modules["numpy"]
+    scope = here.lesson_scope("When integrating samples, use np.trapezoid(z, x)", "import numpy as np\n")
+    assert [n for n, _ in scope.pins] == ["numpy", "python"]
+
+
+def test_probe_of_a_path_that_is_no_python_says_so(tmp_path):
+    from dsonet.scope import probe
+
+    with pytest.raises(ScopeError, match="--python: .*Python 3.10"):
+        probe(str(tmp_path / "nope"))

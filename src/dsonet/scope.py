@@ -20,8 +20,10 @@ an API is not told apart.
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass
+import subprocess
+from dataclasses import dataclass, field
 from typing import Iterable, Literal
 
 from dsonet.errors import DsoError
@@ -121,3 +123,49 @@ def _release(version: str) -> tuple[int, ...]:
     """Major.minor of a version ('2.4.6' -> (2, 4); '2' -> (2,), which a '2.x' pin then differs from)."""
     m = _RELEASE.match(version)
     return tuple(int(g) for g in m.groups() if g is not None) if m else ()
+
+
+# ---------------------------------------------------------------- an interpreter's environment
+
+# the names code and lessons use for a module, beside the module's own (`import numpy as np`)
+ALIASES = {"np": "numpy", "pd": "pandas", "nx": "networkx", "sp": "scipy", "plt": "matplotlib", "tf": "tensorflow"}
+_PROBE = """import importlib.metadata as m, json, platform
+d = {}
+for x in m.distributions():
+    n = x.metadata["Name"]
+    if n: d.setdefault(n, x.version)
+mods = {k: sorted(set(v)) for k, v in m.packages_distributions().items()}
+print(json.dumps({"python": platform.python_version(), "dists": d, "modules": mods}))"""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What an interpreter has: its environment (every distribution and Python) and which
+    distributions each top-level module comes from (``sklearn`` -> ``scikit-learn``)."""
+
+    environment: Scope
+    modules: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def lesson_scope(self, *texts: str) -> Scope:
+        """A lesson's scope here: Python's version and the distributions its text and code name, by
+        module (``np.trapezoid``, ``import sklearn``) or by distribution name."""
+        words = {w.lower() for t in texts for w in re.findall(r"[A-Za-z_][A-Za-z0-9_-]*", t)}
+        words |= {ALIASES[w] for w in words if w in ALIASES}
+        named = {normalise_name(d) for w in words for d in self.modules.get(w, ())}
+        named |= {normalise_name(w) for w in words}
+        return self.environment.only(n for n, _ in self.environment.pins if n in named)
+
+
+def probe(python: str, timeout: float = 30.0) -> Probe:
+    """Ask the interpreter at ``python`` what it has installed (`--python` of the CLI, the sandbox's).
+    Raises `ScopeError` saying how to fix a path that is not a working Python 3.10 or later."""
+    try:
+        out = subprocess.run([python, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=timeout, check=True)
+        doc = json.loads(out.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        raise ScopeError(f"--python: {python!r} did not say what it has installed ({type(exc).__name__}); give the "
+                         "path of a Python 3.10+ interpreter, e.g. .venv/bin/python") from None
+    pins = [f"{PYTHON}=={doc['python']}"] + [f"{n}=={v}" for n, v in doc["dists"].items()
+                                              if _NAME.match(n) and _VERSION.match(v)]
+    modules = {k: tuple(v) for k, v in doc["modules"].items()}
+    return Probe(Scope.parse(pins, limit=MAX_ENVIRONMENT_PINS), modules)

@@ -172,7 +172,7 @@ class Library(DeferredSteps):
     # ------------------------------------------------------------------ writing
 
     def add(self, text: str, domain: str = "general", confidence: float = 0.5, tags: tuple[str, ...] = (),
-            provenance: Provenance | None = None, scope: Scope = Scope()) -> Experience:
+            scope: Scope = Scope(), provenance: Provenance | None = None) -> Experience:
         """Encode one experience and store it with its float vector and code (ADD), as the file's
         `owner`'s unless ``provenance`` says otherwise, with this library's ``tags`` (`dsonet.library.tags`)
         and the ``scope`` it holds in (`dsonet.scope`; signed with it when published)."""

@@ -57,6 +57,7 @@ from dsonet.network.metrics import NodeMetrics
 from dsonet.network.publish import Publisher
 from dsonet.network.standing import Bans, Standings, check_key
 from dsonet.network.transport import Message, Transport
+from dsonet.scope import Scope
 
 log = logging.getLogger(__name__)
 
@@ -255,9 +256,11 @@ class Node:
     # ------------------------------------------------------------------ agent-facing API
 
     async def submit(self, text: str, domain: str = "general", confidence: float = 0.5,
-                     vector: np.ndarray | list | None = None, tags: tuple[str, ...] = ()) -> Experience:
+                     vector: np.ndarray | list | None = None, tags: tuple[str, ...] = (),
+                     scope: Scope = Scope()) -> Experience:
         """Store one experience now (encoding its text unless a vector in the profile's space is given),
-        with this node's ``tags`` (`dsonet.library.tags`: kept here, never published)."""
+        with this node's ``tags`` (`dsonet.library.tags`: kept here, never published) and the ``scope`` it
+        holds in (`dsonet.scope`: published, signed)."""
         check_lesson(text)
         tags = checked_tags(tags)
         prov = Provenance(self.node_id, self.config.model, int(time.time() * 1000), 0)
@@ -265,11 +268,11 @@ class Node:
             if self.encoder is None:
                 raise NodeError("vector: this node has no encoder; send the text's vector "
                                 f"({self.profile.dim} numbers in the profile's space)")
-            exp = Experience(text, domain, confidence, prov)  # checks the text before it is encoded
+            exp = Experience(text, domain, confidence, prov, scope)  # checks the text before it is encoded
             v = (await self._encode([text], "document"))[0]
         else:
             v = self.check_vector(vector, "vector")
-            exp = Experience(text, domain, confidence, prov)
+            exp = Experience(text, domain, confidence, prov, scope)
         await self._locked(self.library.add_vectors, [exp], v[None, :])
         if tags:
             await self._locked(self.library.tag, exp.id, tags)
@@ -280,9 +283,10 @@ class Node:
 
     async def search(self, query: str | None = None, vector: np.ndarray | list | None = None, k: int = K,
                      min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-                     domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
+                     domain: str | None = None, tags: tuple[str, ...] = (), environment: Scope | None = None) -> Hits:
         """The library's hits for a query (encoded here) or a vector; ``min_similarity`` None: the
-        threshold calibrated for the library's space; ``tags``: only lessons carrying all of them."""
+        threshold calibrated for the library's space; ``tags``: only lessons carrying all of them;
+        ``environment``: the asker's, lessons whose scope contradicts it held back (`dsonet.library.scoped`)."""
         if (query is None) == (vector is None):
             raise NodeError("query/vector: give exactly one of them")
         t = time.perf_counter()
@@ -292,15 +296,17 @@ class Node:
             if self.encoder is None:
                 raise NodeError("query: this node has no encoder; search with a vector instead")
             q = (await self._encode([query], "query"))[0]
-        hits = await self._locked(self.library.search_vector, q, k, min_similarity, domain, max_tokens, tags)
+        hits = await self._locked(self.library.search_vector, q, k, min_similarity, domain, max_tokens, tags,
+                                  environment)
         self.metrics.search_seconds.observe(time.perf_counter() - t)
         return hits
 
     async def recall(self, query: str | None = None, vector: np.ndarray | list | None = None, k: int = K,
                      min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-                     domain: str | None = None, tags: tuple[str, ...] = ()) -> tuple[str | None, Hits]:
+                     domain: str | None = None, tags: tuple[str, ...] = (),
+                     environment: Scope | None = None) -> tuple[str | None, Hits]:
         """`search`, with a retrieval id to report the outcome under (`outcome`; None when nothing was found)."""
-        hits = await self.search(query, vector, k, min_similarity, max_tokens, domain, tags)
+        hits = await self.search(query, vector, k, min_similarity, max_tokens, domain, tags, environment)
         return self.retrievals.issue(hits), hits
 
     async def outcome(self, retrieval_id: str, helped: bool | None = None,
