@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from dsonet.cli.options import db_option, db_path, json_option, min_similarity_option
+from dsonet.cli.options import db_option, db_path, environment, environment_options, json_option, min_similarity_option
 from dsonet.errors import DsoError
 
 
@@ -211,9 +211,10 @@ def _learn_code(task, tasks, llm, url, lib, cfg, library_path, run_dir, node_id,
 @click.option("--show-prompt", is_flag=True, help="Print the prompt with the injected experiences.")
 @click.option("--feedback", type=click.Choice(["ask", "helped", "harmed"]), default=None,
               help="Record an outcome on the lessons used: ask after the answer, or give it.")
+@environment_options
 @json_option
 def ask(question, db, url, model, concurrency, timeout, k, min_similarity, context_tokens, max_tokens,
-        show_prompt, feedback, as_json):
+        show_prompt, feedback, scope, python, as_json):
     """Answer QUESTION with the library's most relevant experiences in the system message
     (k = 5 at or above the space's calibrated threshold, at most 2048 tokens, as plain bullets). With --feedback, the
     lessons used get an outcome (helped or not), which feeds eviction by usefulness.
@@ -221,6 +222,7 @@ def ask(question, db, url, model, concurrency, timeout, k, min_similarity, conte
     \b
     Example:
       dso ask "State the final answer: 12 - 7 + 3 =" --db lib.db --show-prompt
+      dso ask "Integrate y over x with numpy" --db lib.db --python .venv/bin/python
     """
     from dsonet.cli.library import empty_answer
     from dsonet.learn.context import Retrieval
@@ -230,18 +232,24 @@ def ask(question, db, url, model, concurrency, timeout, k, min_similarity, conte
     try:
         llm = open_llm(url, model, concurrency, timeout)
         lib = open_library(db, create=False) if db else None
-        answer = _ask(llm, lib, question, Retrieval(k, min_similarity, context_tokens), max_tokens=max_tokens)
+        env = environment(scope, python)
+        answer = _ask(llm, lib, question, Retrieval(k, min_similarity, context_tokens), max_tokens=max_tokens,
+                      environment=env)
     except DsoError as exc:
         raise click.ClickException(str(exc)) from exc
     prompt = "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in answer.chat)
     if as_json:
         searched = {} if lib is None else {"threshold": answer.hits.threshold, "best_score": answer.hits.best_score}
+        held = [b.to_dict() for b in getattr(answer.hits, "held_back", ())]
         click.echo(json.dumps({"answer": answer.text, "prompt": prompt, "messages": answer.chat,
                                "lessons": [{"id": h.experience.id, "text": h.experience.text,
-                                            "score": round(h.score, 4)} for h in answer.hits], **searched}))
+                                            "score": round(h.score, 4), "scope": h.experience.scope.strings(),
+                                            "fit": h.fit} for h in answer.hits], "held_back": held, **searched}))
     else:
         for hit in answer.hits:
             click.echo(f"[{hit.score:.2f}] {hit.experience.text}", err=True)
+        for b in getattr(answer.hits, "held_back", ()):
+            click.echo(f"held back {b.id[:12]}: {b.reason}  {b.text}", err=True)
         if lib is not None and not answer.hits:
             click.echo(empty_answer(answer.hits.threshold, answer.hits.best_score), err=True)
         if show_prompt:

@@ -30,9 +30,11 @@ class Answer:
 
 
 def ask(llm: ChatLLM, store, question: str, retrieval: Retrieval = Retrieval(), max_tokens: int = 256,
-        temperature: float = 0.0, seed: int | None = 0, node_id: str | None = None) -> Answer:
-    """Retrieve lessons for ``question``, put them in the system message, and generate one answer."""
-    injection = inject(store, question, question, retrieval, node_id)
+        temperature: float = 0.0, seed: int | None = 0, node_id: str | None = None,
+        environment: Scope | None = None) -> Answer:
+    """Retrieve lessons for ``question`` (in the asker's ``environment`` where given), put them in the
+    system message, and generate one answer."""
+    injection = inject(store, question, question, retrieval, node_id, environment=environment)
     out = llm.generate([injection.chat], n=1, temperature=temperature, max_tokens=max_tokens, seed=seed)[0]
     return Answer(out.texts[0], injection.chat, injection.hits, out.tokens)
 
