@@ -179,6 +179,7 @@ def _learn_code(task, tasks, llm, url, lib, cfg, library_path, run_dir, node_id,
     from dsonet.learn.grpo import Learner
     from dsonet.learn.llm import open_llm as open_embedded
     from dsonet.learn.sandbox import Sandbox
+    from dsonet.scope import probe
 
     python = python or os.environ.get("DSONET_SANDBOX_PYTHON") or sys.executable
     sandbox = Sandbox(python=python, preload=imported_modules(tasks))
@@ -194,8 +195,10 @@ def _learn_code(task, tasks, llm, url, lib, cfg, library_path, run_dir, node_id,
     cfg = dataclasses.replace(cfg, all_failed=True, rule_lessons=True, rule_first=True, repair_check=True,
                               candidates=candidates, gate_gain=1e-9 if val else 0.0)
     run_dir = run_dir or library_path.with_name(library_path.name + ".runs") / Path(task).stem.replace(":", "_")
+    environment = probe(str(sandbox.python))  # the lessons learned hold where the attempts ran
     with sandbox:
-        stats = Learner(llm, lib, cfg, run_dir, node_id, teacher).run(train, progress=not quiet, validation=val)
+        stats = Learner(llm, lib, cfg, run_dir, node_id, teacher, environment=environment).run(
+            train, progress=not quiet, validation=val)
     return stats, run_dir
 
 
