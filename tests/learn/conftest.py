@@ -40,7 +40,7 @@ class DictStore:
     def all(self):
         return list(self.items.values())
 
-    def record_outcome(self, exp_id, helped):
+    def record_outcome(self, exp_id, helped, environment=None):
         uses = self.outcomes.setdefault(exp_id, [0, 0])
         uses[0] += 1
         uses[1] += int(helped)

@@ -260,7 +260,7 @@ def ask(question, db, url, model, concurrency, timeout, k, min_similarity, conte
         click.echo(answer.text)
     if feedback and lib is not None and answer.hits:
         helped = feedback == "helped" or (feedback == "ask" and click.confirm("Did the answer help?", err=True))
-        n = record_outcome(lib, answer.hits, helped)
+        n = record_outcome(lib, answer.hits, helped, env)
         click.echo(f"recorded {'helped' if helped else 'harmed'} on {n} lesson(s)", err=True)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from dsonet.learn.chat import ChatLLM
 from dsonet.learn.context import Retrieval, inject, messages, split_own
 from dsonet.learn.tasks import TaskSet
+from dsonet.scope import Scope
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,13 @@ def ask(llm: ChatLLM, store, question: str, retrieval: Retrieval = Retrieval(), 
     return Answer(out.texts[0], injection.chat, injection.hits, out.tokens)
 
 
-def record_outcome(store, hits: list, helped: bool) -> int:
-    """Record one use of each lesson (every merged member) in ``hits``; returns how many were recorded."""
+def record_outcome(store, hits: list, helped: bool, environment: Scope | None = None) -> int:
+    """Record one use of each lesson (every merged member) in ``hits``, in the asker's ``environment``;
+    returns how many were recorded."""
     n = 0
     for hit in hits:
         for member in getattr(hit, "members", ()) or (hit.experience.id,):
-            store.record_outcome(member, helped)
+            store.record_outcome(member, helped, environment)
             n += 1
     return n
 

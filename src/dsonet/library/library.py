@@ -36,10 +36,10 @@ from dsonet.codec.bitdelta import BitDeltaCodes, compress
 from dsonet.errors import BatchError
 from dsonet.experience import Experience, Provenance, check_lesson
 from dsonet.library.eviction import standing_of
-from dsonet.library.hits import Hits
+from dsonet.library.hits import Hit, Hits
 from dsonet.library.merge import MergedView, MergeRule
 from dsonet.library.merged_hits import MergedHits
-from dsonet.library import history, quarantine, scoped
+from dsonet.library import history, quarantine, scoped, used_in
 from dsonet.library import tags as tags_table
 from dsonet.library.decoded import DecodedRows
 from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy
@@ -314,23 +314,44 @@ class Library(DeferredSteps):
     def tombstones(self) -> list[str]:
         return self.rows.tombstones()
 
-    def record_outcome(self, exp_id: str, helped: bool) -> None:
-        """One use of an experience and whether it helped (feeds eviction by usefulness)."""
+    def record_outcome(self, exp_id: str, helped: bool, environment: Scope | None = None) -> None:
+        """One use of an experience and whether it helped (feeds eviction by usefulness); for a scoped
+        lesson, counted too under the asker's ``environment`` (`dsonet.library.used_in`)."""
         self.rows.record_outcome(exp_id, helped)
+        scope = self.scopes([exp_id]).get(exp_id)
+        if scope:
+            used_in.record(self.rows.db, exp_id, scope.used_in(environment or Scope()), helped)
 
     def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
         """Whether the lessons of a `search` helped, all together (``helped``) or each (``lessons``: id ->
-        helped; a lesson not named gets none), counted on every experience merged into each; returns
-        how many lessons were judged (see `Retrievals.judged` for the errors)."""
-        judged = self.retrievals.judged(retrieval_id, helped, lessons)
+        helped; a lesson not named gets none), counted on every experience merged into each, in the
+        environment the search was made in; returns how many lessons were judged (see
+        `Retrievals.judged` for the errors)."""
+        judged, environment = self.retrievals.judged(retrieval_id, helped, lessons)
         for hit, verdict in judged:
             for exp_id in hit.members or (hit.experience.id,):
-                self.record_outcome(exp_id, verdict)
+                self.record_outcome(exp_id, verdict, environment)
         return len(judged)
 
     def outcomes(self, exp_id: str) -> tuple[int, int]:
         """(uses, helped) of an experience."""
         return self.rows.outcomes(exp_id)
+
+    def outcomes_by_environment(self, exp_id: str) -> dict[str, tuple[int, int]]:
+        """A scoped lesson's (uses, helped) per environment it was used in ('': not told)."""
+        return used_in.of(self.rows.db, exp_id)
+
+    def accountable(self, hit: Hit, environment: Scope | None) -> tuple[str, ...]:
+        """The signers an outcome of ``hit`` in ``environment`` speaks for: each source that signed a
+        member whose scope does not contradict it. A lesson used where it was never meant to hold says
+        nothing of its signer (issue 36); with no environment told, every source, as before."""
+        if environment is None:
+            return hit.sources
+        ids = hit.members or (hit.experience.id,)
+        held = {i for i, s in self.scopes(list(ids)).items() if s.fit(environment).verdict != "contradicts"}
+        idx = self.search_index
+        signers = {idx.signers[r] for i in held for r in idx.rows_of(i)}
+        return tuple(s for s in hit.sources if s in signers)
 
     def unpublished(self, limit: int | None = None) -> tuple[list[Experience], BitDeltaCodes | None]:
         """This node's experiences not yet published, oldest first, with the codes stored for them

@@ -316,33 +316,36 @@ class Node:
         that tried its task without each lesson knows which one made the difference). Returns how many
         were judged. Raises `UnknownRetrieval` for an id it did not issue or whose outcome is in already."""
         try:
-            judged = self.retrievals.judged(retrieval_id, helped, lessons)
+            judged, environment = self.retrievals.judged(retrieval_id, helped, lessons)
         except OutcomeError as exc:
             raise NodeError(str(exc)) from None
         for verdict in (True, False):
             hits = [h for h, v in judged if v is verdict]
             if hits:
-                await self.record_outcome(hits, verdict)
+                await self.record_outcome(hits, verdict, environment)
                 self.metrics.outcomes.labels(helped=str(verdict).lower()).inc()
         return len(judged)
 
-    async def record_outcome(self, hits: list[Hit], helped: bool) -> None:
+    async def record_outcome(self, hits: list[Hit], helped: bool, environment: Scope | None = None) -> None:
         """Whether the experiences of a search helped the task they were retrieved for: counted on
-        every merged row (eviction by usefulness) and fed to each peer signer's reputation
-        (DeltaSoup's feedback defence). Reputation belongs to the ingest thread (a round updates it
-        too), so this runs there, in order with the rounds."""
-        await self._on_worker(self._record_outcome, hits, helped)
+        every merged row (eviction by usefulness; per ``environment`` for scoped lessons) and fed to
+        the reputation of each peer signer whose lesson was meant to hold there (DeltaSoup's
+        feedback defence; `Library.accountable`: harm outside a lesson's scope convicts nobody).
+        Reputation belongs to the ingest thread (a round updates it too), so this runs there, in
+        order with the rounds."""
+        await self._on_worker(self._record_outcome, hits, helped, environment)
 
-    def _record_outcome(self, hits: list[Hit], helped: bool) -> None:
+    def _record_outcome(self, hits: list[Hit], helped: bool, environment: Scope | None = None) -> None:
+        judged = []
         for hit in hits:
-            for exp_id in hit.members or (hit.experience.id,):
-                with self._state:
-                    self.library.record_outcome(exp_id, helped)
-            for signer in hit.sources:
-                if signer != self.node_id:
-                    self.soup.record_outcome(signer, helped)
-        self.journal.outcome([s for h in hits for s in h.sources if s != self.node_id], helped,
-                             self.soup.reputation.get)
+            with self._state:
+                for exp_id in hit.members or (hit.experience.id,):
+                    self.library.record_outcome(exp_id, helped, environment)
+                signers = self.library.accountable(hit, environment)
+            judged += [s for s in signers if s != self.node_id]
+        for signer in judged:
+            self.soup.record_outcome(signer, helped)
+        self.journal.outcome(judged, helped, self.soup.reputation.get)
         self._save_standing()
 
     def _save_standing(self) -> None:
