@@ -9,6 +9,7 @@ from click.testing import CliRunner
 import dsonet.encoders
 from dsonet.cli.main import cli
 from dsonet.library import Library
+from dsonet.scope import Scope
 from lib_helpers import HashEncoder
 
 NEW = "When integrating samples, use np.trapezoid(z, x), not np.trapz"
@@ -55,3 +56,17 @@ def test_a_malformed_scope_stores_nothing_and_says_how_to_write_it(tmp_path):
     _run("add", NEW, "--scope", "numpy==2.4.6", "--scope", "numpy==2.5.0", "--db", db, code=1)
     with Library(db) as lib:
         assert len(lib) == 1
+
+
+def test_show_counts_a_scoped_lessons_outcomes_per_environment(tmp_path):
+    db = tmp_path / "lib.sqlite"
+    exp_id = _run("add", NEW, "--scope", "numpy==2.4.6", "--db", db).stdout.strip()
+    with Library(db) as lib:
+        for env, helped in (("numpy==2.4.1", True), ("numpy==2.4.1", False), ("numpy==2.4.1,pandas==2.0.3", True)):
+            rid = lib.search(NEW, min_similarity=0.9, environment=Scope.parse([env], limit=2000)).retrieval_id
+            lib.outcome(rid, helped=helped)
+        lib.record_outcome(exp_id, False)  # no environment told
+    shown = _run("show", exp_id[:12], "--db", db).stdout
+    assert "used in numpy==2.4: 3 times, helped 2" in shown and "used in an environment not told: 1 times" in shown
+    data = json.loads(_run("show", exp_id[:12], "--db", db, "--json").stdout)
+    assert data["used_in"] == {"": {"uses": 1, "helped": 0}, "numpy==2.4": {"uses": 3, "helped": 2}}

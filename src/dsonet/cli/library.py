@@ -146,8 +146,9 @@ def empty_answer(threshold: float | None, best_score: float | None) -> str:
 @node_token_option
 @json_option
 def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None, as_json: bool) -> None:
-    """Show one experience: text, provenance and, from a local library, each stored copy's code (bytes of signs
-    and scales, digest, baseline), usage counters and the versions `dso edit` replaced. An id prefix of 8+
+    """Show one experience: text, scope, provenance and, from a local library, each stored copy's code (bytes of
+    signs and scales, digest, baseline), usage counters (per environment for a scoped lesson) and the versions
+    `dso edit` replaced. An id prefix of 8+
     characters will do locally; a node needs the full id.
 
     \b
@@ -164,7 +165,9 @@ def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None,
         else:
             full = _resolve(store, exp_id)
             data = {**store.get(full).to_dict(), "copies": [c._asdict() for c in store.copies(full)],
-                    "history": [v._asdict() for v in store.versions(full)], "tags": store.tags(full)}
+                    "history": [v._asdict() for v in store.versions(full)], "tags": store.tags(full),
+                    "used_in": {env: {"uses": u, "helped": h} for env, (u, h) in
+                                store.outcomes_by_environment(full).items()}}
     if as_json:
         _echo_json(data)
         return
@@ -178,6 +181,8 @@ def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None,
         click.echo(f"  code: {c['sign_bytes']} B signs + {c['scale_bytes']} B scales, baseline {c['baseline_id']}, "
                    f"digest {c['code_digest'][:16]}; float held: {c['float_held']}; received: {c['received']}; "
                    f"published: {c['published']}; used {c['uses']} times, helped {c['helped']}")
+    for env, n in data.get("used_in", {}).items():  # a scoped lesson's outcomes, per environment it was used in
+        click.echo(f"  used in {env or 'an environment not told'}: {n['uses']} times, helped {n['helped']}")
     for v in data.get("history", []):  # newest first: what `dso edit` replaced
         click.echo(f"  before {time.strftime('%Y-%m-%d %H:%M', time.gmtime(v['replaced_ms'] / 1000))} UTC, "
                    f"{v['id'][:12]} [{v['domain']}]: {v['text']}")
