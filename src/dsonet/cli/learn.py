@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from dsonet.cli.options import db_option, db_path, environment, environment_options, json_option, min_similarity_option
+from dsonet.scope import probe
 from dsonet.errors import DsoError
 
 
@@ -179,7 +180,6 @@ def _learn_code(task, tasks, llm, url, lib, cfg, library_path, run_dir, node_id,
     from dsonet.learn.grpo import Learner
     from dsonet.learn.llm import open_llm as open_embedded
     from dsonet.learn.sandbox import Sandbox
-    from dsonet.scope import probe
 
     python = python or os.environ.get("DSONET_SANDBOX_PYTHON") or sys.executable
     sandbox = Sandbox(python=python, preload=imported_modules(tasks))
