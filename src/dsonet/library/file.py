@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS experiences (
 );
 CREATE INDEX IF NOT EXISTS experiences_id ON experiences (id);
 CREATE INDEX IF NOT EXISTS experiences_signer ON experiences (signer, received);
+CREATE INDEX IF NOT EXISTS experiences_scope ON experiences (scope, id) WHERE scope != '';
 CREATE TABLE IF NOT EXISTS tombstones (id TEXT NOT NULL, signer TEXT NOT NULL, deleted_ms INTEGER NOT NULL,
                                        PRIMARY KEY (id, signer));
 CREATE TABLE IF NOT EXISTS evicted (id TEXT NOT NULL, signer TEXT NOT NULL, PRIMARY KEY (id, signer));

@@ -20,6 +20,7 @@ it stored instead of compressing the floats a second time.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sqlite3
@@ -472,14 +473,21 @@ class Library(DeferredSteps):
         if environment is None:
             rows, scores = self.search_index.rank(q, policy.k, domain, within)
             return self.merged_hits.walk(q, rows, scores, policy)
-        wide = scoped.wider(policy)
-        rows, scores = self.search_index.rank(q, wide.k, domain, within)
-        return scoped.in_environment(self.merged_hits.walk(q, rows, scores, wide), environment, policy,
-                                     self.scopes, self.get)
+        against = scoped.excluded(self.scopes(), environment)
+        held = ()
+        if against:  # the rest ranked alone (an id mask over every row: O(rows) a search, with contradictions only)
+            idx = self.search_index
+            out = set(against)
+            rows, scores = idx.rank(q, policy.k, domain, out if within is None else out & within)
+            held = scoped.held_back(rows, scores, idx.ids, against, policy, self.get)
+            within = (set(idx.ids) if within is None else within) - out
+        rows, scores = self.search_index.rank(q, policy.k, domain, within)
+        return scoped.in_environment(self.merged_hits.walk(q, rows, scores, policy), environment, self.scopes,
+                                     self.get, held)
 
-    def scopes(self, ids: list[str]) -> dict[str, Scope]:
-        """id -> the scope of each lesson held (`dsonet.scope`)."""
-        return {i: Scope.parse(s) for i, s in self.rows.scopes(ids).items()}
+    def scopes(self, ids: list[str] | None = None) -> dict[str, Scope]:
+        """id -> the scope of each lesson of ``ids`` (None: of every scoped lesson held; `dsonet.scope`)."""
+        return {i: _parsed(s) for i, s in self.rows.scopes(ids).items()}
 
     def rank(self, q: np.ndarray, k: int, domain: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Index rows and scores for a unit query, best first, before merging (see `RowIndex.rank`)."""
@@ -541,3 +549,9 @@ class Library(DeferredSteps):
                 "quarantined": self.quarantined,
                 "clusters": len(self.view.clusters()), "tombstones": len(self.tombstones()),
                 "index_bytes": self.search_index.index.memory_bytes(), "file_bytes": self.rows.file_bytes()}
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(scope: str) -> Scope:
+    """A stored scope, parsed once: every search in an environment reads every scoped lesson's."""
+    return Scope.parse(scope)

@@ -319,8 +319,11 @@ class RowStore:
                                        " WHERE id = ?", (exp_id,)).fetchone()
         return int(uses), int(helped)
 
-    def scopes(self, ids: list[str]) -> dict[str, str]:
-        """id -> its lesson's scope (canonical; the scope is part of the id, so every row of an id has one)."""
+    def scopes(self, ids: list[str] | None = None) -> dict[str, str]:
+        """id -> its lesson's scope (canonical; the scope is part of the id, so every row of an id has one), of
+        ``ids``, or (None) of every scoped lesson held (read off the partial index on the column)."""
+        if ids is None:
+            return dict(self.db.execute("SELECT DISTINCT id, scope FROM experiences WHERE scope != ''"))
         return dict(self._select_in("SELECT DISTINCT id, scope FROM experiences WHERE id IN ({marks})", ids))
 
     def unpublished(self, limit: int | None = None) -> list[StoredRow]:
