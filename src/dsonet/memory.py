@@ -52,11 +52,12 @@ class LocalMemory:
         with self._lock:
             return self.library.add(text, domain=domain, confidence=confidence, tags=tags, scope=scope)
 
-    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
+    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None,
+                environment: Scope | None = None) -> int:
         """`Library.outcome`: raises `UnknownRetrieval` for an id this memory did not issue or whose
         outcome is in already, `OutcomeError` for a lesson the retrieval did not give."""
         with self._lock:
-            return self.library.outcome(retrieval_id, helped, lessons)
+            return self.library.outcome(retrieval_id, helped, lessons, environment)
 
     def delete(self, exp_id: str) -> bool:
         with self._lock:
@@ -91,8 +92,9 @@ class NodeMemory:
             tags: tuple[str, ...] = (), scope: Scope = Scope()) -> Experience:
         return self.client.add(text, domain, confidence, tags, scope=scope)
 
-    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
-        return self.client.outcome(retrieval_id, helped, lessons)
+    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None,
+                environment: Scope | None = None) -> int:
+        return self.client.outcome(retrieval_id, helped, lessons, environment)
 
     def delete(self, exp_id: str) -> bool:
         return self.client.delete(exp_id)

@@ -147,3 +147,10 @@ def test_a_lesson_keeps_its_scope_and_a_search_in_another_environment_holds_it_b
     assert [(h.experience.id, h.experience.scope, h.fit) for h in hits] == [(exp.id, scope, "fits")]
     hits = case.store.search(LESSON, min_similarity=EXACT, environment=Scope.parse(["numpy==1.26.4"]))
     assert list(hits) == [] and [(b.id, b.reason) for b in hits.held_back] == [(exp.id, "numpy 2.4.6 learned, 1.26.4 here")]
+
+
+def test_an_outcome_may_say_where_the_lessons_were_used(case):
+    exp = case.store.add(LESSON, domain="code", scope=Scope.parse(["numpy==2.4.6"]))
+    hits = case.store.search(LESSON, min_similarity=EXACT)  # searched without an environment
+    assert case.store.outcome(hits.retrieval_id, helped=False, environment=Scope.parse(["numpy==1.26.4"])) == 1
+    assert case.outcomes(exp.id) == (1, 0)

@@ -58,3 +58,25 @@ def test_harm_counts_against_the_signer_whose_scope_held_and_never_the_other():
     assert liar_skipped  # wrong inside the scope it claims: convicted as before
     assert list(after) == [] and len(after.held_back) == 1  # the honest lesson held back here, not hidden
     assert counted == {"numpy==1.26": (5, 0)}
+
+
+def test_an_outcome_told_where_a_lesson_was_used_excuses_its_signer_only_outside_its_scope(tmp_path):
+    peer = NodeIdentity.from_seed(b"scope-peer")
+
+    async def main():
+        node = await Node.open(NodeConfig(tmp_path, encoder=None, dim=16, rule="mean"), InProcessHub().transport())
+        exp = Experience(TEXT, "code.numpy", 0.7, scope=NEW)
+        await node._locked(node.library.ingest, make_batch([exp], _vec(2)[None, :], node.profile, peer))
+        rep, moved = node.soup.reputation, []
+        for told in (HERE, Scope.parse(["numpy==2.4.1"]), None):  # outside its scope, inside, not told
+            before = rep.get(peer.node_id)
+            rid, _ = await node.recall(vector=_vec(2), min_similarity=0.5)  # searched without an environment
+            await node.outcome(rid, helped=False, environment=told)
+            moved.append(rep.get(peer.node_id) < before)
+        counted = node.library.outcomes_by_environment(exp.id)
+        await node.close()
+        return moved, counted
+
+    moved, counted = asyncio.run(main())
+    assert moved == [False, True, True]
+    assert counted == {"": (1, 0), "numpy==1.26": (1, 0), "numpy==2.4": (1, 0)}

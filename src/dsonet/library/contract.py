@@ -37,9 +37,11 @@ class Store(Protocol):
         (None when nothing passed); in the asker's ``environment``, those whose scope contradicts it
         held back (`Hits.held_back`)."""
 
-    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
+    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None,
+                environment: Scope | None = None) -> int:
         """Whether the lessons of a search helped, all together (``helped``) or each (``lessons``: id ->
-        helped), once per retrieval id; returns how many lessons were judged."""
+        helped), once per retrieval id; returns how many lessons were judged. ``environment``: where the
+        lessons were used, for a search made without one (a search's own environment wins)."""
 
     def delete(self, exp_id: str) -> bool:
         """Delete a lesson; returns whether it was held."""

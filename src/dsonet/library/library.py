@@ -323,12 +323,14 @@ class Library(DeferredSteps):
         if scope:
             used_in.record(self.rows.db, exp_id, scope.used_in(environment or Scope()), helped)
 
-    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
+    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None,
+                environment: Scope | None = None) -> int:
         """Whether the lessons of a `search` helped, all together (``helped``) or each (``lessons``: id ->
         helped; a lesson not named gets none), counted on every experience merged into each, in the
-        environment the search was made in; returns how many lessons were judged (see
-        `Retrievals.judged` for the errors)."""
-        judged, environment = self.retrievals.judged(retrieval_id, helped, lessons)
+        environment the search was made in (else the reporter's ``environment``); returns how many
+        lessons were judged (see `Retrievals.judged` for the errors)."""
+        judged, searched_in = self.retrievals.judged(retrieval_id, helped, lessons)
+        environment = searched_in or environment
         for hit, verdict in judged:
             for exp_id in hit.members or (hit.experience.id,):
                 self.record_outcome(exp_id, verdict, environment)

@@ -11,7 +11,8 @@
                                held back, each {id, text, reason}; `dsonet.scope`)
                                (min_similarity omitted: the library's calibrated threshold; an empty
                                search has retrieval_id null, and best_score says how near it came)
-    POST   /outcomes           {retrieval_id, helped | lessons: {id: helped}} -> {"recorded": n} (ids this node issued, once)
+    POST   /outcomes           {retrieval_id, helped | lessons: {id: helped}, environment?} -> {"recorded": n}
+                               (ids this node issued, once)
     GET    /stats  /peers  /metrics (Prometheus text)  /health (no token needed; counts quarantined rows)
     GET    /keys, POST /keys/{id}/ban|reset, GET|DELETE /quarantine: the operator's (`dsonet.network.admin`)
     GET    /                   the node's page for people, read-only (`dsonet.network.web`): a browser
@@ -90,6 +91,9 @@ class OutcomeRequest(BaseModel):
                                                   "(every lesson of the retrieval); or give lessons")
     lessons: dict[str, bool] | None = Field(None, max_length=100, description="Experience id -> whether that lesson "
                                             "helped; lessons not named get no outcome")
+    environment: list[str] | None = Field(None, max_length=MAX_ENVIRONMENT_PINS, description="Where the lessons "
+                                          "were used (pins name==version), for a search made without one: harm "
+                                          "moves only signers whose lessons' scope holds there")
 
 
 def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY,
@@ -168,7 +172,8 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
         """Report whether the lessons of one search helped: counted on each lesson (eviction by
         usefulness) and on each source peer's reputation. Only ids this node issued count, once."""
         try:
-            return {"recorded": await node.outcome(req.retrieval_id, req.helped, req.lessons)}
+            env = None if req.environment is None else Scope.parse(req.environment, limit=MAX_ENVIRONMENT_PINS)
+            return {"recorded": await node.outcome(req.retrieval_id, req.helped, req.lessons, env)}
         except UnknownRetrieval as exc:
             raise HTTPException(404, str(exc)) from None
         except NodeError as exc:

@@ -97,11 +97,13 @@ class NodeClient:
                     held_back=tuple(HeldBack(**b) for b in reply.get("held_back", ())))
         return reply.get("retrieval_id"), hits
 
-    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
+    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None,
+                environment: Scope | None = None) -> int:
         """Report whether the lessons of a search helped, all together or each (``lessons``: id -> helped);
         returns how many lessons were judged."""
         check_outcome(helped, lessons)
-        body = {"retrieval_id": retrieval_id} | ({"helped": bool(helped)} if lessons is None else {"lessons": lessons})
+        body = {"retrieval_id": retrieval_id} | ({"helped": bool(helped)} if lessons is None else {"lessons": lessons}) \
+            | ({} if environment is None else {"environment": environment.strings()})
         reply = self._call("POST", "/outcomes", json=body)
         if not reply:
             raise NodeClientError(f"outcome: the node did not issue retrieval {retrieval_id[:40]!r}, or its outcome "

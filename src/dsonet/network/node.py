@@ -310,15 +310,18 @@ class Node:
         return self.retrievals.issue(hits), hits
 
     async def outcome(self, retrieval_id: str, helped: bool | None = None,
-                      lessons: dict[str, bool] | None = None) -> int:
+                      lessons: dict[str, bool] | None = None, environment: Scope | None = None) -> int:
         """Whether the lessons of a retrieval this node issued helped, all together (``helped``) or each
         on its own (``lessons``: experience id -> helped; lessons not named get no outcome: an agent
         that tried its task without each lesson knows which one made the difference). Returns how many
-        were judged. Raises `UnknownRetrieval` for an id it did not issue or whose outcome is in already."""
+        were judged. ``environment``: where the lessons were used, for a search made without one (its
+        own wins): harm there moves only the signers whose lessons were meant to hold there.
+        Raises `UnknownRetrieval` for an id it did not issue or whose outcome is in already."""
         try:
-            judged, environment = self.retrievals.judged(retrieval_id, helped, lessons)
+            judged, searched_in = self.retrievals.judged(retrieval_id, helped, lessons)
         except OutcomeError as exc:
             raise NodeError(str(exc)) from None
+        environment = searched_in or environment
         for verdict in (True, False):
             hits = [h for h, v in judged if v is verdict]
             if hits:
