@@ -6,6 +6,7 @@
                                   with the file, and exact rescoring
     merge        `MergedView`     near-duplicates shown as one experience (DeltaSoup's phase 4)
     merged_hits  `MergedHits`     that view read as hits: a cluster as one `Hit`, a search's walk
+    scoped       `ScopedLessons`  lessons' scopes: a search in an environment, outcomes per environment
     reference    `ReferencePool`  the rows a node's round of received batches is judged beside
     steps        `DeferredSteps`  the merge and the index's refits, in steps for a node
 
@@ -20,7 +21,6 @@ it stored instead of compressing the floats a second time.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import sqlite3
@@ -37,10 +37,10 @@ from dsonet.codec.bitdelta import BitDeltaCodes, compress
 from dsonet.errors import BatchError
 from dsonet.experience import Experience, Provenance, check_lesson
 from dsonet.library.eviction import standing_of
-from dsonet.library.hits import Hit, Hits
+from dsonet.library.hits import Hits
 from dsonet.library.merge import MergedView, MergeRule
 from dsonet.library.merged_hits import MergedHits
-from dsonet.library import history, quarantine, scoped, used_in
+from dsonet.library import history, quarantine
 from dsonet.library import tags as tags_table
 from dsonet.library.decoded import DecodedRows
 from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy
@@ -50,6 +50,7 @@ from dsonet.library.errors import DamagedFile, LibraryError, MissingLibrary
 from dsonet.library.file import damaged
 from dsonet.library.rows import ANY_SIGNER, Copy, IngestResult, RowStore, row_code, row_experience
 from dsonet.library.saved_fit import restore_clusters
+from dsonet.library.scoped import ScopedLessons
 from dsonet.library.steps import DeferredSteps
 from dsonet.library.row_index import RowIndex
 from dsonet.scope import Scope
@@ -59,7 +60,7 @@ __all__ = ["Library"]
 log = logging.getLogger(__name__)
 
 
-class Library(DeferredSteps):
+class Library(DeferredSteps, ScopedLessons):
     def __init__(self, path: str | Path, encoder=None, profile: Profile | None = None, capacity: int | None = None,
                  support: np.ndarray | None = None, merge: MergeRule = MergeRule(),
                  trust: Callable[[str], float] | None = None, defer_merge: bool = False,
@@ -317,11 +318,9 @@ class Library(DeferredSteps):
 
     def record_outcome(self, exp_id: str, helped: bool, environment: Scope | None = None) -> None:
         """One use of an experience and whether it helped (feeds eviction by usefulness); for a scoped
-        lesson, counted too under the asker's ``environment`` (`dsonet.library.used_in`)."""
+        lesson, counted too under the asker's ``environment`` (`ScopedLessons.count_in`)."""
         self.rows.record_outcome(exp_id, helped)
-        scope = self.scopes([exp_id]).get(exp_id)
-        if scope:
-            used_in.record(self.rows.db, exp_id, scope.used_in(environment or Scope()), helped)
+        self.count_in(exp_id, helped, environment)
 
     def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None,
                 environment: Scope | None = None) -> int:
@@ -340,21 +339,7 @@ class Library(DeferredSteps):
         """(uses, helped) of an experience."""
         return self.rows.outcomes(exp_id)
 
-    def outcomes_by_environment(self, exp_id: str) -> dict[str, tuple[int, int]]:
-        """A scoped lesson's (uses, helped) per environment it was used in ('': not told)."""
-        return used_in.of(self.rows.db, exp_id)
 
-    def accountable(self, hit: Hit, environment: Scope | None) -> tuple[str, ...]:
-        """The signers an outcome of ``hit`` in ``environment`` speaks for: each source that signed a
-        member whose scope does not contradict it. A lesson used where it was never meant to hold says
-        nothing of its signer (issue 36); with no environment told, every source, as before."""
-        if environment is None:
-            return hit.sources
-        ids = hit.members or (hit.experience.id,)
-        held = {i for i, s in self.scopes(list(ids)).items() if s.fit(environment).verdict != "contradicts"}
-        idx = self.search_index
-        signers = {idx.signers[r] for i in held for r in idx.rows_of(i)}
-        return tuple(s for s in hit.sources if s in signers)
 
     def unpublished(self, limit: int | None = None) -> tuple[list[Experience], BitDeltaCodes | None]:
         """This node's experiences not yet published, oldest first, with the codes stored for them
@@ -472,24 +457,10 @@ class Library(DeferredSteps):
         if q.shape != (self.profile.dim,) or not np.isfinite(q).all():
             raise LibraryError(f"q: shape {q.shape} (finite values expected), expected ({self.profile.dim},)")
         q = q / max(float(np.linalg.norm(q)), 1e-12)
-        if environment is None:
-            rows, scores = self.search_index.rank(q, policy.k, domain, within)
-            return self.merged_hits.walk(q, rows, scores, policy)
-        against = scoped.excluded(self.scopes(), environment)
-        held = ()
-        if against:  # the rest ranked alone (an id mask over every row: O(rows) a search, with contradictions only)
-            idx = self.search_index
-            out = set(against)
-            rows, scores = idx.rank(q, policy.k, domain, out if within is None else out & within)
-            held = scoped.held_back(rows, scores, idx.ids, against, policy, self.get)
-            within = (set(idx.ids) if within is None else within) - out
+        if environment is not None:
+            return self.search_in(q, policy, domain, within, environment)
         rows, scores = self.search_index.rank(q, policy.k, domain, within)
-        return scoped.in_environment(self.merged_hits.walk(q, rows, scores, policy), environment, self.scopes,
-                                     self.get, held)
-
-    def scopes(self, ids: list[str] | None = None) -> dict[str, Scope]:
-        """id -> the scope of each lesson of ``ids`` (None: of every scoped lesson held; `dsonet.scope`)."""
-        return {i: _parsed(s) for i, s in self.rows.scopes(ids).items()}
+        return self.merged_hits.walk(q, rows, scores, policy)
 
     def rank(self, q: np.ndarray, k: int, domain: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Index rows and scores for a unit query, best first, before merging (see `RowIndex.rank`)."""
@@ -552,8 +523,3 @@ class Library(DeferredSteps):
                 "clusters": len(self.view.clusters()), "tombstones": len(self.tombstones()),
                 "index_bytes": self.search_index.index.memory_bytes(), "file_bytes": self.rows.file_bytes()}
 
-
-@functools.lru_cache(maxsize=4096)
-def _parsed(scope: str) -> Scope:
-    """A stored scope, parsed once: every search in an environment reads every scoped lesson's."""
-    return Scope.parse(scope)

@@ -11,16 +11,76 @@ reads a scope that contradicts its own.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import numpy as np
 
 from dsonet.experience import Experience
+from dsonet.library import used_in
 from dsonet.library.hits import HeldBack, Hit, Hits
+from dsonet.library.merged_hits import MergedHits
 from dsonet.library.policy import RetrievalPolicy
+from dsonet.library.row_index import RowIndex
+from dsonet.library.rows import RowStore
 from dsonet.scope import Fit, Scope
 
 _ORDER = {"fits": 0, "unknown": 1}
+
+
+class ScopedLessons:
+    """`dsonet.library.Library`'s calls about scopes, over the library's own parts (declared here, set by it)."""
+
+    rows: RowStore
+    search_index: RowIndex
+    merged_hits: MergedHits
+    get: Callable[[str], Experience | None]
+
+    def scopes(self, ids: list[str] | None = None) -> dict[str, Scope]:
+        """id -> the scope of each lesson of ``ids`` (None: of every scoped lesson held; `dsonet.scope`)."""
+        return {i: _parsed(s) for i, s in self.rows.scopes(ids).items()}
+
+    def search_in(self, q: np.ndarray, policy: RetrievalPolicy, domain: str | None, within: set[str] | None,
+                  environment: Scope) -> Hits:
+        """`Library.search_vector` in an asker's environment (this module's rule), ``policy`` resolved."""
+        against = excluded(self.scopes(), environment)
+        held = ()
+        if against:  # the rest ranked alone (an id mask over every row: O(rows) a search, with contradictions only)
+            idx, out = self.search_index, set(against)
+            rows, scores = idx.rank(q, policy.k, domain, out if within is None else out & within)
+            held = held_back(rows, scores, idx.ids, against, policy, self.get)
+            within = (set(idx.ids) if within is None else within) - out
+        rows, scores = self.search_index.rank(q, policy.k, domain, within)
+        return in_environment(self.merged_hits.walk(q, rows, scores, policy), environment, self.scopes, self.get,
+                              held)
+
+    def count_in(self, exp_id: str, helped: bool, environment: Scope | None) -> None:
+        """A scoped lesson's outcome, counted under the asker's environment (`dsonet.library.used_in`)."""
+        scope = self.scopes([exp_id]).get(exp_id)
+        if scope:
+            used_in.record(self.rows.db, exp_id, scope.used_in(environment or Scope()), helped)
+
+    def outcomes_by_environment(self, exp_id: str) -> dict[str, tuple[int, int]]:
+        """A scoped lesson's (uses, helped) per environment it was used in ('': not told)."""
+        return used_in.of(self.rows.db, exp_id)
+
+    def accountable(self, hit: Hit, environment: Scope | None) -> tuple[str, ...]:
+        """The signers an outcome of ``hit`` in ``environment`` speaks for: each source that signed a
+        member whose scope does not contradict it. A lesson used where it was never meant to hold says
+        nothing of its signer (issue 36); with no environment told, every source, as before."""
+        if environment is None:
+            return hit.sources
+        ids = hit.members or (hit.experience.id,)
+        held = {i for i, s in self.scopes(list(ids)).items() if s.fit(environment).verdict != "contradicts"}
+        idx = self.search_index
+        signers = {idx.signers[r] for i in held for r in idx.rows_of(i)}
+        return tuple(s for s in hit.sources if s in signers)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(scope: str) -> Scope:
+    """A stored scope, parsed once: every search in an environment reads every scoped lesson's."""
+    return Scope.parse(scope)
 
 
 def excluded(scoped: dict[str, Scope], environment: Scope) -> dict[str, Fit]:
