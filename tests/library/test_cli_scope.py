@@ -37,6 +37,7 @@ def test_a_scoped_lesson_is_shown_with_its_scope_and_held_back_where_it_contradi
     assert (line["scope"], line["fit"]) == (["numpy==2.4.6", "python==3.12.1"], "fits")
     held = _run("search", NEW, "--scope", "numpy==1.26.4", "--min-similarity", "0.9", "--db", db)
     assert held.stdout == "" and f"held back {exp_id[:12]}: numpy 2.4.6 learned, 1.26.4 here" in held.stderr
+    assert "no lesson above 0.900 holds in this environment: 1 held back" in held.stderr
 
 
 def test_search_in_an_interpreters_environment(tmp_path):

@@ -254,7 +254,8 @@ def ask(question, db, url, model, concurrency, timeout, k, min_similarity, conte
         for b in getattr(answer.hits, "held_back", ()):
             click.echo(f"held back {b.id[:12]}: {b.reason}  {b.text}", err=True)
         if lib is not None and not answer.hits:
-            click.echo(empty_answer(answer.hits.threshold, answer.hits.best_score), err=True)
+            click.echo(empty_answer(answer.hits.threshold, answer.hits.best_score, len(answer.hits.held_back)),
+                       err=True)
         if show_prompt:
             click.echo(prompt + "\n---", err=True)
         click.echo(answer.text)

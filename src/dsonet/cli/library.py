@@ -122,7 +122,7 @@ def search(query: str, k: int, min_similarity: float | None, max_tokens: int, do
     for b in hits.held_back:  # on stderr: what an agent must not be shown, said to the person asking
         click.echo(f"held back {b.id[:12]}: {b.reason}  {b.text}", err=True)
     if not hits:
-        click.echo(empty_answer(hits.threshold, hits.best_score), err=True)
+        click.echo(empty_answer(hits.threshold, hits.best_score, len(hits.held_back)), err=True)
 
 
 def scope_note(scope: Scope, fit: str) -> str:
@@ -131,10 +131,13 @@ def scope_note(scope: Scope, fit: str) -> str:
     return f"  ({'; '.join(x for x in (said, fit) if x)})" if said or fit else ""
 
 
-def empty_answer(threshold: float | None, best_score: float | None) -> str:
+def empty_answer(threshold: float | None, best_score: float | None, held_back: int = 0) -> str:
     """Why a search returned nothing, quoting no lesson: the threshold and the closest score (a node
-    older than these fields reports neither)."""
+    older than these fields reports neither), or the lessons held back for their scope."""
     above = "the threshold" if threshold is None else f"{threshold:.3f}"
+    if held_back:
+        return (f"no lesson above {above} holds in this environment: {held_back} held back, their scope contradicts "
+                "it (above); --scope or --python says where you are")
     closest = "the library holds no lesson to score" if best_score is None else f"the closest scored {best_score:.3f}"
     return f"no lesson above {above}; {closest} (--min-similarity or {ENV_MIN_SIMILARITY} lowers the threshold)"
 
