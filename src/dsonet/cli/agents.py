@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from dsonet.cli.options import (db_option, db_path, environment, environment_options, k_option, min_similarity_option,
-                                node_option, node_token_option, tag_option, token_option)
+                                node_option, node_token_option, probed, tag_option, token_option)
 from dsonet.errors import DsoError
 
 encoder_option = click.option("--encoder", default="default", show_default=True,
@@ -142,7 +142,7 @@ def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, tok
     from dsonet.asgi import check_exposure
 
     try:
-        env = environment(scope, python)
+        here = probed(scope, python)  # what the agents run: their searches' environment, their lessons' scope
         check_exposure(host, token)
     except DsoError as exc:
         raise click.ClickException(str(exc)) from None
@@ -160,7 +160,8 @@ def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, tok
 
     app = create_app(memory, upstream, upstream_key=upstream_key, token=token, max_body=max_body, timeout_s=timeout,
                      k=k, min_similarity=min_similarity, tags=tags,
-                     learner=TrafficLearner(memory) if learn else None, environment=env)
+                     learner=TrafficLearner(memory, environment=here) if learn else None,
+                     environment=None if here is None else here.environment)
     try:
         # the encoder loads at start, then the line says it is ready; each request in flight holds a
         # second descriptor (its upstream connection), so the connection cap leaves room for those

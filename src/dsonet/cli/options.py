@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 
 from dsonet.library.policy import ENV_MIN_SIMILARITY, MAX_TOKENS, K
-from dsonet.scope import MAX_ENVIRONMENT_PINS, Scope, probe
+from dsonet.scope import MAX_ENVIRONMENT_PINS, Probe, Scope, probe
 
 HOME = Path("~/.dsonet")  # one home: keygen's key, node start's data dir and the library all live here
 DEFAULT_DB = HOME / "library.sqlite"
@@ -74,11 +74,18 @@ def environment_options(fn):
 
 def environment(scope: tuple[str, ...], python: str | None) -> Scope | None:
     """The asker's environment from --python and --scope (its pins over the interpreter's); None for neither."""
+    found = probed(scope, python)
+    return None if found is None else found.environment
+
+
+def probed(scope: tuple[str, ...], python: str | None) -> Probe | None:
+    """`environment` with the interpreter's modules (which distribution each comes from), to scope a
+    lesson learned there; None for neither option."""
     if not scope and python is None:
         return None
-    pins = dict(probe(python).environment.pins) if python else {}
-    pins.update(Scope.parse(scope, limit=MAX_ENVIRONMENT_PINS).pins)
-    return Scope(tuple(sorted(pins.items())))
+    found = probe(python) if python else Probe(Scope())
+    pins = dict(found.environment.pins) | dict(Scope.parse(scope, limit=MAX_ENVIRONMENT_PINS).pins)
+    return Probe(Scope(tuple(sorted(pins.items()))), found.modules)
 
 
 def k_option(default: int = K):

@@ -30,6 +30,7 @@ from dsonet.errors import DsoError
 from dsonet.learn.code_lessons import refutes
 from dsonet.learn.episodes import DOMAIN, PROBATION, Episode, attempts, episodes, history_key, lesson
 from dsonet.library import Hits
+from dsonet.scope import Probe, Scope
 
 REMEMBERED = 4096  # episode keys and answered turns kept (oldest forgotten first)
 log = logging.getLogger(__name__)
@@ -57,8 +58,11 @@ def _remember(table: OrderedDict, key: str, value) -> None:
 
 
 class TrafficLearner:
-    def __init__(self, memory, domain: str = DOMAIN, confidence: float = PROBATION):
+    def __init__(self, memory, domain: str = DOMAIN, confidence: float = PROBATION, environment: Probe | None = None):
+        """``environment``: what the agents run (`dso proxy --python/--scope`): each lesson is scoped to
+        its Python and the distributions the lesson and its episode's code name there (`Probe.lesson_scope`)."""
         self.memory, self.domain, self.confidence = memory, domain, confidence
+        self.environment = environment
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.evidence: dict[str, int] = {}  # lesson id -> episodes that gave it
         self._answered: OrderedDict[str, tuple[str, dict[str, str]]] = OrderedDict()  # code -> (retrieval, {id: text})
@@ -88,7 +92,9 @@ class TrafficLearner:
             if text is None:
                 continue
             try:
-                exp = self.memory.add(text, self.domain, self.confidence)
+                scope = Scope() if self.environment is None else \
+                    self.environment.lesson_scope(text, episode.failed, episode.fixed)
+                exp = self.memory.add(text, self.domain, self.confidence, scope=scope)
             except DsoError as exc:  # refused by the memory (a node that is down, a lesson it rejects): say so, go on
                 log.warning("a lesson learned from traffic was not stored: %s", exc)
                 continue
