@@ -243,7 +243,7 @@ def ask(question, db, url, model, concurrency, timeout, k, min_similarity, conte
     prompt = "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in answer.chat)
     if as_json:
         searched = {} if lib is None else {"threshold": answer.hits.threshold, "best_score": answer.hits.best_score}
-        held = [b.to_dict() for b in getattr(answer.hits, "held_back", ())]
+        held = [b.to_dict() for b in answer.hits.held_back]
         click.echo(json.dumps({"answer": answer.text, "prompt": prompt, "messages": answer.chat,
                                "lessons": [{"id": h.experience.id, "text": h.experience.text,
                                             "score": round(h.score, 4), "scope": h.experience.scope.strings(),
@@ -251,7 +251,7 @@ def ask(question, db, url, model, concurrency, timeout, k, min_similarity, conte
     else:
         for hit in answer.hits:
             click.echo(f"[{hit.score:.2f}] {hit.experience.text}", err=True)
-        for b in getattr(answer.hits, "held_back", ()):
+        for b in answer.hits.held_back:
             click.echo(f"held back {b.id[:12]}: {b.reason}  {b.text}", err=True)
         if lib is not None and not answer.hits:
             click.echo(empty_answer(answer.hits.threshold, answer.hits.best_score, len(answer.hits.held_back)),

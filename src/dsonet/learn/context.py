@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dsonet.learn.chat import Message
+from dsonet.library.hits import Hits
 from dsonet.library.policy import K, MIN_SIMILARITY
 from dsonet.library.policy import RetrievalPolicy as Retrieval  # one policy object, defined by the library
 from dsonet.scope import Scope
@@ -67,11 +68,11 @@ def split_own(hits: list, node_id: str | None) -> tuple[list[str], list[str]]:
 
 
 def retrieve(store, query: str, retrieval: Retrieval = Retrieval(), domain: str | None = None, vector=None,
-             environment: Scope | None = None) -> list:
+             environment: Scope | None = None) -> Hits:
     """The library's hits for ``query`` (or for its already encoded ``vector``) under the policy; in
     the asker's ``environment`` where given (lessons whose scope contradicts it are never injected)."""
     if store is None:
-        return []
+        return Hits()
     scoped = {} if environment is None else {"environment": environment}  # a store older than scopes takes none
     if vector is not None:
         return store.search_vector(vector, retrieval.k, retrieval.min_similarity, domain, retrieval.max_tokens,

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 
 from dsonet.errors import DsoError
+from dsonet.library.hits import Hits
 from dsonet.scope import Scope
 
 PENDING = 10_000  # retrievals awaiting an outcome; the oldest are forgotten first
@@ -43,7 +44,7 @@ class Retrievals:
         self._pending: OrderedDict[str, list] = OrderedDict()
         self._lock = threading.Lock()
 
-    def issue(self, hits: list) -> str | None:
+    def issue(self, hits: Hits) -> str | None:
         """A new retrieval id for these hits (and the environment a `Hits` was searched in); None for a
         search that found nothing (there is nothing to judge, so no id that an outcome could not be
         recorded under)."""
@@ -51,7 +52,7 @@ class Retrievals:
             return None
         rid = secrets.token_hex(12)
         with self._lock:
-            self._pending[rid] = (list(hits), getattr(hits, "environment", None))
+            self._pending[rid] = (list(hits), hits.environment)
             while len(self._pending) > self.capacity:
                 self._pending.popitem(last=False)
         return rid
