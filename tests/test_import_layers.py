@@ -299,3 +299,13 @@ def test_the_clean_benches_load_no_optional_dependency_when_imported():
     code = f"import json, sys, {names}; print(json.dumps(sorted(sys.modules)))"
     loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert not sorted({m.split(".")[0] for m in loaded} & HEAVY)
+
+
+def test_the_aggregation_maths_does_not_know_the_storage():
+    """DeltaSoup's rules read arrays and `dsonet.codec.reference.Reference`; none reaches into the library."""
+    bad = [f"{path.relative_to(SRC)} imports {name}" for layer, path in _modules() if layer == "aggregate"
+           for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, (ast.Import, ast.ImportFrom))
+           for name in ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
+                        [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+           if _layer(name) == "library"]
+    assert not bad

@@ -11,7 +11,7 @@ import pytest
 from dsonet.errors import DsoError
 from dsonet.library import Hit, Hits, Library
 from dsonet.library.contract import Store
-from dsonet.memory import LocalMemory, NodeMemory
+from dsonet.memory import LocalMemory
 from dsonet.network.client import NodeClient
 from node_server import serving
 from lib_helpers import HashEncoder
@@ -41,13 +41,12 @@ def node(tmp_path):
         yield served
 
 
-@pytest.fixture(params=["library", "local-memory", "node-client", "node-memory"])
+@pytest.fixture(params=["library", "local-memory", "node-client"])
 def case(request, tmp_path):
     if request.param.startswith("node"):
         url, node = request.getfixturevalue("node")
         client = NodeClient(url, token="t")
-        store = client if request.param == "node-client" else NodeMemory(client)
-        yield Case(store, node.library.outcomes, lambda stats: stats["library"]["experiences"])
+        yield Case(client, node.library.outcomes, lambda stats: stats["library"]["experiences"])
         client.close()
         return
     lib = Library(tmp_path / "lib.sqlite", encoder=HashEncoder())
@@ -58,7 +57,7 @@ def case(request, tmp_path):
 @pytest.mark.parametrize("name", STORE_CALLS)
 def test_every_store_takes_the_contracts_arguments(name):
     expected = list(inspect.signature(getattr(Store, name)).parameters)[1:]
-    for kind in (Library, LocalMemory, NodeClient, NodeMemory):
+    for kind in (Library, LocalMemory, NodeClient):
         assert list(inspect.signature(getattr(kind, name)).parameters)[1:len(expected) + 1] == expected, kind
 
 

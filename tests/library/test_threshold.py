@@ -15,7 +15,7 @@ from dsonet.integrations.langchain import DsonetRetriever
 from dsonet.library import Library
 from dsonet.library.policy import (ENV_MIN_SIMILARITY, MIN_SIMILARITY, PolicyError, RetrievalPolicy,
                                    default_min_similarity)
-from dsonet.memory import LocalMemory, NodeMemory
+from dsonet.memory import LocalMemory
 from dsonet.network.api import SearchRequest
 from dsonet.network.client import NodeClient
 from dsonet.network.node import Node
@@ -90,7 +90,7 @@ def test_every_cli_command_leaves_the_threshold_to_the_space_and_reads_the_envir
 
 
 @pytest.mark.parametrize("call", [Library.search, Library.search_vector, Node.search, Node.recall, NodeClient.search,
-                                  NodeClient.recall, LocalMemory.search, NodeMemory.search])
+                                  NodeClient.recall, LocalMemory.search])
 def test_every_python_entry_point_leaves_the_threshold_to_the_space(call):
     assert inspect.signature(call).parameters["min_similarity"].default is None
 

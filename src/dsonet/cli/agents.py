@@ -121,10 +121,14 @@ def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, t
                    "become a lesson (on probation) in the library, and the results of the code answered with "
                    "lessons become their outcomes. Off by default: with --node, what your agents hit is "
                    "published to the fleet.")
+@click.option("--reflect/--no-reflect", default=False, show_default=True,
+              help="With --learn: an episode whose error line names no fix (a wrong value, a workaround written "
+                   "by hand) is put to the upstream model, in the background, and the lesson of its reply kept on "
+                   "probation. Costs one upstream call of at most 96 tokens per such episode.")
 @tag_option("Inject only lessons carrying this scope, e.g. project:billing (repeatable: every one).")
 @environment_options
 def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, token, max_body, timeout, k,
-          min_similarity, learn, tags, scope, python) -> None:
+          min_similarity, learn, reflect, tags, scope, python) -> None:
     """Serve an OpenAI-compatible API (/v1/chat/completions, /v1/responses; streaming or not) that
     puts the library's lessons for the last user message into the system message and forwards to
     UPSTREAM. Each answer names the lessons (X-DSO-Lessons) and its retrieval (X-DSO-Retrieval-Id);
@@ -135,12 +139,15 @@ def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, tok
     Examples:
       dso proxy --upstream http://localhost:8000/v1 --db ~/.dsonet/library.sqlite
       dso proxy --upstream http://127.0.0.1:8000/v1 --learn      lessons from the agents' own errors and fixes
+      dso proxy --upstream http://127.0.0.1:8000/v1 --learn --reflect   ... and the model's own, where errors name none
       OPENAI_BASE_URL=http://127.0.0.1:8787/v1 python my_agent.py
       dso proxy --upstream https://api.openai.com/v1 --upstream-key $OPENAI_API_KEY --token $T --host 0.0.0.0
       dso proxy --upstream http://127.0.0.1:8000/v1 --python .venv/bin/python   lessons that hold there only
     """
     from dsonet.asgi import check_exposure
 
+    if reflect and not learn:
+        raise click.UsageError("--reflect reflects on what --learn finds: give --learn too")
     try:
         here = probed(scope, python)  # what the agents run: their searches' environment, their lessons' scope
         check_exposure(host, token)
@@ -160,7 +167,7 @@ def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, tok
 
     app = create_app(memory, upstream, upstream_key=upstream_key, token=token, max_body=max_body, timeout_s=timeout,
                      k=k, min_similarity=min_similarity, tags=tags,
-                     learner=TrafficLearner(memory, environment=here) if learn else None,
+                     learner=TrafficLearner(memory, environment=here) if learn else None, reflect=reflect,
                      environment=None if here is None else here.environment)
     try:
         # the encoder loads at start, then the line says it is ready; each request in flight holds a

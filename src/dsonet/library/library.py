@@ -34,6 +34,7 @@ import dsonet.encoders  # through the module, so the default can be swapped (tes
 from dsonet.codec import CompressedBatch, Profile, profile_of
 from dsonet.codec.batch import check_unit
 from dsonet.codec.bitdelta import BitDeltaCodes, compress
+from dsonet.codec.reference import Reference
 from dsonet.errors import BatchError
 from dsonet.experience import Experience, Provenance, check_lesson
 from dsonet.library.eviction import standing_of
@@ -44,7 +45,7 @@ from dsonet.library import history, quarantine
 from dsonet.library import tags as tags_table
 from dsonet.library.decoded import DecodedRows
 from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy
-from dsonet.library.reference import Reference, ReferencePool
+from dsonet.library.reference import ReferencePool
 from dsonet.library.retrievals import Retrievals
 from dsonet.library.errors import DamagedFile, LibraryError, MissingLibrary
 from dsonet.library.file import damaged

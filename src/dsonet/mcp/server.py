@@ -39,7 +39,8 @@ from dsonet.learn.episodes import DOMAIN, PROBATION, Episode, lesson
 from dsonet.library import Hit, Hits
 from dsonet.library.contract import Store
 from dsonet.library.policy import K
-from dsonet.memory import LocalMemory, NodeMemory
+from dsonet.memory import LocalMemory
+from dsonet.network.client import NodeClient
 from dsonet.scope import MAX_ENVIRONMENT_PINS, MAX_LESSON_PINS, Scope
 
 log = logging.getLogger(__name__)
@@ -159,7 +160,7 @@ def warm_up(memory: Store) -> None:
 def _author(memory: Store) -> str:
     """Whose lessons are this server's own (`delete` may remove them): the node's (its id), or, for a
     file, its owner's (the node that opened it; `LOCAL_AUTHOR` for a file no node has)."""
-    if isinstance(memory, NodeMemory):
+    if isinstance(memory, NodeClient):
         return str(memory.stats()["node_id"])
     return memory.library.owner if isinstance(memory, LocalMemory) else LOCAL_AUTHOR
 

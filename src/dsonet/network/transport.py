@@ -60,16 +60,12 @@ async def cancel_readers(tasks: list[asyncio.Task]) -> None:
     tasks.clear()
 
 
-def member_subject(prefix: str, kind: str, member: str) -> str:
-    """``dso.batch.node-0123456789abcdef``: where a node publishes (``member``: its NATS user's name),
-    one subject per kind, so that the stream's per-subject limits are per member
-    (`NatsConfig.member_max_msgs`); a reader parses it as any subject (its domain is the member)."""
-    return f"{prefix}.{kind}.{member}"
-
-
-def subject_for(prefix: str, kind: str, domain: str) -> str:
-    """``dso.batch.math.geometry``: domains are dotted lower-case tags, valid NATS tokens as they are."""
-    return f"{prefix}.{kind}.{domain}"
+def subject_for(prefix: str, kind: str, token: str) -> str:
+    """``dso.batch.math.geometry``: ``token`` a domain (dotted lower-case tags, valid NATS tokens as they
+    are) or, where a node publishes, its NATS user's name (``dso.batch.node-0123456789abcdef``: one subject
+    per member and kind, so that the stream's per-subject limits are per member, `NatsConfig.member_max_msgs`);
+    a reader parses either as any subject, the member standing for the domain."""
+    return f"{prefix}.{kind}.{token}"
 
 
 @dataclass(frozen=True)
