@@ -22,8 +22,9 @@ from dsonet.cli.main import EXTRAS
 from dsonet.library import Library
 
 SRC = Path(dsonet.__file__).parent
-# lowest first; one number a layer, equal numbers are siblings that must not import each other
-LAYERS = {"errors": 0, "experience": 1, "identity": 1, "data": 1, "asgi": 1, "codec": 2, "encoders": 3, "library": 4, "train": 4,
+# lowest first; one number a layer, equal numbers are siblings that must not import each other (scope sits
+# between errors and experience, which hashes it into an id)
+LAYERS = {"errors": 0, "scope": 0.5, "experience": 1, "identity": 1, "data": 1, "asgi": 1, "codec": 2, "encoders": 3, "library": 4, "train": 4,
           "aggregate": 5, "network": 6, "learn": 7, "sim": 8, "memory": 8, "mcp": 9, "proxy": 9, "serve": 9, "integrations": 9,
           "bench": 10, "demo": 11, "cli": 12}
 

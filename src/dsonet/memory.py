@@ -25,6 +25,7 @@ from dsonet.library.contract import Store
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import UnknownRetrieval
 from dsonet.network.client import NodeClient
+from dsonet.scope import Scope
 
 __all__ = ["LocalMemory", "RecallError", "UnknownRetrieval", "open_memory"]
 
@@ -42,21 +43,22 @@ class LocalMemory:
         self._lock = threading.Lock()
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
+               domain: str | None = None, tags: tuple[str, ...] = (), environment: Scope | None = None) -> Hits:
         with self._lock:
             return self.library.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain,
-                                       tags=tags)
+                                       tags=tags, environment=environment)
 
     def add(self, text: str, domain: str = "general", confidence: float = 0.5,
-            tags: tuple[str, ...] = ()) -> Experience:
+            tags: tuple[str, ...] = (), scope: Scope = Scope()) -> Experience:
         with self._lock:
-            return self.library.add(text, domain=domain, confidence=confidence, tags=tags)
+            return self.library.add(text, domain=domain, confidence=confidence, tags=tags, scope=scope)
 
-    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
+    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None,
+                environment: Scope | None = None) -> int:
         """`Library.outcome`: raises `UnknownRetrieval` for an id this memory did not issue or whose
         outcome is in already, `OutcomeError` for a lesson the retrieval did not give."""
         with self._lock:
-            return self.library.outcome(retrieval_id, helped, lessons)
+            return self.library.outcome(retrieval_id, helped, lessons, environment)
 
     def delete(self, exp_id: str) -> bool:
         with self._lock:

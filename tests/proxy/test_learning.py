@@ -217,3 +217,25 @@ def test_a_streamed_answer_given_with_lessons_gets_its_outcome_from_the_runs_nex
                    json={"model": "m", "messages": asked + [answer, _result(answer, "20.25")]})
     assert memory.library.outcomes(lesson.id) == (1, 1)
     memory.close()
+
+
+def test_a_lesson_learned_from_traffic_is_scoped_to_what_the_agents_run(tmp_path):
+    import sys
+    from pathlib import Path
+
+    from dsonet.scope import Probe, Scope
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "library"))
+    from lib_helpers import HashEncoder
+
+    memory = LocalMemory(Library(tmp_path / "lib.sqlite", encoder=HashEncoder()))
+    here = Probe(Scope.parse(["numpy==2.4.6", "pandas==3.1.1", "python==3.11.7"], limit=2000), {"numpy": ("numpy",)})
+    history = [{"role": "user", "content": TASK_A},
+               {"role": "assistant", "content": "```python\nr = np.trapz(y, x)\n```"},
+               {"role": "user", "content": REFUSED},
+               {"role": "assistant", "content": "```python\nr = np.trapezoid(y, x)\n```"},
+               {"role": "user", "content": "0.335"}]
+    learned = TrafficLearner(memory, environment=here).observe(history)
+    (exp,) = memory.all()
+    assert learned.lessons == [exp.id] and exp.scope == Scope.parse(["numpy==2.4.6", "python==3.11.7"])
+    memory.close()

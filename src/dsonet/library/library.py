@@ -6,6 +6,7 @@
                                   with the file, and exact rescoring
     merge        `MergedView`     near-duplicates shown as one experience (DeltaSoup's phase 4)
     merged_hits  `MergedHits`     that view read as hits: a cluster as one `Hit`, a search's walk
+    scoped       `ScopedLessons`  lessons' scopes: a search in an environment, outcomes per environment
     reference    `ReferencePool`  the rows a node's round of received batches is judged beside
     steps        `DeferredSteps`  the merge and the index's refits, in steps for a node
 
@@ -50,15 +51,17 @@ from dsonet.library.errors import DamagedFile, LibraryError, MissingLibrary
 from dsonet.library.file import damaged
 from dsonet.library.rows import ANY_SIGNER, Copy, IngestResult, RowStore, row_code, row_experience
 from dsonet.library.saved_fit import restore_clusters
+from dsonet.library.scoped import ScopedLessons
 from dsonet.library.steps import DeferredSteps
 from dsonet.library.row_index import RowIndex
+from dsonet.scope import Scope
 
 __all__ = ["Library"]
 
 log = logging.getLogger(__name__)
 
 
-class Library(DeferredSteps):
+class Library(DeferredSteps, ScopedLessons):
     def __init__(self, path: str | Path, encoder=None, profile: Profile | None = None, capacity: int | None = None,
                  support: np.ndarray | None = None, merge: MergeRule = MergeRule(),
                  trust: Callable[[str], float] | None = None, defer_merge: bool = False,
@@ -172,13 +175,14 @@ class Library(DeferredSteps):
     # ------------------------------------------------------------------ writing
 
     def add(self, text: str, domain: str = "general", confidence: float = 0.5, tags: tuple[str, ...] = (),
-            provenance: Provenance | None = None) -> Experience:
+            scope: Scope = Scope(), provenance: Provenance | None = None) -> Experience:
         """Encode one experience and store it with its float vector and code (ADD), as the file's
-        `owner`'s unless ``provenance`` says otherwise, with this library's ``tags`` (`dsonet.library.tags`)."""
+        `owner`'s unless ``provenance`` says otherwise, with this library's ``tags`` (`dsonet.library.tags`)
+        and the ``scope`` it holds in (`dsonet.scope`; signed with it when published)."""
         check_lesson(text)
         scopes = tags_table.checked(tags)
         prov = provenance or Provenance(self.owner, timestamp_ms=int(time.time() * 1000))
-        exp = Experience(text, domain, confidence, prov)
+        exp = Experience(text, domain, confidence, prov, scope)
         self.add_vectors([exp], self.encoder.encode([exp.text], kind="document"))
         self.tag(exp.id, scopes)
         return exp
@@ -285,7 +289,7 @@ class Library(DeferredSteps):
         lineage = self.rows.lineage(exp_id)
         new = Experience(text, old.domain if domain is None else domain, old.confidence,
                          Provenance(old.provenance.node_id, old.provenance.model, int(time.time() * 1000),
-                                    old.provenance.iteration))
+                                    old.provenance.iteration), old.scope)
         if new.id == exp_id:
             return old
         self.add_vectors([new], self.encoder.encode([new.text], kind="document"))
@@ -313,23 +317,30 @@ class Library(DeferredSteps):
     def tombstones(self) -> list[str]:
         return self.rows.tombstones()
 
-    def record_outcome(self, exp_id: str, helped: bool) -> None:
-        """One use of an experience and whether it helped (feeds eviction by usefulness)."""
+    def record_outcome(self, exp_id: str, helped: bool, environment: Scope | None = None) -> None:
+        """One use of an experience and whether it helped (feeds eviction by usefulness); for a scoped
+        lesson, counted too under the asker's ``environment`` (`ScopedLessons.count_in`)."""
         self.rows.record_outcome(exp_id, helped)
+        self.count_in(exp_id, helped, environment)
 
-    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
+    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None,
+                environment: Scope | None = None) -> int:
         """Whether the lessons of a `search` helped, all together (``helped``) or each (``lessons``: id ->
-        helped; a lesson not named gets none), counted on every experience merged into each; returns
-        how many lessons were judged (see `Retrievals.judged` for the errors)."""
-        judged = self.retrievals.judged(retrieval_id, helped, lessons)
+        helped; a lesson not named gets none), counted on every experience merged into each, in the
+        environment the search was made in (else the reporter's ``environment``); returns how many
+        lessons were judged (see `Retrievals.judged` for the errors)."""
+        judged, searched_in = self.retrievals.judged(retrieval_id, helped, lessons)
+        environment = searched_in or environment
         for hit, verdict in judged:
             for exp_id in hit.members or (hit.experience.id,):
-                self.record_outcome(exp_id, verdict)
+                self.record_outcome(exp_id, verdict, environment)
         return len(judged)
 
     def outcomes(self, exp_id: str) -> tuple[int, int]:
         """(uses, helped) of an experience."""
         return self.rows.outcomes(exp_id)
+
+
 
     def unpublished(self, limit: int | None = None) -> tuple[list[Experience], BitDeltaCodes | None]:
         """This node's experiences not yet published, oldest first, with the codes stored for them
@@ -426,17 +437,19 @@ class Library(DeferredSteps):
         return self.search_index.vectors(np.array([self._preferred_row(i) for i in ids], np.int64))
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
+               domain: str | None = None, tags: tuple[str, ...] = (), environment: Scope | None = None) -> Hits:
         """Top experiences for a text query (`RetrievalPolicy`: k = 5, cosine at or above the
         space's calibrated threshold unless ``min_similarity`` says otherwise, ≤ 2048 tokens), of
-        those carrying every one of ``tags``, with a retrieval id to report their `outcome` under."""
+        those carrying every one of ``tags``, with a retrieval id to report their `outcome` under.
+        ``environment``: the asker's; lessons whose scope contradicts it are held back (`dsonet.library.scoped`)."""
         hits = self.search_vector(self.encoder.encode([query], kind="query")[0], k, min_similarity, domain, max_tokens,
-                                  tags)
+                                  tags, environment)
         hits.retrieval_id = self.retrievals.issue(hits)
         return hits
 
     def search_vector(self, q: np.ndarray, k: int = K, min_similarity: float | None = None,
-                      domain: str | None = None, max_tokens: int = MAX_TOKENS, tags: tuple[str, ...] = ()) -> Hits:
+                      domain: str | None = None, max_tokens: int = MAX_TOKENS, tags: tuple[str, ...] = (),
+                      environment: Scope | None = None) -> Hits:
         """`search` for a query vector in the profile's space (the caller encoded it once already)."""
         policy = RetrievalPolicy(k, min_similarity, max_tokens).resolved(self.profile)
         scopes = tags_table.checked(tags)
@@ -445,6 +458,8 @@ class Library(DeferredSteps):
         if q.shape != (self.profile.dim,) or not np.isfinite(q).all():
             raise LibraryError(f"q: shape {q.shape} (finite values expected), expected ({self.profile.dim},)")
         q = q / max(float(np.linalg.norm(q)), 1e-12)
+        if environment is not None:
+            return self.search_in(q, policy, domain, within, environment)
         rows, scores = self.search_index.rank(q, policy.k, domain, within)
         return self.merged_hits.walk(q, rows, scores, policy)
 
@@ -508,3 +523,4 @@ class Library(DeferredSteps):
                 "quarantined": self.quarantined,
                 "clusters": len(self.view.clusters()), "tombstones": len(self.tombstones()),
                 "index_bytes": self.search_index.index.memory_bytes(), "file_bytes": self.rows.file_bytes()}
+

@@ -36,6 +36,7 @@ import numpy as np
 
 from dsonet.codec.profile import baseline_digest
 from dsonet.experience import Experience, Provenance
+from dsonet.scope import Scope
 from dsonet.library.errors import LibraryError, StorageError
 from dsonet.library.eviction import TRUSTED, fair_cuts
 from dsonet.library.file import ANY_SIGNER, COLUMNS, StoredRow, connect
@@ -200,7 +201,7 @@ class RowStore:
                     seq, next_seq = next_seq, next_seq + 1
                     inserts[seq] = (seq, eid, who, exp.text, exp.domain, float(exp.confidence), prov.model,
                                     prov.timestamp_ms, prov.iteration, eid, sign_blob, scale_blob, bid, digest,
-                                    int(received), vec, now)
+                                    int(received), vec, now, str(exp.scope))
                     present[key] = _Present(seq, int(received), float(exp.confidence), digest, int(vec is not None))
                     added.append(eid)
                     indexed[seq] = IndexRow(seq, eid, who, exp.domain, sign_blob, scale_blob, bid,
@@ -215,7 +216,8 @@ class RowStore:
                 if held.seq in inserts:  # the same row twice in one write: the better code is inserted
                     inserts[held.seq] = (*inserts[held.seq][:5], float(exp.confidence), prov.model, prov.timestamp_ms,
                                          prov.iteration, eid, sign_blob, scale_blob, bid, digest, int(received),
-                                         vec if vec is not None else inserts[held.seq][15], now)
+                                         vec if vec is not None else inserts[held.seq][15], now,
+                                         inserts[held.seq][17])  # the scope: part of the id, so the same
                 else:
                     updates[held.seq] = (float(exp.confidence), prov.model, prov.timestamp_ms, prov.iteration,
                                          sign_blob, scale_blob, bid, digest, int(received), vec, held.seq)
@@ -223,8 +225,8 @@ class RowStore:
                                              int(not received), float(exp.confidence))
             self.db.executemany(
                 "INSERT INTO experiences (seq, id, signer, text, domain, confidence, model, timestamp_ms, iteration,"
-                " lineage, signs, scales, baseline_id, code_digest, received, vector, added_ms)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", inserts.values())
+                " lineage, signs, scales, baseline_id, code_digest, received, vector, added_ms, scope)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", inserts.values())
             self.db.executemany(
                 "UPDATE experiences SET confidence=?, model=?, timestamp_ms=?, iteration=?, signs=?, scales=?,"
                 " baseline_id=?, code_digest=?, received=?, vector=COALESCE(?, vector) WHERE seq=?", updates.values())
@@ -345,6 +347,13 @@ class RowStore:
                                        " WHERE id = ?", (exp_id,)).fetchone()
         return int(uses), int(helped)
 
+    def scopes(self, ids: list[str] | None = None) -> dict[str, str]:
+        """id -> its lesson's scope (canonical; the scope is part of the id, so every row of an id has one), of
+        ``ids``, or (None) of every scoped lesson held (read off the partial index on the column)."""
+        if ids is None:
+            return dict(self.db.execute("SELECT DISTINCT id, scope FROM experiences WHERE scope != ''"))
+        return dict(self._select_in("SELECT DISTINCT id, scope FROM experiences WHERE id IN ({marks})", ids))
+
     def unpublished(self, limit: int | None = None) -> list[StoredRow]:
         """This node's own rows not yet published, oldest first."""
         q = "SELECT * FROM experiences WHERE received = 0 AND published = 0 ORDER BY seq"
@@ -442,7 +451,7 @@ class RowStore:
 def row_experience(row: StoredRow) -> Experience:
     """An experience from a full row; its provenance's node id is the row's signer."""
     return Experience(row.text, row.domain, row.confidence, Provenance(row.signer, row.model, row.timestamp_ms,
-                                                                       row.iteration))
+                                                                       row.iteration), Scope.parse(row.scope))
 
 
 def row_code(rows: list[StoredRow] | list[IndexRow], group_size: int,

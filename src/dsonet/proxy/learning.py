@@ -37,6 +37,7 @@ from dsonet.errors import DsoError
 from dsonet.learn.code_lessons import advice_key, refutes
 from dsonet.learn.episodes import DOMAIN, PROBATION, Episode, attempts, episodes, history_key, lesson, reflected
 from dsonet.library import Hits
+from dsonet.scope import Probe, Scope
 
 REMEMBERED = 4096  # episode keys and answered turns kept (oldest forgotten first)
 log = logging.getLogger(__name__)
@@ -65,8 +66,11 @@ def _remember(table: OrderedDict, key: str, value) -> None:
 
 
 class TrafficLearner:
-    def __init__(self, memory, domain: str = DOMAIN, confidence: float = PROBATION):
+    def __init__(self, memory, domain: str = DOMAIN, confidence: float = PROBATION, environment: Probe | None = None):
+        """``environment``: what the agents run (`dso proxy --python/--scope`): each lesson is scoped to
+        its Python and the distributions the lesson and its episode's code name there (`Probe.lesson_scope`)."""
         self.memory, self.domain, self.confidence = memory, domain, confidence
+        self.environment = environment
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.evidence: dict[str, int] = {}  # lesson id -> episodes that gave it
         self._advised: OrderedDict[str, str] = OrderedDict()  # advice_key -> the id of the lesson that says it
@@ -96,7 +100,7 @@ class TrafficLearner:
             text = lesson(episode)
             if text is None:
                 out.unexplained.append(episode)
-            elif (said := self._store(text)) is not None:
+            elif (said := self._store(text, episode)) is not None:
                 out.lessons.append(said)
         return out
 
@@ -105,14 +109,17 @@ class TrafficLearner:
         its lesson on probation, as a rule lesson would be; the lesson's id, or None where the reply
         holds none that restates nothing of the episode's task."""
         text = reflected(episode, reply)
-        return None if text is None else self._store(text)
+        return None if text is None else self._store(text, episode)
 
-    def _store(self, text: str) -> str | None:
-        """The id of the lesson saying ``text`` (added, or one giving the same advice given more evidence)."""
+    def _store(self, text: str, episode: Episode) -> str | None:
+        """The id of the lesson saying ``text`` (added, or one giving the same advice given more evidence),
+        scoped by the lesson and ``episode``'s code where the agents' environment is known."""
         said = self._advised.get(advice_key(text))
         if said is None:
+            scope = Scope() if self.environment is None else \
+                self.environment.lesson_scope(text, episode.failed, episode.fixed)
             try:
-                said = self.memory.add(text, self.domain, self.confidence).id
+                said = self.memory.add(text, self.domain, self.confidence, scope=scope).id
             except DsoError as exc:  # refused by the memory (a node that is down, a lesson it rejects): go on
                 log.warning("a lesson learned from traffic was not stored: %s", exc)
                 return None

@@ -89,10 +89,10 @@ def poisoned(bench, identity: NodeIdentity) -> bytes:
     payload = bench.hostile(identity, 1, "poisoned")
     content, _ = msgpack.unpackb(payload)
     fields = msgpack.unpackb(content)
-    code = bytearray(fields["rows"][0][5])
+    code = bytearray(fields["rows"][0][-1])
     n_scales = int(scale_bound(bench.profile).size)
     code[len(code) - 4 * n_scales:] = np.full(n_scales, 3e38, "<f4").tobytes()
-    fields["rows"][0][5] = bytes(code)
+    fields["rows"][0][-1] = bytes(code)
     content = msgpack.packb(fields, use_bin_type=True)
     return msgpack.packb([content, identity.sign(hashlib.sha256(content).hexdigest().encode())], use_bin_type=True)
 
