@@ -29,6 +29,7 @@ MIN_SIMILARITY = 0.6  # the protocol's (experience-ledger) threshold: the fallba
 MAX_TOKENS = 2048
 ENV_MIN_SIMILARITY = "DSONET_MIN_SIMILARITY"  # overrides every space's calibrated threshold
 CALIBRATION_NAME = "relevance.json"  # beside a shipped head's config.json (see `dsonet.bench.relevance`)
+RESCORE_NAME = "rescore.json"  # beside a backbone's weights: its second stage's threshold (`dsonet.encoders.rescore`)
 
 
 class PolicyError(DsoError, ValueError):
@@ -96,14 +97,21 @@ def _encoder_id(space) -> str | None:
 
 @lru_cache(maxsize=1)
 def calibrations() -> dict[str, dict]:
-    """encoder id -> the calibration (`relevance.json`) shipped beside each head in the package."""
+    """encoder (or second stage) id -> the calibration (`relevance.json`, `rescore.json`) shipped
+    beside each head and backbone in the package."""
     out = {}
     for head in resources.files("dsonet.encoders").joinpath("weights").iterdir():
-        path = head.joinpath(CALIBRATION_NAME)
-        if path.is_file():
-            entry = json.loads(path.read_text())
-            out[entry["encoder_id"]] = entry
+        for name in (CALIBRATION_NAME, RESCORE_NAME):
+            path = head.joinpath(name)
+            if path.is_file():
+                entry = json.loads(path.read_text())
+                out[entry["encoder_id"]] = entry
     return out
+
+
+def calibrated(space_id: str) -> bool:
+    """Whether a threshold was calibrated for this space or second stage."""
+    return space_id in calibrations()
 
 
 def _default_encoder_id() -> str | None:
