@@ -64,9 +64,10 @@ class Library(DeferredSteps):
                  support: np.ndarray | None = None, merge: MergeRule = MergeRule(),
                  trust: Callable[[str], float] | None = None, defer_merge: bool = False,
                  trusted: float | None = None, create: bool = True, owner: str | None = None,
-                 rescore: bool = True):
+                 rescore: bool | Rescorer = True):
         """``rescore``: a text search with the calibrated threshold scores its first-stage candidates
-        again in the encoder's backbone space (`dsonet.library.rescored`; False: one stage). ``owner``:
+        again (`dsonet.library.rescored`): True, in the encoder's backbone space where a threshold was
+        calibrated for it; or by the `Rescorer` given; False: one stage. ``owner``:
         the node this file belongs to; the rows added to it before it had one become its own
         (`RowStore.adopt`). ``create``: False refuses a path that holds no library yet (a read must not
         leave an empty file and its folders behind a mistyped --db). ``support``: vectors spanning the
@@ -82,7 +83,7 @@ class Library(DeferredSteps):
             raise MissingLibrary(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._encoder = encoder
-        self._rescorer: Rescorer | None | bool = rescore  # True: built from the encoder at the first text search
+        self._rescorer: Rescorer | bool = rescore  # True: built from the encoder at the first text search
         self.trust = trust
         self.defer_merge = defer_merge
         standing = None if trust is None or trusted is None else (lambda signer: standing_of(trust(signer), trusted))
@@ -469,7 +470,7 @@ class Library(DeferredSteps):
         calibrated for it (`dsonet.encoders.rescore`), else None."""
         if self._rescorer is True:
             stage = backbone_rescorer(self.encoder)
-            self._rescorer = stage if stage is not None and calibrated(stage.id) else None
+            self._rescorer = stage if stage is not None and calibrated(stage.id) else False
         return self._rescorer or None
 
     def rank(self, q: np.ndarray, k: int, domain: str | None = None) -> tuple[np.ndarray, np.ndarray]:
