@@ -175,7 +175,8 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3 if "minilm" in result else 2, figsize=(16, 4.2))
+    panels = 2 + ("minilm" in result) + ("users" in result)
+    fig, axes = plt.subplots(1, panels, figsize=(5.4 * panels, 4.2))
     for ax, name in zip(axes, ("calibration", "held_out")):
         part = result["default"][name]
         for kind, style in (("floats", "-"), ("codes", ":")):
@@ -193,6 +194,8 @@ def plot(result: dict, path: Path) -> None:
     fig.suptitle("Injection (top 5 above the threshold): precision and recall against the threshold")
     if "minilm" in result:
         _compare_spaces(axes[2], result)
+    if "users" in result:
+        _users(axes[-1], result["users"])
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -212,6 +215,22 @@ def _compare_spaces(ax, result: dict) -> None:
     ax.set_title("held-out (floats): three ways to score")
     ax.set_xlabel("threshold (cosine)")
     ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower left")
+
+
+def _users(ax, users: dict) -> None:
+    """The users' set, held-out half: recall against precision for each scoring, the defaults marked."""
+    for i, (name, entry) in enumerate(users["scorings"].items()):
+        curve = entry["curve"]["held_out"]
+        ax.plot([p["recall"] for p in curve], [p["precision"] for p in curve], f"C{i}-", label=name)
+        if "at_default" in entry:
+            at = entry["at_default"]["held_out"]
+            ax.plot(at["recall"], at["precision"], f"C{i}o")
+    ax.axhline(users["target_precision"], color="grey", lw=1, ls="--")
+    ax.set_title("users' questions, held-out: precision against recall (dots: defaults)")
+    ax.set_xlabel("recall")
+    ax.set_ylim(0.5, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
 
