@@ -74,12 +74,11 @@ def test_a_search_by_vector_alone_is_one_stage(library):
     assert [h.experience.text for h in hits] == [LESSONS[5]] and stage.shown == []
 
 
-def test_the_environment_sets_the_second_stages_threshold(library, monkeypatch):
-    lib, _ = library
-    monkeypatch.setenv(ENV_MIN_SIMILARITY, "0.6")
-    assert [h.experience.text for h in lib.search("anything")] == [LESSONS[3], LESSONS[7]]
-    monkeypatch.setenv(ENV_MIN_SIMILARITY, "0.4")
-    assert [h.experience.text for h in lib.search("anything")] == [LESSONS[3], LESSONS[7], LESSONS[9]]
+def test_a_threshold_in_the_environment_is_explicit_so_one_stage(library, monkeypatch):
+    lib, stage = library
+    monkeypatch.setenv(ENV_MIN_SIMILARITY, "0.99")
+    hits = lib.search(LESSONS[4])
+    assert [h.experience.text for h in hits] == [LESSONS[4]] and hits.threshold == 0.99 and stage.shown == []
 
 
 def test_without_rescoring_a_text_search_is_one_stage(tmp_path):

@@ -43,7 +43,8 @@ from dsonet.library.merged_hits import MergedHits
 from dsonet.library import history, quarantine
 from dsonet.library import tags as tags_table
 from dsonet.library.decoded import DecodedRows
-from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy, calibrated, default_min_similarity
+from dsonet.library.policy import (MAX_TOKENS, K, RetrievalPolicy, calibrated, default_min_similarity,
+                                   env_min_similarity)
 from dsonet.library.reference import Reference, ReferencePool
 from dsonet.library.rescored import CANDIDATES, Rescorer, rescored
 from dsonet.library.retrievals import Retrievals
@@ -447,8 +448,10 @@ class Library(DeferredSteps):
         """`search` for a query vector in the profile's space (the caller encoded it once already).
         With the query's ``text`` and the calibrated threshold (``min_similarity`` None), the
         first stage's best candidates are scored again by the `rescorer`; an explicit
-        ``min_similarity`` is a cosine in the profile's space, and a search by vector alone has no
-        text to score: both are one stage."""
+        ``min_similarity`` (or ``DSONET_MIN_SIMILARITY``) is a cosine in the profile's space, and a
+        search by vector alone has no text to score: both are one stage."""
+        if min_similarity is None:
+            min_similarity = env_min_similarity()  # given in the environment: as explicit as an argument
         stage = self.rescorer if text is not None and min_similarity is None else None
         if stage is not None:
             candidates = self.search_vector(q, CANDIDATES, -1.0, domain, 10**9, tags)  # all: the second stage decides
