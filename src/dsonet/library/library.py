@@ -11,7 +11,7 @@
 
     lib = Library("lib.sqlite")                     # the default encoder, loaded on first use
     lib.add("When a ratio is asked, simplify the fraction first.", domain="math")
-    hits = lib.search("ratio of two numbers")       # k = 5, cosine ≥ the space's threshold, ≤ 2048 tokens
+    hits = lib.search("ratio of two numbers")       # k = 5, two stages, ≥ the calibrated threshold, ≤ 2048 tokens
 
 This node's own experiences keep their float vectors in the file and are coded against the
 library's local baseline; `unpublished` hands back those stored codes, so a node publishes what
