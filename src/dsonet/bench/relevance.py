@@ -373,12 +373,12 @@ def report_section(data: dict) -> str:
         "",
         f"Held-out cosines in the default space (min, 5th, 25th, 50th, 75th, 95th percentile, max): helpful pairs "
         f"{held['relevant_scores']}, unrelated pairs {held['unrelated_scores']}. The two overlap, so no threshold "
-        "separates them: the curve trades precision for recall. No cross-encoder (a model that reads the question "
-        "and the lesson together) ships offline, so that kind of stage was not measured. Rows `minilm`: the "
-        "backbone's own space, without the Zen head; rows `rescored`: a second stage over pairs, the default "
-        f"space's best {RESCORE_CANDIDATES} lessons per question scored again by MiniLM's cosine (a node holds "
-        "the texts to encode). Both separate these pairs better than the default space alone; neither ships: "
-        "the default stays one threshold over the default space's scores.",
+        "separates them: the curve trades precision for recall. Rows `minilm`: the backbone's own space, without the "
+        f"Zen head; rows `rescored`: the second stage a text search now runs (`dsonet.encoders.rescore`), the default "
+        f"space's best {RESCORE_CANDIDATES} lessons per question scored again by MiniLM against the lesson and its "
+        "\"When\" clause, its threshold chosen here on these pairs' calibration half (the shipped one comes from the "
+        "users' set below).",
         "",
+        *(relevance_users.report_lines(data["users"]) if "users" in data else []),
         "![Injection precision and recall against the threshold](results/relevance.png)",
     ])

@@ -242,3 +242,30 @@ def write_calibration(result: dict, backbone_dir: Path) -> Path:
         "measured_by": "dso bench relevance --write-calibration (bench/results/relevance.json, users)"}, indent=2) + "\n")
     calibrations.cache_clear()
     return path
+
+
+def report_lines(result: dict) -> list[str]:
+    """bench/REPORT.md's part on the users' set: the held-out figures of each scoring, the cold costs."""
+    rows = []
+    for name, entry in result["scorings"].items():
+        for label, figures in (("default", entry.get("at_default")), ("chosen on tune", entry["at_chosen"])):
+            if figures:
+                f = figures["held_out"]
+                rows.append(f"| {name} | {f['threshold']} ({label}) | {f['precision']:.3f} | {f['recall']:.3f} | "
+                            f"{f['silent']:.3f} |")
+        best = entry["best_recall_held_out"]
+        if best:
+            rows.append(f"| {name} | {best['threshold']} (best on held-out, knowing the answers) | "
+                        f"{best['precision']:.3f} | {best['recall']:.3f} | {best['silent']:.3f} |")
+    held = result["halves"]["held_out"]
+    lines = [f"Questions typed the way users type them (`src/dsonet/bench/data/{result['data']}`), held-out half: "
+             f"{held['lessons']} lessons, {held['questions']} questions, {held['hard_negatives']} hard negatives "
+             f"(same topic, no lesson answers them). Precision over answerable questions' injections, recall of "
+             f"their lessons, silence = hard negatives that get nothing; thresholds chosen on the tune half for "
+             f"precision ≥ {result['target_precision']} and silence ≥ {result['target_silent']}.", "",
+             "| scoring | threshold | precision | recall | silence |", "|---|---|---|---|---|", *rows]
+    if "cold" in result:
+        lines += ["", "Cold `dso search` (a fresh process, the real CLI):", "",
+                  "| set-up | median s | min s | peak RSS MB |", "|---|---|---|---|",
+                  *(f"| {c['setup']} | {c['median_s']} | {c['min_s']} | {c['peak_rss_mb']} |" for c in result["cold"])]
+    return lines + [""]
