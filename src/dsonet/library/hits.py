@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from dsonet.experience import Experience
+from dsonet.library.policy import RetrievalPolicy, estimate_tokens
 
 __all__ = ["Hit", "Hits"]
 
@@ -15,7 +16,7 @@ __all__ = ["Hit", "Hits"]
 @dataclass(frozen=True)
 class Hit:
     experience: Experience  # the cluster's representative (see `dsonet.library.merge`)
-    score: float  # cosine between the query and the cluster's vector
+    score: float  # cosine of the query and the cluster's vector; in a text search, its second stage's (`rescored`)
     members: tuple[str, ...] = ()  # ids of every experience merged into this one (provenance kept)
     sources: tuple[str, ...] = ()  # signers of the merged rows: whose reputation an outcome moves
     # what an agent is shown of a hit (MCP's search tool declares its output from these; the node's
@@ -44,3 +45,13 @@ class Hits(list):
     def __repr__(self) -> str:
         return (f"Hits({list.__repr__(self)}, threshold={self.threshold}, best_score={self.best_score}, "
                 f"retrieval_id={self.retrieval_id})")
+
+    def offer(self, hit: Hit, score: float, policy: RetrievalPolicy) -> bool:
+        """Append ``hit`` at ``score`` where ``policy`` admits it; False once nothing more can be
+        taken (the token budget or k reached), so a walk down the candidates stops."""
+        if not policy.admits(score):
+            return True
+        if not policy.fits(sum(estimate_tokens(h.experience.text) for h in self), hit.experience.text):
+            return False
+        self.append(Hit(hit.experience, score, hit.members, hit.sources))
+        return len(self) < policy.k

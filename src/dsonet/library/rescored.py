@@ -12,8 +12,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from dsonet.library.hits import Hit, Hits
-from dsonet.library.policy import RetrievalPolicy, estimate_tokens
+from dsonet.library.hits import Hits
+from dsonet.library.policy import RetrievalPolicy
 
 CANDIDATES = 20  # first-stage clusters a question's second stage sees (the bench's rescored figures)
 
@@ -28,16 +28,9 @@ class Rescorer(Protocol):
 def rescored(candidates: Hits, scores: np.ndarray, policy: RetrievalPolicy) -> Hits:
     """``candidates`` (first-stage hits) with ``scores`` (the second stage's, one per hit), best
     first, as many as ``policy`` (resolved) admits."""
-    out, used = Hits(threshold=policy.min_similarity,
-                     best_score=float(scores.max()) if len(scores) else candidates.best_score), 0
+    out = Hits(threshold=policy.min_similarity,
+               best_score=float(scores.max()) if len(scores) else candidates.best_score)
     for i in np.argsort(-scores, kind="stable").tolist():
-        hit, score = candidates[i], float(scores[i])
-        if not policy.admits(score):
-            break  # best first: nothing further down passes
-        if not policy.fits(used, hit.experience.text):
-            break
-        used += estimate_tokens(hit.experience.text)
-        out.append(Hit(hit.experience, score, hit.members, hit.sources))
-        if len(out) == policy.k:
+        if not out.offer(candidates[i], float(scores[i]), policy):
             break
     return out
