@@ -69,3 +69,21 @@ def test_the_first_stage_scores_every_lesson_and_the_second_only_its_candidates(
     n = len(set(half["gold"][half["gold"] >= 0].tolist()))
     assert (half["scores"]["default"] > ru.MISSING).sum(1).tolist() == [n] * len(half["gold"])
     assert ((half["scores"]["rescored"] > ru.MISSING).sum(1) <= ru.CANDIDATES).all()
+
+
+def test_the_report_and_the_table_show_each_scorings_held_out_figures():
+    gold = np.array([0, 1, -1])
+    scores = {"default": np.array([[0.9, 0.2], [0.3, 0.8], [0.6, 0.1]]),
+              "rescored": np.array([[0.8, 0.1], [0.2, 0.7], [0.4, 0.2]])}
+    halves = {h: {"gold": gold, "scores": scores, "searched": [[0], [1], []]} for h in ru.HALVES}
+    result = {"data": "x.toml", "target_precision": 0.95, "target_silent": 0.9,
+              "halves": {h: {"lessons": 2, "questions": 2, "hard_negatives": 1} for h in ru.HALVES},
+              "scorings": ru.compare(halves, 0.95, 0.9, {"default": 0.5, "rescored": 0.5}),
+              "search": {h: ru.searched_figures(halves[h], 0.5) for h in ru.HALVES},
+              "cold": [{"setup": "both stages", "median_s": 1.2, "min_s": 1.1, "peak_rss_mb": 300.0, "runs": 3}]}
+    assert result["scorings"]["rescored"]["at_default"]["held_out"]["silent"] == 1.0  # 0.4 < 0.5
+    assert result["scorings"]["default"]["at_default"]["held_out"]["silent"] == 0.0  # 0.6 ≥ 0.5
+    assert result["scorings"]["default"]["chosen_on_tune"] == 0.605  # just above the hard negative's 0.6
+    lines = "\n".join(ru.report_lines(result))
+    assert "| rescored | 0.5 (default) | 1.000 | 1.000 | 1.000 |" in lines and "| both stages | 1.2 |" in lines
+    assert "Library.search" in ru.table(result)
