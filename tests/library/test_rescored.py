@@ -32,8 +32,8 @@ def no_override(monkeypatch):
 
 @pytest.fixture
 def library(tmp_path):
-    stage = Fixed({LESSONS[3]: 0.9, LESSONS[7]: 0.7, LESSONS[9]: 0.5})
-    lib = filled(tmp_path, stage, LESSONS[:12])  # fewer than CANDIDATES: the second stage sees them all
+    stage = Fixed({LESSONS[1]: 0.9, LESSONS[2]: 0.7, LESSONS[3]: 0.5})
+    lib = filled(tmp_path, stage, LESSONS[:CANDIDATES])  # the second stage sees them all
     yield lib, stage
     lib.close()
 
@@ -48,7 +48,7 @@ def filled(tmp_path, stage, lessons) -> Library:
 def test_a_text_search_ranks_and_cuts_by_the_second_stages_scores(library):
     lib, stage = library
     hits = lib.search("anything")
-    assert [(h.experience.text, round(h.score, 3)) for h in hits] == [(LESSONS[3], 0.9), (LESSONS[7], 0.7)]
+    assert [(h.experience.text, round(h.score, 3)) for h in hits] == [(LESSONS[1], 0.9), (LESSONS[2], 0.7)]
     assert hits.threshold == MIN_SIMILARITY  # a stage never calibrated keeps the protocol's 0.6
     assert hits.best_score == pytest.approx(0.9) and hits.retrieval_id is not None
 
@@ -70,8 +70,8 @@ def test_an_explicit_threshold_is_a_cosine_of_the_first_stage(library):
 
 def test_a_search_by_vector_alone_is_one_stage(library):
     lib, stage = library
-    hits = lib.search_vector(HashEncoder().encode([LESSONS[5]])[0])
-    assert [h.experience.text for h in hits] == [LESSONS[5]] and stage.shown == []
+    hits = lib.search_vector(HashEncoder().encode([LESSONS[3]])[0])
+    assert [h.experience.text for h in hits] == [LESSONS[3]] and stage.shown == []
 
 
 def test_a_threshold_in_the_environment_is_explicit_so_one_stage(library, monkeypatch):

@@ -454,7 +454,7 @@ class Library(DeferredSteps):
             min_similarity = env_min_similarity()  # given in the environment: as explicit as an argument
         stage = self.rescorer if text is not None and min_similarity is None else None
         if stage is not None:
-            candidates = self.search_vector(q, CANDIDATES, -1.0, domain, 10**9, tags)  # all: the second stage decides
+            candidates = self.search_vector(q, max(k, CANDIDATES), -1.0, domain, 10**9, tags)  # the stage decides
             policy = RetrievalPolicy(k, default_min_similarity(stage.id), max_tokens)
             return rescored(candidates, stage.score(text, [h.experience.text for h in candidates]), policy)
         policy = RetrievalPolicy(k, min_similarity, max_tokens).resolved(self.profile)
