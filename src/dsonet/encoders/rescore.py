@@ -3,8 +3,8 @@ backbone's own space, against the whole lesson and against its "When ..." clause
 
 Why a second stage: the default space (MiniLM + the Zen head) exists for the wire, and its
 cosines between a question and the lesson that helps it overlap the cosines of same-topic
-lessons that do not; MiniLM's own 384-dim space separates them better (`dso bench relevance`:
-on the labelled pairs, held-out recall 0.60 → 0.73 at the same precision). A lesson is
+lessons that do not; MiniLM's own 384-dim space separates them better (`dso bench relevance`,
+README "The relevance threshold"). A lesson is
 "When <condition>, <action>" and a user describes the condition (the symptom, the error), so the
 condition alone is matched as well, and the two cosines are averaged: the whole text keeps what
 the action says (a question naming the fix), the clause drops the action's words that pull in
