@@ -228,7 +228,7 @@ def _users(ax, users: dict) -> None:
             at = entry["at_default"]["held_out"]
             ax.plot(at["recall"], at["precision"], f"C{i}o")
     ax.axhline(users["target_precision"], color="grey", lw=1, ls="--")
-    ax.set_title("users' questions, held-out: precision against recall (dots: defaults)")
+    ax.set_title("users' questions, held-out (dots: defaults)")
     ax.set_xlabel("recall")
     ax.set_ylim(0.5, 1.02)
     ax.grid(alpha=0.3)
