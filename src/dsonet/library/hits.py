@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from dsonet.experience import Experience
+from dsonet.library.policy import RetrievalPolicy, estimate_tokens
 from dsonet.scope import Scope
 
 __all__ = ["HeldBack", "Hit", "Hits"]
@@ -16,7 +17,7 @@ __all__ = ["HeldBack", "Hit", "Hits"]
 @dataclass(frozen=True)
 class Hit:
     experience: Experience  # the cluster's representative (see `dsonet.library.merge`)
-    score: float  # cosine between the query and the cluster's vector
+    score: float  # cosine of the query and the cluster's vector; in a text search, its second stage's (`rescored`)
     members: tuple[str, ...] = ()  # ids of every experience merged into this one (provenance kept)
     sources: tuple[str, ...] = ()  # signers of the merged rows: whose reputation an outcome moves
     fit: str = ""  # against the asker's environment: "fits" or "unknown" (`dsonet.scope`); "" none was given
@@ -65,3 +66,13 @@ class Hits(list):
     def __repr__(self) -> str:
         return (f"Hits({list.__repr__(self)}, threshold={self.threshold}, best_score={self.best_score}, "
                 f"retrieval_id={self.retrieval_id}, held_back={list(self.held_back)})")
+
+    def offer(self, hit: Hit, score: float, policy: RetrievalPolicy) -> bool:
+        """Append ``hit`` at ``score`` where ``policy`` admits it; False once nothing more can be
+        taken (the token budget or k reached), so a walk down the candidates stops."""
+        if not policy.admits(score):
+            return True
+        if not policy.fits(sum(estimate_tokens(h.experience.text) for h in self), hit.experience.text):
+            return False
+        self.append(Hit(hit.experience, score, hit.members, hit.sources, hit.fit))
+        return len(self) < policy.k

@@ -12,7 +12,7 @@
 
     lib = Library("lib.sqlite")                     # the default encoder, loaded on first use
     lib.add("When a ratio is asked, simplify the fraction first.", domain="math")
-    hits = lib.search("ratio of two numbers")       # k = 5, cosine ≥ the space's threshold, ≤ 2048 tokens
+    hits = lib.search("ratio of two numbers")       # k = 5, two stages, ≥ the calibrated threshold, ≤ 2048 tokens
 
 This node's own experiences keep their float vectors in the file and are coded against the
 library's local baseline; `unpublished` hands back those stored codes, so a node publishes what
@@ -36,6 +36,7 @@ from dsonet.codec.batch import check_unit
 from dsonet.codec.bitdelta import BitDeltaCodes, compress
 from dsonet.codec.reference import Reference
 from dsonet.errors import BatchError
+from dsonet.encoders.rescore import backbone_rescorer
 from dsonet.experience import Experience, Provenance, check_lesson
 from dsonet.library.eviction import standing_of
 from dsonet.library.hits import Hits
@@ -44,8 +45,10 @@ from dsonet.library.merged_hits import MergedHits
 from dsonet.library import history, quarantine
 from dsonet.library import tags as tags_table
 from dsonet.library.decoded import DecodedRows
-from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy
+from dsonet.library.policy import (MAX_TOKENS, K, RetrievalPolicy, calibrated, default_min_similarity,
+                                   env_min_similarity)
 from dsonet.library.reference import ReferencePool
+from dsonet.library.rescored import CANDIDATES, Rescorer, rescored
 from dsonet.library.retrievals import Retrievals
 from dsonet.library.errors import DamagedFile, LibraryError, MissingLibrary
 from dsonet.library.file import damaged
@@ -65,8 +68,12 @@ class Library(DeferredSteps, ScopedLessons):
     def __init__(self, path: str | Path, encoder=None, profile: Profile | None = None, capacity: int | None = None,
                  support: np.ndarray | None = None, merge: MergeRule = MergeRule(),
                  trust: Callable[[str], float] | None = None, defer_merge: bool = False,
-                 trusted: float | None = None, create: bool = True, owner: str | None = None):
-        """``owner``: the node this file belongs to; the rows added to it before it had one become its own
+                 trusted: float | None = None, create: bool = True, owner: str | None = None,
+                 rescore: bool | Rescorer = True):
+        """``rescore``: a text search with the calibrated threshold scores its first-stage candidates
+        again (`dsonet.library.rescored`): True, in the encoder's backbone space where a threshold was
+        calibrated for it; or by the `Rescorer` given; False: one stage. ``owner``:
+        the node this file belongs to; the rows added to it before it had one become its own
         (`RowStore.adopt`). ``create``: False refuses a path that holds no library yet (a read must not
         leave an empty file and its folders behind a mistyped --db). ``support``: vectors spanning the
         subspace the encoder's outputs lie in (e.g. `ZenReranker.support()`); turns on the index's stage 3.
@@ -81,6 +88,7 @@ class Library(DeferredSteps, ScopedLessons):
             raise MissingLibrary(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._encoder = encoder
+        self._rescorer: Rescorer | bool = rescore  # True: built from the encoder at the first text search
         self.trust = trust
         self.defer_merge = defer_merge
         standing = None if trust is None or trusted is None else (lambda signer: standing_of(trust(signer), trusted))
@@ -438,19 +446,33 @@ class Library(DeferredSteps, ScopedLessons):
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
                domain: str | None = None, tags: tuple[str, ...] = (), environment: Scope | None = None) -> Hits:
-        """Top experiences for a text query (`RetrievalPolicy`: k = 5, cosine at or above the
-        space's calibrated threshold unless ``min_similarity`` says otherwise, ≤ 2048 tokens), of
+        """Top experiences for a text query (`RetrievalPolicy`: k = 5, scored at or above the
+        calibrated threshold unless ``min_similarity`` says otherwise, ≤ 2048 tokens), of
         those carrying every one of ``tags``, with a retrieval id to report their `outcome` under.
         ``environment``: the asker's; lessons whose scope contradicts it are held back (`dsonet.library.scoped`)."""
         hits = self.search_vector(self.encoder.encode([query], kind="query")[0], k, min_similarity, domain, max_tokens,
-                                  tags, environment)
+                                  tags, environment, text=query)
         hits.retrieval_id = self.retrievals.issue(hits)
         return hits
 
     def search_vector(self, q: np.ndarray, k: int = K, min_similarity: float | None = None,
                       domain: str | None = None, max_tokens: int = MAX_TOKENS, tags: tuple[str, ...] = (),
-                      environment: Scope | None = None) -> Hits:
-        """`search` for a query vector in the profile's space (the caller encoded it once already)."""
+                      environment: Scope | None = None, text: str | None = None) -> Hits:
+        """`search` for a query vector in the profile's space (the caller encoded it once already).
+        With the query's ``text`` and the calibrated threshold (``min_similarity`` None), the
+        first stage's best candidates are scored again by the `rescorer`; an explicit
+        ``min_similarity`` (or ``DSONET_MIN_SIMILARITY``) is a cosine in the profile's space, and a
+        search by vector alone has no text to score: both are one stage."""
+        if min_similarity is None:
+            min_similarity = env_min_similarity()  # given in the environment: as explicit as an argument
+        stage = self.rescorer if text is not None and min_similarity is None else None
+        if stage is not None:
+            candidates = self.search_vector(q, max(k, CANDIDATES), -1.0, domain, 10**9, tags, environment)
+            policy = RetrievalPolicy(k, default_min_similarity(stage.id), max_tokens)
+            hits = rescored(candidates, stage.score(text, [h.experience.text for h in candidates]), policy)
+            hits.sort(key=lambda h: h.fit == "unknown")  # stable: the fitting first, each part by its score
+            hits.environment, hits.held_back = candidates.environment, candidates.held_back
+            return hits
         policy = RetrievalPolicy(k, min_similarity, max_tokens).resolved(self.profile)
         scopes = tags_table.checked(tags)
         within = tags_table.ids_with(self.rows.db, scopes) if scopes else None
@@ -462,6 +484,15 @@ class Library(DeferredSteps, ScopedLessons):
             return self.search_in(q, policy, domain, within, environment)
         rows, scores = self.search_index.rank(q, policy.k, domain, within)
         return self.merged_hits.walk(q, rows, scores, policy)
+
+    @property
+    def rescorer(self) -> Rescorer | None:
+        """The second stage of a text search: over the encoder's backbone where a threshold was
+        calibrated for it (`dsonet.encoders.rescore`), else None."""
+        if self._rescorer is True:
+            stage = backbone_rescorer(self.encoder)
+            self._rescorer = stage if stage is not None and calibrated(stage.id) else False
+        return self._rescorer or None
 
     def rank(self, q: np.ndarray, k: int, domain: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Index rows and scores for a unit query, best first, before merging (see `RowIndex.rank`)."""

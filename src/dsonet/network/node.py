@@ -296,7 +296,7 @@ class Node:
                 raise NodeError("query: this node has no encoder; search with a vector instead")
             q = (await self._encode([query], "query"))[0]
         hits = await self._locked(self.library.search_vector, q, k, min_similarity, domain, max_tokens, tags,
-                                  environment)
+                                  environment, query)
         self.metrics.search_seconds.observe(time.perf_counter() - t)
         return hits
 
