@@ -3,16 +3,9 @@
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
-
 from dsonet.experience import Experience
+from dsonet.library.hits import Hit
 from dsonet.scope import Scope
-
-
-@dataclass
-class _Hit:
-    experience: Experience
-    score: float
 
 
 class DictStore:
@@ -50,7 +43,7 @@ class DictStore:
         every = min_similarity is not None and min_similarity < 0  # None: the space's threshold, exact text here
         same = [e for e in self.items.values() if (every or e.text.lower() == query.lower())
                 and domain in (None, e.domain)]
-        return [_Hit(e, 1.0) for e in same][:k]
+        return [Hit(e, 1.0) for e in same][:k]  # the library's own hit: what a store returns
 
 
 

@@ -45,7 +45,7 @@ def record_outcome(store, hits: list, helped: bool, environment: Scope | None = 
     returns how many were recorded."""
     n = 0
     for hit in hits:
-        for member in getattr(hit, "members", ()) or (hit.experience.id,):
+        for member in hit.members or (hit.experience.id,):
             store.record_outcome(member, helped, environment)
             n += 1
     return n

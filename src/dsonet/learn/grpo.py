@@ -47,11 +47,12 @@ from dsonet.learn import code_lessons, parse, prompts
 from dsonet.learn.chat import ChatLLM, user
 from dsonet.learn.context import Retrieval, inject, messages
 from dsonet.learn.control import neutral_notes
+from dsonet.learn.evaluate import record_outcome
 from dsonet.learn.operations import (Operation, Proposal, apply, confidence_from_gap, decide_batch, listing,
                                      merge_duplicate_adds)
 from dsonet.learn.run_dir import LearnError, RunDir, Stats
 from dsonet.learn.tasks import Group, TaskSet
-from dsonet.library.contract import LessonStore
+from dsonet.library.contract import LessonStore, RecordsOutcomes
 from dsonet.scope import Probe
 
 
@@ -167,10 +168,8 @@ class Learner:
         return groups
 
     def _record(self, hit, helped: bool) -> None:
-        record = getattr(self.store, "record_outcome", None)
-        if record is not None:
-            for member in getattr(hit, "members", ()) or (hit.experience.id,):
-                record(member, helped)
+        if isinstance(self.store, RecordsOutcomes):
+            record_outcome(self.store, [hit], helped)
 
     def propose(self, groups: Sequence[Group]) -> list[Proposal]:
         self.stats.groups += len(groups)
@@ -386,9 +385,8 @@ class Learner:
             self._log("operation", op=r.operation.op, text=text, target=r.operation.target, applied=r.applied,
                       detail=r.detail)
             if r.applied and r.operation.op in ("ADD", "UPDATE") and text in self._gate_uses:
-                record = getattr(self.store, "record_outcome", None)
-                for helped in self._gate_uses[text][1] if record else ():
-                    record(r.detail, bool(helped))
+                for helped in self._gate_uses[text][1] if isinstance(self.store, RecordsOutcomes) else ():
+                    self.store.record_outcome(r.detail, bool(helped))
         return results
 
     def learn_groups(self, groups: Sequence[Group], iteration: int = 0) -> list:

@@ -13,7 +13,7 @@ store to it (tests/library/test_store_contract.py).
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from dsonet.experience import Experience, Provenance
 from dsonet.library.policy import MAX_TOKENS, K
@@ -65,3 +65,11 @@ class LessonStore(Store, Protocol):
     def get(self, exp_id: str) -> Experience | None: ...
 
     def update(self, exp_id: str, text: str) -> Experience: ...
+
+
+@runtime_checkable
+class RecordsOutcomes(Protocol):
+    """A store that takes one use of a lesson by its id (a library file, whose learner holds no retrieval
+    ids for its own rollouts); a node's client records outcomes through retrievals instead."""
+
+    def record_outcome(self, exp_id: str, helped: bool, environment: Scope | None = None) -> None: ...
