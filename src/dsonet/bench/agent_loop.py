@@ -14,6 +14,10 @@ After the last try (passed, or tries used up) the loop still sends that result, 
 token: a framework sends a tool's output back to the model, and without it the proxy could not
 tell whether the last attempt ran (an attempt whose result never came back is unknown to it).
 That closing request is counted apart (``close_tokens``), since it writes no code.
+
+The first try is greedy; a retry samples at ``retry_temperature`` (seeded by the try's number): the
+same prompt answered greedily again writes the same line, and an agent that cannot vary its
+attempt never fixes anything to learn from.
 """
 
 from __future__ import annotations
@@ -81,8 +85,9 @@ class Agent:
     """One agent: its proxy's URL, the model it names, and how its code is run (``check``)."""
 
     def __init__(self, index: int, base_url: str, model: str, check: Callable[[Task, str], Check], tries: int = 3,
-                 max_tokens: int = 48, timeout_s: float = 900.0):
+                 max_tokens: int = 48, retry_temperature: float = 0.7, timeout_s: float = 900.0):
         self.index, self.model, self.check, self.tries, self.max_tokens = index, model, check, tries, max_tokens
+        self.retry_temperature = retry_temperature
         self.client = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s)
 
     def solve(self, task: Task) -> RunRecord:
@@ -90,7 +95,7 @@ class Agent:
                                 {"role": "user", "content": f"{task.question}\n{INSTRUCTION}"}]
         tries: list[Try] = []
         for k in range(self.tries):
-            reply, tokens, lessons = self._complete(messages, self.max_tokens)
+            reply, tokens, lessons = self._complete(messages, self.max_tokens, self.retry_temperature if k else 0.0, k)
             check = self.check(task, reply)
             said = environment_says(check)
             tries.append(Try(check.passed, said, tokens, lessons))
@@ -102,10 +107,12 @@ class Agent:
         _, close_tokens, _ = self._complete(messages, CLOSE_TOKENS)
         return RunRecord(task.id, self.index, tuple(tries), close_tokens, tuple(messages))
 
-    def _complete(self, messages: list[dict], max_tokens: int) -> tuple[str, int, tuple[str, ...]]:
-        """(the reply's text, its prompt + completion tokens, the lessons the proxy injected); greedy."""
+    def _complete(self, messages: list[dict], max_tokens: int, temperature: float = 0.0,
+                  seed: int = 0) -> tuple[str, int, tuple[str, ...]]:
+        """(the reply's text, its prompt + completion tokens, the lessons the proxy injected)."""
         reply = self.client.post("/chat/completions", json={"model": self.model, "messages": messages,
-                                                            "max_tokens": max_tokens, "temperature": 0, "seed": 0})
+                                                            "max_tokens": max_tokens, "temperature": temperature,
+                                                            "seed": seed})
         reply.raise_for_status()
         body = reply.json()
         usage = body.get("usage") or {}

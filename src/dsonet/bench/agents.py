@@ -72,6 +72,7 @@ class AgentsPlan:
     feedback_tasks: int = 30  # per agent, from the practice and validation instances
     tries: int = 3
     answer_tokens: int = 48  # one line in a fence; the drift bench's limit
+    retry_temperature: float = 0.7  # a retry samples (the first try is greedy): Training-free GRPO's temperature
     model: str = MODELS[0]
     seed: int = 0  # rotates which agent practises on which facts
 
@@ -106,7 +107,7 @@ async def run_fleet(plan: AgentsPlan, workdir: Path, log=print) -> dict:
         check = locked(lambda task, reply: drift.check(sandbox, task, reply))
         async with running(True, plan.agents, workdir, plan.model) as fleet:
             px: Proxies = open_proxies(stack, [p.url for p in fleet.procs], f"{model.url}/v1", plan.model, check,
-                                       plan.tries, plan.answer_tokens)
+                                       plan.tries, plan.answer_tokens, plan.retry_temperature)
 
             async def condition(name: str) -> None:
                 start = time.perf_counter()

@@ -59,7 +59,7 @@ class Proxies:
 
 
 def open_proxies(stack: ExitStack, node_urls: list[str], upstream: str, model: str, check: Callable[[Task, str], Check],
-                 tries: int, max_tokens: int) -> Proxies:
+                 tries: int, max_tokens: int, retry_temperature: float) -> Proxies:
     """Two proxies per node, started on ``stack`` (closed with it), and an agent behind each."""
     out = Proxies()
     for i, url in enumerate(node_urls):
@@ -69,7 +69,7 @@ def open_proxies(stack: ExitStack, node_urls: list[str], upstream: str, model: s
         for app, agents in ((create_app(memory, upstream, learner=learner), out.learning),
                             (create_app(memory, upstream), out.plain)):
             served = stack.enter_context(Served(app))
-            agent = Agent(i, f"{served.url}/v1", model, check, tries, max_tokens)
+            agent = Agent(i, f"{served.url}/v1", model, check, tries, max_tokens, retry_temperature)
             stack.callback(agent.close)
             agents.append(agent)
         out.learners.append(learner)
