@@ -53,6 +53,7 @@ from dsonet.bench.report import format_table, write_results
 from dsonet.encoders.cache import cache_dir
 from dsonet.learn import drift
 from dsonet.learn.episodes import DOMAIN
+from dsonet.learn.llama_llm import MODELS as GGUF, LlamaCppLLM, gguf_path
 from dsonet.learn.sandbox import Sandbox
 from dsonet.sim import adversary
 from dsonet.sim.report import hidden
@@ -93,8 +94,7 @@ def feedback_jobs(splits: Splits, agents: int, per_agent: int) -> list[list]:
 
 async def run_fleet(plan: AgentsPlan, workdir: Path, log=print) -> dict:
     """Every step on a started fleet; what each condition's runs showed and what the fleet held at the end."""
-    from dsonet.learn.llama_llm import MODELS as GGUF, LlamaCppLLM, gguf_path
-    from dsonet.serve import ServedModel, create_app as serve_app
+    from dsonet.serve import ServedModel, create_app as serve_app  # loads jinja2
 
     dplan = plan.drift()
     splits = make_splits(dplan, plan.seed)

@@ -26,7 +26,6 @@ from dsonet.learn.episodes import episodes
 from dsonet.learn.tasks import Task
 from dsonet.memory import NodeMemory
 from dsonet.network.client import NodeClient
-from dsonet.proxy.app import create_app
 from dsonet.proxy.learning import Learned, TrafficLearner
 
 
@@ -61,6 +60,8 @@ class Proxies:
 def open_proxies(stack: ExitStack, node_urls: list[str], upstream: str, model: str, check: Callable[[Task, str], Check],
                  tries: int, max_tokens: int, retry_temperature: float) -> Proxies:
     """Two proxies per node, started on ``stack`` (closed with it), and an agent behind each."""
+    from dsonet.proxy.app import create_app  # loads uvicorn
+
     out = Proxies()
     for i, url in enumerate(node_urls):
         memory = NodeMemory(NodeClient(url))
