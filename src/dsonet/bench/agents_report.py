@@ -48,18 +48,13 @@ def row(framework: str, model: str, tries: int, records: dict[str, list[RunRecor
     data = {c: per_task(records[c]) for c in CONDITIONS if c in records}
     out: dict = {"framework": framework, "model": model, "tries": tries, "n_eval": int(change.sum()),
                  "n_control": int(control.sum())}
-    for c, d in data.items():
-        out[f"first_try_{c}"] = _r(d["first_try"][change].mean()) if change.any() else None
-    for name, (a, b) in PAIRS.items():
-        if a in data and b in data:
-            lo, hi = paired_bootstrap(data[a]["first_try"][change], data[b]["first_try"][change], tasks=task_ids[change])
-            out[f"ci95_first_try_{name}"] = [_r(lo), _r(hi)]
-    for c, d in data.items():
-        out[f"solved_within_3_{c}"] = _r(d["solved"][change].mean()) if change.any() else None
-    for name, (a, b) in PAIRS.items():
-        if a in data and b in data:
-            lo, hi = paired_bootstrap(data[a]["solved"][change], data[b]["solved"][change], tasks=task_ids[change])
-            out[f"ci95_solved_within_3_{name}"] = [_r(lo), _r(hi)]
+    for metric, key in (("first_try", "first_try"), ("solved_within_3", "solved")):
+        for c, d in data.items():
+            out[f"{metric}_{c}"] = _r(d[key][change].mean()) if change.any() else None
+        for name, (a, b) in PAIRS.items():
+            if a in data and b in data:
+                lo, hi = paired_bootstrap(data[a][key][change], data[b][key][change], tasks=task_ids[change])
+                out[f"ci95_{metric}_{name}"] = [_r(lo), _r(hi)]
     for c, d in data.items():
         out[f"tries_per_solved_{c}"] = _r(per_solved(d["tries"][change], d["solved"][change]))
         out[f"tokens_per_solved_{c}"] = _r(per_solved(d["tokens"][change], d["solved"][change]))
