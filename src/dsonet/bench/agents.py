@@ -140,7 +140,7 @@ async def run_fleet(plan: AgentsPlan, workdir: Path, log=print) -> dict:
             learned = sum(lr.episodes for lr in px.learners)
             states = await fleet.close()
     byz_ids = {b.node_id for b in byz}
-    return {"runs": runs, "held": held, "phases": phases, "poison": poison, "byz_ids": byz_ids,
+    return {"runs": runs, "practice_runs": {"practice": practiced, "feedback": fed}, "held": held, "phases": phases, "poison": poison, "byz_ids": byz_ids,
             "counted": hidden(states, byz_ids),
             "episodes": {"learned": learned, "in_histories": episodes_in(practiced + fed)},
             "lessons": [{"node": i, "text": e.text, "confidence": round(e.confidence, 3)}
@@ -160,6 +160,14 @@ def example(held: list, runs: dict[str, list[RunRecord]], texts: dict[str, str])
     return None
 
 
+def _record(r: RunRecord) -> dict:
+    """A run as the result file keeps it: each try's code, what the environment said, tokens and lessons."""
+    codes = [m["content"] for m in r.messages if m["role"] == "assistant"]
+    return {"task": r.task_id, "agent": r.agent, "passed": [t.passed for t in r.tries], "code": codes,
+            "said": [t.said for t in r.tries], "tokens": [t.tokens for t in r.tries],
+            "lessons": [list(t.lessons) for t in r.tries]}
+
+
 def run(plan: AgentsPlan, out: str = "agents", log=print) -> Path:
     """The bench at ``plan``'s sizes: bench/results/<out>.json, one row for the bench's own loop."""
     workdir = cache_dir() / "bench-agents" / out
@@ -175,10 +183,7 @@ def run(plan: AgentsPlan, out: str = "agents", log=print) -> Path:
     data = {"benchmark": "agents", "plan": asdict(plan), "rows": [result], "phases": got["phases"],
             "hidden": counted, "lessons": got["lessons"], "poison": got["poison"],
             "example": example(got["held"], got["runs"], got["texts"]),
-            "runs": {c: [{"task": r.task_id, "agent": r.agent, "passed": [t.passed for t in r.tries],
-                          "said": [t.said for t in r.tries], "tokens": [t.tokens for t in r.tries],
-                          "lessons": [list(t.lessons) for t in r.tries]} for r in records]
-                     for c, records in got["runs"].items()}}
+            "runs": {c: [_record(r) for r in records] for c, records in (got["runs"] | got["practice_runs"]).items()}}
     path = write_results(out, data)
     print(format_table([result], COLUMNS))
     return path
