@@ -22,7 +22,8 @@ from dsonet.memory import LocalMemory
 from dsonet.proxy.app import create_app
 from dsonet.sim.scenario import make_splits
 
-needs_env = pytest.mark.skipif(not REPO_DRIFT_PYTHON.exists(), reason=".venv-drift is missing: `make install` builds it")
+needs_env = pytest.mark.skipif(not REPO_DRIFT_PYTHON.exists(),
+                               reason=".venv-drift is missing: `make install` builds it")
 TRAPZ = drift.instances(drift.FACTS_BY_ID["numpy-trapz"], 2, seed=0)
 
 
@@ -88,7 +89,8 @@ def test_a_row_counts_first_tries_solved_runs_and_tokens_per_solved_task_over_th
     control = np.array([False, False, False, True])
     out = row("loop", "m", 3, records, control, poison_ids={"p1"})
     assert out["n_eval"] == 3 and out["n_control"] == 1
-    assert out["first_try_none"] == pytest.approx(1 / 3, abs=1e-4) and out["first_try_fleet"] == pytest.approx(2 / 3, abs=1e-4)
+    assert out["first_try_none"] == pytest.approx(1 / 3, abs=1e-4)
+    assert out["first_try_fleet"] == pytest.approx(2 / 3, abs=1e-4)
     assert out["solved_within_3_none"] == pytest.approx(2 / 3, abs=1e-4) and out["solved_within_3_fleet"] == 1.0
     # none: 3 + 1 + 2 tries of 100 tokens for 2 solved; fleet: 1 + 1 + 2 for 3 solved
     assert out["tokens_per_solved_none"] == 300 and out["tokens_per_solved_fleet"] == pytest.approx(400 / 3, abs=1e-3)

@@ -92,62 +92,77 @@ def feedback_jobs(splits: Splits, agents: int, per_agent: int) -> list[list]:
     return [[pool[(i * per_agent + j) % len(pool)] for j in range(per_agent)] for i in range(agents)]
 
 
+class Steps:
+    """The measured steps on a started fleet: held-out conditions through the plain proxies, practice and
+    feedback through the learning ones, each logged and kept."""
+
+    def __init__(self, px: Proxies, held: list, log=print):
+        self.px, self.held, self.log = px, held, log
+        self.runs: dict[str, list[RunRecord]] = {}  # condition -> the held-out runs, in the tasks' order
+        self.learning: dict[str, list[RunRecord]] = {}  # practice, feedback -> their runs
+        self.phases: dict[str, dict] = {}
+
+    async def condition(self, name: str) -> None:
+        start = time.perf_counter()
+        self.runs[name] = runs = await asyncio.to_thread(held_out, self.px.plain, self.held, name)
+        self.log(f"  {name}: first try {np.mean([r.first_try for r in runs]):.3f}, solved "
+                 f"{np.mean([r.solved for r in runs]):.3f} ({time.perf_counter() - start:.0f} s)")
+
+    async def learn(self, name: str, jobs: list[list]) -> None:
+        """Agent k works through ``jobs[k]`` through its learning proxy; what each proxy's learner counted."""
+        start, before = time.perf_counter(), [lr.counts() for lr in self.px.learners]
+        records = [r for agent in await asyncio.to_thread(work, self.px.learning, jobs, name) for r in agent]
+        counts = [{k: v - b[k] for k, v in lr.counts().items()} for lr, b in zip(self.px.learners, before)]
+        self.learning[name] = records
+        self.phases[name] = {"runs": len(records), "solved": round(float(np.mean([r.solved for r in records])), 4)
+                             if records else None, "per_agent": counts, "wall_s": round(time.perf_counter() - start, 1)}
+        self.log(f"  {name}: {len(records)} runs; per agent (requests, episodes, lessons, outcomes) "
+                 f"{[tuple(c.values()) for c in counts]}")
+
+
 async def run_fleet(plan: AgentsPlan, workdir: Path, log=print) -> dict:
     """Every step on a started fleet; what each condition's runs showed and what the fleet held at the end."""
     from dsonet.serve import ServedModel, create_app as serve_app  # loads jinja2
 
-    dplan = plan.drift()
+    dplan, t0 = plan.drift(), time.perf_counter()
     splits = make_splits(dplan, plan.seed)
-    held, phases, runs, t0 = splits.held_out, {}, {}, time.perf_counter()
-    log(f"{len(held)} held-out tasks of {len(facts_for(dplan))} facts; {sum(map(len, splits.train))} practice "
-        f"tasks on {plan.agents} agents; {plan.feedback_tasks} feedback tasks each")
+    log(f"{len(splits.held_out)} held-out tasks of {len(facts_for(dplan))} facts; {sum(map(len, splits.train))} "
+        f"practice tasks on {plan.agents} agents; {plan.feedback_tasks} feedback tasks each")
     llm = LlamaCppLLM(gguf_path(plan.model), GGUF[plan.model].name, slots=max(plan.agents, 2))
+    byz = adversary.byzantine_nodes(plan.poisoners, "agents-byzantine")
     with Sandbox(preload=drift.PRELOAD) as sandbox, Served(serve_app(ServedModel.of(llm, plan.model))) as model, \
             ExitStack() as stack:
         check = locked(lambda task, reply: drift.check(sandbox, task, reply))
         async with running(True, plan.agents, workdir, plan.model) as fleet:
-            px: Proxies = open_proxies(stack, [p.url for p in fleet.procs], f"{model.url}/v1", plan.model, check,
-                                       plan.tries, plan.answer_tokens, plan.retry_temperature)
-
-            async def condition(name: str) -> None:
-                start = time.perf_counter()
-                runs[name] = await asyncio.to_thread(held_out, px.plain, held, name)
-                log(f"  {name}: first try {np.mean([r.first_try for r in runs[name]]):.3f}, solved "
-                    f"{np.mean([r.solved for r in runs[name]]):.3f} ({time.perf_counter() - start:.0f} s)")
-
-            async def learning_phase(name: str, jobs: list[list]) -> list[RunRecord]:
-                start, before = time.perf_counter(), [lr.counts() for lr in px.learners]
-                records = [r for agent in await asyncio.to_thread(work, px.learning, jobs, name) for r in agent]
-                counts = [{k: v - b[k] for k, v in lr.counts().items()} for lr, b in zip(px.learners, before)]
-                phases[name] = {"runs": len(records), "solved": round(float(np.mean([r.solved for r in records])), 4)
-                                if records else None, "per_agent": counts, "wall_s": round(time.perf_counter() - start, 1)}
-                log(f"  {name}: {len(records)} runs; per agent (requests, episodes, lessons, outcomes) "
-                    f"{[tuple(c.values()) for c in counts]}")
-                return records
-
-            await condition("none")
-            practiced = await learning_phase("practice", [splits.train[i] for i in range(plan.agents)])
-            await condition("own")
-            await fleet.publish()
+            px = open_proxies(stack, [p.url for p in fleet.procs], f"{model.url}/v1", plan.model, check,
+                              plan.tries, plan.answer_tokens, plan.retry_temperature)
+            steps = Steps(px, splits.held_out, log)
+            await steps.condition("none")  # 1. the nodes are empty
+            await steps.learn("practice", [splits.train[i] for i in range(plan.agents)])  # 2.
+            await steps.condition("own")  # 3.
+            await fleet.publish()  # 4. every node publishes what it holds and reads the others'
             await fleet.settle()
-            await condition("fleet")
-            byz = adversary.byzantine_nodes(plan.poisoners, "agents-byzantine")
-            poison = await adversary.publish_poison(fleet, byz, facts_for(dplan), plan.model, DOMAIN)
+            await steps.condition("fleet")
+            poison = await adversary.publish_poison(fleet, byz, facts_for(dplan), plan.model, DOMAIN)  # 5.
             await fleet.settle()
-            await condition("poisoned")
-            fed = await learning_phase("feedback", feedback_jobs(splits, plan.agents, plan.feedback_tasks))
-            await condition("poisoned_after_feedback")
+            await steps.condition("poisoned")
+            await steps.learn("feedback", feedback_jobs(splits, plan.agents, plan.feedback_tasks))  # 6.
+            await steps.condition("poisoned_after_feedback")  # 7.
             learned = sum(lr.episodes for lr in px.learners)
             states = await fleet.close()
-    byz_ids = {b.node_id for b in byz}
-    return {"runs": runs, "practice_runs": {"practice": practiced, "feedback": fed}, "held": held, "phases": phases, "poison": poison, "byz_ids": byz_ids,
-            "counted": hidden(states, byz_ids),
-            "episodes": {"learned": learned, "in_histories": episodes_in(practiced + fed)},
+    return {"steps": steps, "poison": poison, "held": splits.held_out, "wall_s": round(time.perf_counter() - t0, 1),
+            "episodes": {"learned": learned,
+                         "in_histories": episodes_in([r for rs in steps.learning.values() for r in rs])},
+            **held_at_end(states, {b.node_id for b in byz})}
+
+
+def held_at_end(states: list, byz_ids: set[str]) -> dict:
+    """What the honest nodes held at the end: the poison hidden, each node's own lessons, the poison's ids."""
+    return {"counted": hidden(states, byz_ids),
             "lessons": [{"node": i, "text": e.text, "confidence": round(e.confidence, 3)}
                         for i, s in enumerate(states) for e in s.experiences if e.provenance.node_id == s.node_id],
             "poison_ids": {e.id for s in states for e in s.experiences if e.provenance.node_id in byz_ids},
-            "texts": {e.id: e.text for s in states for e in s.experiences},
-            "wall_s": round(time.perf_counter() - t0, 1)}
+            "texts": {e.id: e.text for s in states for e in s.experiences}}
 
 
 def example(held: list, runs: dict[str, list[RunRecord]], texts: dict[str, str]) -> dict | None:
@@ -175,15 +190,16 @@ def run(plan: AgentsPlan, out: str = "agents", log=print) -> Path:
     workdir.mkdir(parents=True)
     got = asyncio.run(run_fleet(plan, workdir, log))
     control = np.array([fact_of(t).control for t in got["held"]], bool)
-    result = row("loop", plan.model, plan.tries, got["runs"], control, got["poison_ids"])
+    steps: Steps = got["steps"]
+    result = row("loop", plan.model, plan.tries, steps.runs, control, got["poison_ids"])
     counted = got["counted"]
     result |= {"poison_rows_hidden": counted["poison_rows_hidden"], "honest_rows_hidden": counted["honest_rows_hidden"],
                "episodes_learned": got["episodes"]["learned"], "episodes_in_histories": got["episodes"]["in_histories"],
                "lessons_learned": len(got["lessons"]), "wall_s": got["wall_s"]}
-    data = {"benchmark": "agents", "plan": asdict(plan), "rows": [result], "phases": got["phases"],
+    data = {"benchmark": "agents", "plan": asdict(plan), "rows": [result], "phases": steps.phases,
             "hidden": counted, "lessons": got["lessons"], "poison": got["poison"],
-            "example": example(got["held"], got["runs"], got["texts"]),
-            "runs": {c: [_record(r) for r in records] for c, records in (got["runs"] | got["practice_runs"]).items()}}
+            "example": example(got["held"], steps.runs, got["texts"]),
+            "runs": {c: [_record(r) for r in records] for c, records in (steps.runs | steps.learning).items()}}
     path = write_results(out, data)
     print(format_table([result], COLUMNS))
     return path
