@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 
 .PHONY: install system demo test test-recipe test-fast test-core bench clean
 
-install: $(STAMP) .venv-drift/.installed
+install: $(STAMP) .venv-drift/.installed .venv-drift-old/.installed
 
 # torch comes first and pinned: 2.13.0 is a CPU wheel on disk; anything looser pulls a CUDA build.
 # The embedded LLM (Qwen2.5-Coder-0.5B GGUF pieces + cyllama, llama.cpp) comes from requirements.lock; the
@@ -37,6 +37,14 @@ $(STAMP): pyproject.toml setup.py requirements.lock src/dsonet/codec/_kernels.c
 	rm -rf .venv-drift
 	$(PYTHON) -m venv .venv-drift
 	.venv-drift/bin/python -m pip install -q -r drift.lock
+	touch $@
+
+# The drift family's older environment (issue 36: lessons that know where they hold): NumPy 1.26, pandas 2.0,
+# SciPy 1.11, scikit-learn 1.3, NetworkX 2.8, pinned by drift-old.lock, wheels only (no compiler needed).
+.venv-drift-old/.installed: drift-old.lock
+	rm -rf .venv-drift-old
+	$(PYTHON) -m venv .venv-drift-old
+	.venv-drift-old/bin/python -m pip install -q --only-binary=:all: -r drift-old.lock
 	touch $@
 
 # nats-server from Debian for the network tests, bubblewrap for the learn sandbox (model-written code runs
@@ -100,4 +108,4 @@ bench: install
 	$(DSO) bench all
 
 clean:
-	rm -rf $(VENV) .venv-3.* .venv-drift .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-3.* .venv-drift .venv-drift-old .pytest_cache .hypothesis

@@ -21,6 +21,7 @@ from dsonet.memory import open_memory
 from node_server import serving
 
 README = (Path(__file__).parents[1] / "README.md").read_text()
+SECOND_STAGE = "rescore:st:all-MiniLM-L6-v2:when-mean"  # a text search's second stage (`dsonet.encoders.rescore`)
 BLOCKS = re.findall(r"```(\w+)\n(.*?)```", README, re.S)
 
 pytestmark = pytest.mark.slow
@@ -56,7 +57,7 @@ def test_the_cli_example_finds_its_lesson_and_says_why_when_it_finds_none(tmp_pa
             searched += 1
             if "stdout empty" in line:  # the README says this one finds nothing: it must say why, on stderr
                 assert result.stdout == "" and result.stderr.splitlines()[-1].startswith(
-                    f"no lesson above {default_min_similarity():.3f}; the closest scored")
+                    f"no lesson above {default_min_similarity(SECOND_STAGE):.3f}; the closest scored")
             else:
                 assert lesson in result.stdout
     assert searched == 2
@@ -91,7 +92,7 @@ def test_the_curl_example_finds_its_lesson_on_a_node(node):
     assert httpx.post(f"{node}/experiences", json=submit, timeout=60).status_code == 201
     found = httpx.post(f"{node}/search", json=search, timeout=60).json()
     assert [h["experience"]["text"] for h in found["hits"]] == [submit["text"]]
-    assert found["threshold"] == default_min_similarity() and found["retrieval_id"]
+    assert found["threshold"] == default_min_similarity(SECOND_STAGE) and found["retrieval_id"]
     empty = httpx.post(f"{node}/search", json={"query": "How do I undo my last git commit?"}, timeout=60).json()
     assert empty["hits"] == [] and empty["retrieval_id"] is None and empty["best_score"] < empty["threshold"]
 

@@ -1,8 +1,15 @@
-"""The Experience record: a short strategy ("When X, do Y") with its tags and lineage.
+"""The Experience record: a short strategy ("When X, do Y") with its tags, scope and lineage.
 
-An experience's id is the SHA-256 of its canonical content (normalised text and domain),
-so the same lesson learned twice, by two nodes, is one experience: inserts are idempotent
-and replicas converge. Who learned it lives in ``provenance``, which is not hashed.
+An experience's id is the SHA-256 of its canonical content (normalised text and domain, and its
+scope where it has one), so the same lesson learned twice, by two nodes in one environment, is one
+experience: inserts are idempotent and replicas converge. Who learned it lives in ``provenance``,
+which is not hashed.
+
+A lesson's ``scope`` is the environment it was learned under (issue 36): pins ``name==version``
+of the distributions its text and code name, and of ``python``. It is signed with the lesson (it
+is part of the id), so a lesson for NumPy 2.4 and the same words learned on NumPy 1.26 are two
+lessons, each saying where it holds. A lesson without pins (every lesson from before) is taken to
+hold everywhere, as it was. How a scope is judged against an asker's environment: `Scope.fit`.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from dsonet.errors import DsoError
+from dsonet.scope import Scope
 
 MAX_WORDS = 32  # training-free GRPO's bound on one experience (DESIGN.md)
 MAX_TEXT_CHARS = 512  # 32 words of ordinary prose fit easily; bounds hostile payloads
@@ -34,8 +42,10 @@ def experience_id(text: str, domain: str) -> str:
     return _hash_id(normalise_text(text), domain)
 
 
-def _hash_id(normalised_text: str, domain: str) -> str:
-    return hashlib.sha256(f"{domain}\n{normalised_text}".encode()).hexdigest()
+def _hash_id(normalised_text: str, domain: str, scope: "Scope | None" = None) -> str:
+    # an unscoped lesson keeps the id it had before scopes existed: old files and batches still match
+    pins = f"\n{scope}" if scope else ""
+    return hashlib.sha256(f"{domain}\n{normalised_text}{pins}".encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,7 @@ class Experience:
     domain: str = "general"
     confidence: float = 0.5
     provenance: Provenance = field(default_factory=Provenance)
+    scope: Scope = field(default_factory=Scope)  # where it holds; no pins: everywhere (hashed into the id)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "text", normalise_text(self.text) if isinstance(self.text, str) else self.text)
@@ -65,7 +76,7 @@ class Experience:
         # kept after the first time (by hand: functools.cached_property takes a lock on 3.11)
         cached = self.__dict__.get("_id")
         if cached is None:
-            cached = _hash_id(self.text, self.domain)  # the text is normalised on construction
+            cached = _hash_id(self.text, self.domain, self.scope)  # the text is normalised on construction
             object.__setattr__(self, "_id", cached)  # not a field: no part of eq, hash, repr or asdict
         return cached
 
@@ -74,7 +85,7 @@ class Experience:
         return replace(self, provenance=prov)
 
     def to_dict(self) -> dict:
-        return {"id": self.id, **asdict(self)}
+        return {"id": self.id, **asdict(self), "scope": self.scope.strings()}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Experience":
@@ -84,6 +95,7 @@ class Experience:
             domain=data.get("domain", "general"),
             confidence=float(data.get("confidence", 0.5)),
             provenance=Provenance(**prov),
+            scope=Scope.parse(data.get("scope") or ()),
         )
 
 
@@ -113,3 +125,5 @@ def validate(exp: Experience) -> None:
     c = exp.confidence
     if isinstance(c, bool) or not isinstance(c, (int, float)) or not (0.0 <= c <= 1.0):
         raise ExperienceError(f"confidence: {c!r} must be a number in [0, 1]")
+    if not isinstance(exp.scope, Scope):
+        raise ExperienceError(f"scope: {exp.scope!r:.60} is not a Scope; build one with Scope.parse(['numpy==2.4.6'])")

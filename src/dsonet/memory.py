@@ -2,8 +2,9 @@
 
 The MCP server (`dsonet.mcp`), the OpenAI-compatible proxy (`dsonet.proxy`) and the LangChain
 retriever talk to one `dsonet.library.contract.Store`: a local library file (`LocalMemory`, whose
-library issues the retrieval ids) or a running node (`NodeMemory`, over the node's HTTP API, where
-the node issues the ids and feeds outcomes to its peers' reputation). A search returns the
+library issues the retrieval ids; one lock serialises the calls of server threads) or a running node
+(`dsonet.network.client.NodeClient`, over the node's HTTP API, where the node issues the ids, feeds
+outcomes to its peers' reputation, and a delete is its signed tombstone, sent to its peers too). A search returns the
 library's `Hits`: the lessons, their retrieval id (None when nothing was found), and the threshold
 applied with the best score seen, so an empty answer can say how near it came. An outcome names
 the retrieval id rather than experience ids, so a caller can only vote on lessons it was actually
@@ -24,8 +25,9 @@ from dsonet.library.contract import Store
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import UnknownRetrieval
 from dsonet.network.client import NodeClient
+from dsonet.scope import Scope
 
-__all__ = ["LocalMemory", "NodeMemory", "RecallError", "UnknownRetrieval", "open_memory"]
+__all__ = ["LocalMemory", "RecallError", "UnknownRetrieval", "open_memory"]
 
 
 class RecallError(DsoError, ValueError):
@@ -41,21 +43,22 @@ class LocalMemory:
         self._lock = threading.Lock()
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
+               domain: str | None = None, tags: tuple[str, ...] = (), environment: Scope | None = None) -> Hits:
         with self._lock:
             return self.library.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain,
-                                       tags=tags)
+                                       tags=tags, environment=environment)
 
     def add(self, text: str, domain: str = "general", confidence: float = 0.5,
-            tags: tuple[str, ...] = ()) -> Experience:
+            tags: tuple[str, ...] = (), scope: Scope = Scope()) -> Experience:
         with self._lock:
-            return self.library.add(text, domain=domain, confidence=confidence, tags=tags)
+            return self.library.add(text, domain=domain, confidence=confidence, tags=tags, scope=scope)
 
-    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
+    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None,
+                environment: Scope | None = None) -> int:
         """`Library.outcome`: raises `UnknownRetrieval` for an id this memory did not issue or whose
         outcome is in already, `OutcomeError` for a lesson the retrieval did not give."""
         with self._lock:
-            return self.library.outcome(retrieval_id, helped, lessons)
+            return self.library.outcome(retrieval_id, helped, lessons, environment)
 
     def delete(self, exp_id: str) -> bool:
         with self._lock:
@@ -73,46 +76,13 @@ class LocalMemory:
         self.library.close()
 
 
-class NodeMemory:
-    """A running node over its HTTP API (`dso node start`): the node issues the retrieval ids and
-    records outcomes itself, so they reach the source peers' reputation; a delete is the node's
-    signed tombstone, sent to its peers too."""
-
-    def __init__(self, client):
-        self.client = client
-
-    def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
-        return self.client.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain,
-                                  tags=tags)
-
-    def add(self, text: str, domain: str = "general", confidence: float = 0.5,
-            tags: tuple[str, ...] = ()) -> Experience:
-        return self.client.add(text, domain, confidence, tags)
-
-    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
-        return self.client.outcome(retrieval_id, helped, lessons)
-
-    def delete(self, exp_id: str) -> bool:
-        return self.client.delete(exp_id)
-
-    def all(self) -> list[Experience]:
-        return self.client.all()
-
-    def stats(self) -> dict:
-        return self.client.stats()
-
-    def close(self) -> None:
-        self.client.close()
-
-
 def open_memory(db: Path | None = None, node: str | None = None, token: str | None = None,
                 encoder: str | None = None, timeout_s: float = 30.0, create: bool = True) -> Store:
     """A node's memory when ``node`` (its URL) is given, else the library file ``db``.
     ``encoder``: an encoder spec for the local library (default: the file's own, or the network default).
     ``create``: False refuses a ``db`` that holds no library yet (a memory that only reads: the proxy)."""
     if node:
-        return NodeMemory(NodeClient(node, token=token, timeout_s=timeout_s))
+        return NodeClient(node, token=token, timeout_s=timeout_s)
     if db is None:
         raise RecallError("no library: give --db PATH (or set DSONET_DB), or --node URL")
     enc = None

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dsonet.aggregate import DeltaSoup, DeltaSoupConfig, Reputation
-from dsonet.library.reference import Reference
+from dsonet.codec.reference import Reference
 
 from agg_helpers import DIM, NOW, PROFILE
 

@@ -6,7 +6,7 @@ import numpy as np
 from dsonet.aggregate import DeltaSoup, DeltaSoupConfig
 from dsonet.aggregate import soup as soup_module
 from dsonet.codec import compress
-from dsonet.library.reference import Reference
+from dsonet.codec.reference import Reference
 
 from agg_helpers import NOW, PROFILE
 

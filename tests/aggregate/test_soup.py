@@ -103,9 +103,9 @@ def test_the_papers_random_attacker_is_refused_at_verification_and_unit_random_s
     rng = np.random.default_rng(5)
     loud = msgpack.unpackb(batch_of("loud", cloud(30, seed=0)).content)
     for row in loud["rows"]:  # the paper's attacker: scales 100× an honest one, signed with its own key
-        code = np.frombuffer(row[5], np.uint8).copy()
+        code = np.frombuffer(row[-1], np.uint8).copy()
         code[-4:] = np.array([100 * np.frombuffer(code[-4:].tobytes(), "<f4")[0]], "<f4").view(np.uint8)
-        row[5] = code.tobytes()
+        row[-1] = code.tobytes()
     content, me = msgpack.packb(loud), NodeIdentity.from_seed(b"loud")
     with pytest.raises(BatchError, match="over"):  # no unit vector has such a code against the profile
         soup_for().submit(msgpack.packb([content, me.sign(hashlib.sha256(content).hexdigest().encode())]), now_ms=NOW)

@@ -132,3 +132,5 @@ def test_servers_refuse_bad_addresses_before_starting():
     assert result.exit_code == 1 and "needs --token" in result.output
     result = CliRunner().invoke(cli, ["mcp", "--transport", "http", "--host", "0.0.0.0"])
     assert result.exit_code == 1 and "needs --token" in result.output
+    result = CliRunner().invoke(cli, ["proxy", "--upstream", "http://127.0.0.1:8000/v1", "--reflect"])
+    assert result.exit_code == 2 and "give --learn too" in result.output

@@ -14,7 +14,6 @@ from dsonet.cli.main import cli
 from dsonet.codec import default_profile
 from dsonet.identity import ALLOW_READABLE, NodeIdentity
 from dsonet.library import Library
-from dsonet.network.jetstream import NatsConfig
 from dsonet.network.node import Node, NodeConfig, NodeError
 from dsonet.network.transport import InProcessHub
 
@@ -70,7 +69,7 @@ def test_a_node_on_a_stream_says_how_to_read_the_stream_again(data_dir):
     import asyncio
 
     os.truncate(data_dir / "library.sqlite", 0)
-    on_stream = types.SimpleNamespace(config=NatsConfig(servers=["nats://127.0.0.1:4222"], stream="DSO"))
+    on_stream = types.SimpleNamespace(stream="DSO", problem="")  # what a node asks of a JetStream transport
     with pytest.raises(NodeError) as caught:
         asyncio.run(Node.open(NodeConfig(data_dir, encoder=None, dim=DIM), on_stream))
     durable = f"node-{NodeIdentity.load(data_dir / 'node.key').node_id[:16]}"

@@ -9,6 +9,7 @@ from dsonet.codec.batch import MAX_BATCH_BYTES, claims
 from dsonet.errors import BatchError
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
+from dsonet.scope import Scope
 
 BASE = np.random.default_rng(99).standard_normal(64).astype(np.float32) * 0.05
 PROFILE = Profile(dim=64, group_size=32, encoder_id="test:random-64", baseline=BASE)
@@ -63,10 +64,28 @@ def test_nothing_derivable_travels_and_a_7680_dim_experience_costs_its_code_plus
     batch, _ = _batch(10, default_profile(7680, "x"))
     doc = _content(batch)
     assert set(doc) == {"version", "profile", "encoder", "key", "time", "rows"} and len(doc["profile"]) == 8
-    assert len(doc["rows"][0]) == 6 and len(doc["rows"][0][5]) == 964
+    assert len(doc["rows"][0]) == 7 and doc["rows"][0][5] == "" and len(doc["rows"][0][6]) == 964
     text = sum(len(e.text.encode()) + len(e.domain) + len(e.provenance.model) for e in batch.experiences) / 10
     per_exp = len(batch.to_msgpack()) / 10
     assert 964 + text < per_exp < 964 + text + 40  # framing: ~25 B a row, ~130 B a batch
+
+
+def test_a_scope_travels_signed_and_comes_back_on_the_experience():
+    scope = Scope.parse(["numpy==2.4.6", "python==3.11.9"])
+    exp = Experience("When integrating samples, use np.trapezoid(z, x)", "code.numpy", 0.6, scope=scope)
+    batch = make_batch([exp], _unit(1, 64, 3), PROFILE, IDENT)
+    assert _content(batch)["rows"][0][5] == "numpy==2.4.6,python==3.11.9"
+    got = decode(batch.to_msgpack(), [PROFILE]).experiences[0]
+    assert got.scope == scope and got.id == exp.id
+
+
+def test_a_version_2_batch_still_reads_its_rows_unscoped():
+    doc = _content(_batch(3)[0])
+    doc["version"] = 2
+    for row in doc["rows"]:
+        del row[5]
+    got = decode(_resign(doc), [PROFILE])
+    assert len(got) == 3 and all(not e.scope for e in got.experiences)
 
 
 def test_a_version_1_batch_is_refused_by_name():
@@ -105,10 +124,12 @@ def test_a_batch_signed_by_another_key_is_rejected():
 
 
 @pytest.mark.parametrize("edit,field", [
-    (lambda d: d.update(version=3), "version"),
+    (lambda d: d.update(version=4), "version"),
     (lambda d: d.update(encoder="other"), "encoder"),
     (lambda d: d["rows"][0].__setitem__(2, float("nan")), "confidence"),
-    (lambda d: d["rows"][0].__setitem__(5, b"!!"), "code"),
+    (lambda d: d["rows"][0].__setitem__(6, b"!!"), "code"),
+    (lambda d: d["rows"][0].__setitem__(5, "numpy>=2"), "rows.0.*name==version"),
+    (lambda d: d["rows"][0].__setitem__(5, "python==3.11.9,numpy==2.4.6"), "rows.0.scope.*canonical"),
     (lambda d: d["rows"][0].__setitem__(1, "Not A Tag"), "domain"),
     (lambda d: d["rows"].reverse(), "sorted"),
     (lambda d: d.pop("time"), "missing fields"),
@@ -125,9 +146,9 @@ def test_malformed_signed_content_raises_batch_error_naming_the_field(edit, fiel
 @pytest.mark.parametrize("value,message", [(-1.0, "non-negative"), (np.nan, "NaN"), (3e38, "over"), (1.0, "over")])
 def test_a_bad_or_impossible_scale_in_a_later_row_is_named(value, message):
     doc = _content(_batch(4)[0])
-    code = bytearray(doc["rows"][2][5])
+    code = bytearray(doc["rows"][2][6])
     code[-4:] = np.array([value], "<f4").tobytes()  # the second group's scale
-    doc["rows"][2][5] = bytes(code)
+    doc["rows"][2][6] = bytes(code)
     with pytest.raises(BatchError, match=f"rows.2.code.*{message}"):
         decode(_resign(doc), [PROFILE])
 

@@ -40,3 +40,13 @@ def test_the_retriever_composes_in_a_chain(memory):
     chain = DsonetRetriever(memory=memory) | RunnableLambda(lambda docs: "\n".join(f"- {d.page_content}" for d in docs))
     assert chain.invoke(LESSON) == f"- {LESSON}"
     assert DsonetRetriever(memory=memory).invoke("How do I reverse a linked list?") == []
+
+
+def test_the_retriever_searches_in_the_askers_environment(memory):
+    from dsonet.scope import Scope
+
+    new = "When integrating samples, use np.trapezoid(z, x), not np.trapz"
+    memory.add(new, "code", scope=Scope.parse(["numpy==2.4.6"]))
+    fits = DsonetRetriever(memory=memory, environment=Scope.parse(["numpy==2.4.0"])).invoke(new)
+    assert [(d.page_content, d.metadata["scope"], d.metadata["fit"]) for d in fits] == [(new, ["numpy==2.4.6"], "fits")]
+    assert DsonetRetriever(memory=memory, environment=Scope.parse(["numpy==1.26.4"])).invoke(new) == []

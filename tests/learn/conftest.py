@@ -6,6 +6,7 @@ import sys
 from dataclasses import dataclass
 
 from dsonet.experience import Experience
+from dsonet.scope import Scope
 
 
 @dataclass
@@ -21,8 +22,8 @@ class DictStore:
         self.items: dict[str, Experience] = {}
         self.outcomes: dict[str, list[int]] = {}
 
-    def add(self, text, domain="general", confidence=0.5, provenance=None):
-        exp = Experience(text, domain, confidence)
+    def add(self, text, domain="general", confidence=0.5, scope=Scope(), provenance=None):
+        exp = Experience(text, domain, confidence, scope=scope)
         self.items[exp.id] = exp
         return exp
 
@@ -39,7 +40,7 @@ class DictStore:
     def all(self):
         return list(self.items.values())
 
-    def record_outcome(self, exp_id, helped):
+    def record_outcome(self, exp_id, helped, environment=None):
         uses = self.outcomes.setdefault(exp_id, [0, 0])
         uses[0] += 1
         uses[1] += int(helped)

@@ -73,20 +73,21 @@ def test_eval_needs_an_existing_library():
 
 
 @pytest.mark.slow
-def test_ask_uses_the_spaces_calibrated_threshold_and_says_why_when_nothing_passes(tmp_path):
-    from dsonet.library.policy import MIN_SIMILARITY, default_min_similarity
+def test_ask_uses_the_calibrated_two_stage_threshold_and_says_why_when_nothing_passes(tmp_path):
+    from dsonet.library.policy import default_min_similarity
 
     lib_path = tmp_path / "lib.db"
     with Library(lib_path) as lib:
         lib.add("When a ratio is asked, simplify the fraction by the greatest common divisor.", domain="math.ratios")
+        threshold = default_min_similarity(lib.rescorer.id)  # a text search's second stage
     server = _Server(delay=0.0, reply=lambda prompt: "Answer: 2:3")
     try:
         llm = ["--db", str(lib_path), "--llm", server.url, "--model", "tiny", "--json"]
         found = json.loads(CliRunner().invoke(cli, ["ask", "Simplify the ratio 12:18.", *llm]).stdout)
-        assert [lesson["score"] for lesson in found["lessons"]] and found["lessons"][0]["score"] < MIN_SIMILARITY
-        assert found["threshold"] == default_min_similarity()  # no flag, no env: the space's threshold
+        assert [lesson["score"] for lesson in found["lessons"]] and found["lessons"][0]["score"] >= threshold
+        assert found["threshold"] == threshold != default_min_similarity()  # no flag, no env: the second stage's
         empty = CliRunner().invoke(cli, ["ask", "How do I undo my last git commit?", *llm[:-1]])
         assert empty.exit_code == 0 and empty.stdout.strip() == "Answer: 2:3"
-        assert empty.stderr.splitlines()[-1].startswith(f"no lesson above {default_min_similarity():.3f}; the closest")
+        assert empty.stderr.splitlines()[-1].startswith(f"no lesson above {threshold:.3f}; the closest")
     finally:
         server.close()

@@ -2,6 +2,7 @@
 not storage (the real SQLite library is exercised in test_learner_with_library.py)."""
 
 from dsonet.experience import Experience
+from dsonet.scope import Probe, Scope
 from dsonet.learn.operations import (Operation, Proposal, apply, confidence_from_gap, decide, listing,
                                      merge_duplicate_adds)
 
@@ -60,3 +61,11 @@ def test_apply_adds_updates_deletes_and_refuses_duplicates():
     assert "no longer exists" in results[-1].detail
     again = apply(store, [Operation("ADD", P)])
     assert not again[0].applied and again[0].operation.op == "NONE" and "duplicate" in again[0].detail
+
+
+def test_apply_scopes_each_new_lesson_where_the_learner_practised():
+    store = DictStore()
+    here = Probe(Scope.parse(["numpy==1.26.4", "pandas==2.0.3", "python==3.11.9"]), {"numpy": ("numpy",)})
+    lesson = Proposal("When integrating samples, call np.trapz(y, x): this numpy has no trapezoid.", "code.numpy", 0.9)
+    (result,) = apply(store, [Operation("ADD", lesson)], scope_of=here.lesson_scope)
+    assert store.items[result.detail].scope == Scope.parse(["numpy==1.26.4", "python==3.11.9"])

@@ -11,10 +11,11 @@ import pytest
 from dsonet.errors import DsoError
 from dsonet.library import Hit, Hits, Library
 from dsonet.library.contract import Store
-from dsonet.memory import LocalMemory, NodeMemory
+from dsonet.memory import LocalMemory
 from dsonet.network.client import NodeClient
 from node_server import serving
 from lib_helpers import HashEncoder
+from dsonet.scope import Scope
 
 LESSON = "When a ratio is given, write both parts as multiples of one unknown"
 OTHER = "When a list must stay sorted, insert with bisect instead of sorting again"
@@ -40,13 +41,12 @@ def node(tmp_path):
         yield served
 
 
-@pytest.fixture(params=["library", "local-memory", "node-client", "node-memory"])
+@pytest.fixture(params=["library", "local-memory", "node-client"])
 def case(request, tmp_path):
     if request.param.startswith("node"):
         url, node = request.getfixturevalue("node")
         client = NodeClient(url, token="t")
-        store = client if request.param == "node-client" else NodeMemory(client)
-        yield Case(store, node.library.outcomes, lambda stats: stats["library"]["experiences"])
+        yield Case(client, node.library.outcomes, lambda stats: stats["library"]["experiences"])
         client.close()
         return
     lib = Library(tmp_path / "lib.sqlite", encoder=HashEncoder())
@@ -57,7 +57,7 @@ def case(request, tmp_path):
 @pytest.mark.parametrize("name", STORE_CALLS)
 def test_every_store_takes_the_contracts_arguments(name):
     expected = list(inspect.signature(getattr(Store, name)).parameters)[1:]
-    for kind in (Library, LocalMemory, NodeClient, NodeMemory):
+    for kind in (Library, LocalMemory, NodeClient):
         assert list(inspect.signature(getattr(kind, name)).parameters)[1:len(expected) + 1] == expected, kind
 
 
@@ -136,3 +136,20 @@ def test_tags_scope_a_search_to_the_lessons_that_carry_them_all_in_every_store(c
     with pytest.raises(DsoError, match="tags: 'Not A Tag' is not a tag like 'agent:reviewer'"):
         case.store.add("When a tag is wrong, say which one", tags=("Not A Tag",))
     assert len(case.store.all()) == 2
+
+
+def test_a_lesson_keeps_its_scope_and_a_search_in_another_environment_holds_it_back_saying_why(case):
+    scope = Scope.parse(["numpy==2.4.6"])
+    exp = case.store.add(LESSON, domain="code", scope=scope)
+    assert exp.scope == scope
+    hits = case.store.search(LESSON, min_similarity=EXACT, environment=Scope.parse(["numpy==2.4.0"]))
+    assert [(h.experience.id, h.experience.scope, h.fit) for h in hits] == [(exp.id, scope, "fits")]
+    hits = case.store.search(LESSON, min_similarity=EXACT, environment=Scope.parse(["numpy==1.26.4"]))
+    assert list(hits) == [] and [(b.id, b.reason) for b in hits.held_back] == [(exp.id, "numpy 2.4.6 learned, 1.26.4 here")]
+
+
+def test_an_outcome_may_say_where_the_lessons_were_used(case):
+    exp = case.store.add(LESSON, domain="code", scope=Scope.parse(["numpy==2.4.6"]))
+    hits = case.store.search(LESSON, min_similarity=EXACT)  # searched without an environment
+    assert case.store.outcome(hits.retrieval_id, helped=False, environment=Scope.parse(["numpy==1.26.4"])) == 1
+    assert case.outcomes(exp.id) == (1, 0)

@@ -11,16 +11,18 @@ import pytest
 import dsonet.encoders
 from dsonet.cli.main import cli
 from dsonet.codec import Profile
+from dsonet.encoders.rescore import backbone_rescorer
 from dsonet.integrations.langchain import DsonetRetriever
 from dsonet.library import Library
 from dsonet.library.policy import (ENV_MIN_SIMILARITY, MIN_SIMILARITY, PolicyError, RetrievalPolicy,
                                    default_min_similarity)
-from dsonet.memory import LocalMemory, NodeMemory
+from dsonet.memory import LocalMemory
 from dsonet.network.api import SearchRequest
 from dsonet.network.client import NodeClient
 from dsonet.network.node import Node
 
 CALIBRATION = Path(dsonet.encoders.__file__).parent / "weights" / "minilm-zen7680" / "relevance.json"
+SECOND_STAGE = Path(dsonet.encoders.__file__).parent / "weights" / "all-minilm-l6-v2" / "rescore.json"
 LESSON = "When a ratio is asked, simplify the fraction by the greatest common divisor."
 BETWEEN = "Simplify the ratio 12:18."  # scores 0.545 against LESSON: above the calibrated threshold, under 0.6
 
@@ -33,6 +35,12 @@ def no_override(monkeypatch):
 @pytest.fixture(scope="module")
 def calibrated() -> float:
     return json.loads(CALIBRATION.read_text())["min_similarity"]
+
+
+@pytest.fixture(scope="module")
+def second_stage() -> float:
+    """The threshold of a text search's second stage (`dsonet.encoders.rescore`)."""
+    return json.loads(SECOND_STAGE.read_text())["min_similarity"]
 
 
 def test_the_default_spaces_threshold_is_the_one_beside_its_head(calibrated):
@@ -90,7 +98,7 @@ def test_every_cli_command_leaves_the_threshold_to_the_space_and_reads_the_envir
 
 
 @pytest.mark.parametrize("call", [Library.search, Library.search_vector, Node.search, Node.recall, NodeClient.search,
-                                  NodeClient.recall, LocalMemory.search, NodeMemory.search])
+                                  NodeClient.recall, LocalMemory.search])
 def test_every_python_entry_point_leaves_the_threshold_to_the_space(call):
     assert inspect.signature(call).parameters["min_similarity"].default is None
 
@@ -108,17 +116,26 @@ def ratio_library(tmp_path_factory):
     lib.close()
 
 
-def test_memory_and_langchain_find_by_default_what_the_protocols_threshold_dropped(ratio_library, calibrated):
+def test_memory_and_langchain_find_by_default_what_the_protocols_threshold_dropped(ratio_library, calibrated,
+                                                                                   second_stage):
     memory = LocalMemory(ratio_library)
     hits = memory.search(BETWEEN)
-    assert [h.experience.text for h in hits] == [LESSON] and hits.threshold == calibrated
-    assert calibrated <= hits.best_score < MIN_SIMILARITY
+    assert [h.experience.text for h in hits] == [LESSON] and hits.threshold == second_stage <= hits.best_score
+    one_stage = memory.search(BETWEEN, min_similarity=calibrated)  # a cosine in the profile's space: one stage
+    assert one_stage.threshold == calibrated and calibrated <= one_stage.best_score < MIN_SIMILARITY
     assert memory.search(BETWEEN, min_similarity=MIN_SIMILARITY) == []  # what 0.6 gave
     docs = DsonetRetriever(memory=memory).invoke(BETWEEN)
     assert [d.page_content for d in docs] == [LESSON]
 
 
-def test_an_empty_search_carries_the_threshold_and_the_best_score_and_no_retrieval_id(ratio_library, calibrated):
+def test_an_empty_search_carries_the_threshold_and_the_best_score_and_no_retrieval_id(ratio_library, second_stage):
     hits = LocalMemory(ratio_library).search("How do I undo a git commit?")
     assert hits == [] and hits.retrieval_id is None
-    assert hits.threshold == calibrated and hits.best_score < calibrated
+    assert hits.threshold == second_stage and hits.best_score < second_stage
+
+
+def test_the_second_stages_threshold_is_the_one_beside_its_backbone(second_stage):
+    entry = json.loads(SECOND_STAGE.read_text())
+    assert entry["encoder_id"] == backbone_rescorer(dsonet.encoders.default_encoder()).id
+    assert default_min_similarity(entry["encoder_id"]) == second_stage
+    assert entry["held_out"]["precision"] >= 0.95 and entry["held_out"]["silent"] >= 0.9  # on lessons never tuned on

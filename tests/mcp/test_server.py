@@ -19,6 +19,7 @@ from dsonet.experience import Provenance  # noqa: E402
 from dsonet.library import Library  # noqa: E402
 from dsonet.mcp.server import build_server, http_app, warm_up  # noqa: E402
 from dsonet.memory import LocalMemory  # noqa: E402
+from dsonet.scope import Scope  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "library"))
 from lib_helpers import HashEncoder  # noqa: E402
@@ -84,6 +85,7 @@ def test_a_search_with_nothing_above_the_threshold_returns_no_lessons(memory):
     ("search", {"task": "x", "k": 0}, "k"),
     ("record_outcome", {"retrieval_id": "never-issued", "helped": True}, "already recorded"),
     ("record_outcome", {"retrieval_id": "abc"}, "helped"),
+    ("add", {"text": LESSON, "scope": ["numpy>=2"]}, "is not name==version"),
 ])
 def test_bad_arguments_are_a_clear_tool_error_and_store_nothing(memory, tool, args, says):
     async def call():
@@ -126,6 +128,19 @@ def test_add_and_search_take_tags_with_the_servers_scope_as_their_default(memory
     assert memory.library.tags(theirs.structured_content["id"]) == ["agent:writer"]
     assert [h["text"] for h in scoped.structured_content["hits"]] == [LESSON]
     assert {h["text"] for h in everyone.structured_content["hits"]} == {LESSON, other}
+
+
+def test_add_takes_a_scope_and_search_an_environment_that_holds_contradicting_lessons_back(memory):
+    server = build_server(memory, environment=Scope.parse(["numpy==1.26.4"]))
+    added, held, told = _call(
+        server, ("add", {"text": LESSON, "scope": ["numpy==2.4.6"]}),
+        ("search", {"query": LESSON, "min_similarity": -1.0}),  # the server's environment by default
+        ("search", {"query": LESSON, "min_similarity": -1.0, "environment": ["numpy==2.4.0"]}))
+    assert memory.library.get(added.structured_content["id"]).scope == Scope.parse(["numpy==2.4.6"])
+    assert held.structured_content["hits"] == []
+    assert held.structured_content["held_back"][0]["reason"] == "numpy 2.4.6 learned, 1.26.4 here"
+    (hit,) = told.structured_content["hits"]
+    assert (hit["scope"], hit["fit"], told.structured_content["held_back"]) == (["numpy==2.4.6"], "fits", [])
 
 
 def _call(server, *calls):

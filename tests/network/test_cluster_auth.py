@@ -16,7 +16,7 @@ from dsonet.network.cluster_spec import ClusterSpec, make_spec
 from dsonet.network.auth import ADMIN, durable_for, node_permissions
 from dsonet.network.jetstream import NatsConfig, NatsTransport
 from dsonet.network.node import Node, NodeConfig
-from dsonet.network.transport import TransportError, member_subject, subject_for
+from dsonet.network.transport import TransportError, subject_for
 
 pytestmark = pytest.mark.nats
 DIM = 16
@@ -84,7 +84,7 @@ def test_a_node_user_cannot_delete_or_purge_the_stream_nor_touch_another_nodes_c
         noop = lambda chunk: asyncio.sleep(0)  # noqa: E731
         await ta.subscribe(a.user, noop)
         await tb.subscribe(b.user, noop)
-        seq = await ta.publish(b"kept", member_subject("dso", "batch", a.user))
+        seq = await ta.publish(b"kept", subject_for("dso", "batch", a.user))
         attempts = {
             "delete stream": ta.js.delete_stream("DSO"),
             "purge stream": ta.js.purge_stream("DSO"),
@@ -195,7 +195,7 @@ def test_a_node_that_may_not_make_the_missing_stream_says_so_and_resumes_once_th
         await admin.js.delete_stream("DSO")
         missing = await _until(lambda: _true("may not create it" in transport.problem))
         try:
-            await node.transport.publish(b"x", member_subject("dso", "batch", node.durable))
+            await node.transport.publish(b"x", subject_for("dso", "batch", node.durable))
             refused_publish = ""
         except TransportError as exc:
             refused_publish = str(exc)
@@ -231,7 +231,7 @@ def test_a_member_flooding_the_stream_leaves_the_others_publishing_and_read(tmp_
                              auth=True, store_bytes=48 * 2**20, member_max_msgs=8)
     cluster.up(spec)
     a, b = (cluster.add_node(spec, NodeIdentity.from_seed(s).node_id) for s in (b"flood-a", b"flood-b"))
-    on_a, on_b = member_subject("dso", "batch", a.user), member_subject("dso", "batch", b.user)
+    on_a, on_b = subject_for("dso", "batch", a.user), subject_for("dso", "batch", b.user)
 
     async def main():
         ta = await NatsTransport.connect(spec.nats_config(a.user, **FAST), name="a")

@@ -18,7 +18,7 @@ from dsonet.network.cluster_spec import ClusterSpec, make_spec
 from dsonet.network.auth import ADMIN
 from dsonet.network.jetstream import NatsConfig, NatsTransport
 from dsonet.network.procs import NodeProcess
-from dsonet.network.transport import TransportError, member_subject
+from dsonet.network.transport import TransportError, subject_for
 
 pytestmark = pytest.mark.nats
 
@@ -46,7 +46,7 @@ def test_nodes_that_trust_the_ca_exchange_batches_over_tls_and_others_are_refuse
             got.extend(m.data for m in chunk)
 
         await b.subscribe(users[1].user, handler)
-        await a.publish(b"over tls", member_subject("dso", "batch", users[0].user))
+        await a.publish(b"over tls", subject_for("dso", "batch", users[0].user))
         for _ in range(100):
             if got:
                 break
@@ -138,7 +138,7 @@ def test_with_tls_verify_a_client_needs_the_certificate_add_node_issued(tmp_path
 
         async def main():
             t = await NatsTransport.connect(with_cert)
-            seq = await t.publish(b"mutual", member_subject("dso", "batch", user.user))
+            seq = await t.publish(b"mutual", subject_for("dso", "batch", user.user))
             await t.close()
             try:
                 await NatsTransport.connect(without)

@@ -13,6 +13,7 @@ from dsonet.bench.proxy import Served, scripted_upstream
 from dsonet.library import Library
 from dsonet.memory import LocalMemory
 from dsonet.proxy.app import create_app
+from dsonet.scope import Scope
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "library"))
 from lib_helpers import HashEncoder  # noqa: E402
@@ -214,6 +215,24 @@ def test_the_encoder_loads_at_start_not_on_the_first_request(tmp_path, monkeypat
         _client(proxy).chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
     memory.close()
     assert len(loads) == 1
+
+
+def test_a_lesson_whose_scope_contradicts_the_agents_environment_is_held_back_and_named(tmp_path, upstream):
+    mem = LocalMemory(Library(tmp_path / "scoped.sqlite", encoder=HashEncoder()))
+    lesson = mem.add(QUESTION, "math.ratio", scope=Scope.parse(["numpy==2.4.6"]))
+    with Served(create_app(mem, f"{upstream.url}/v1", min_similarity=0.5,
+                           environment=Scope.parse(["numpy==1.26.4"]))) as proxy:
+        def answered(**headers):
+            return _client(proxy).chat.completions.with_raw_response.create(
+                model="m", messages=[{"role": "user", "content": QUESTION}], extra_headers=headers).headers
+
+        held = answered()  # the proxy's own environment
+        assert held["x-dso-lessons"] == "" and held["x-dso-held-back"] == f"{lesson.id}=numpy 2.4.6 learned, 1.26.4 here"
+        fits = answered(**{"X-DSO-Environment": "numpy==2.4.0,python==3.11.9"})
+        assert fits["x-dso-lessons"] == lesson.id and "x-dso-held-back" not in fits
+        with pytest.raises(openai.BadRequestError, match="x-dso-environment: scope: 'numpy>=2'"):
+            answered(**{"X-DSO-Environment": "numpy>=2"})
+    mem.close()
 
 
 def test_tags_keep_the_injected_lessons_to_a_scope_from_the_proxy_or_the_request(tmp_path, upstream):

@@ -110,7 +110,7 @@ def test_an_agents_sdk_recovery_is_one_lesson_on_probation_however_often_its_his
 
 
 def test_the_lesson_of_one_run_is_injected_into_a_near_tasks_run_whose_results_are_its_outcomes(proxy):
-    _, upstream, memory, _ = proxy
+    _, upstream, memory, learner = proxy
     replay(proxy, recorded("agents-sdk-cumproduct"))
     (lesson,) = memory.all()
     uses_before = memory.library.outcomes(lesson.id)[0]
@@ -120,3 +120,5 @@ def test_the_lesson_of_one_run_is_injected_into_a_near_tasks_run_whose_results_a
     # its first answer still wrote np.cumproduct (the task names it): a failure the lesson did not advise,
     # no verdict; the np.cumprod calls that followed ran, and each result came back with the next request
     assert memory.library.outcomes(lesson.id) == (uses_before + 2, uses_before + 2)
+    # the near run's own recovery wrote np.cumprod(b): the same advice, more evidence, no second lesson
+    assert [e.id for e in memory.all()] == [lesson.id] and learner.evidence[lesson.id] >= 2

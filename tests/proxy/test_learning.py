@@ -4,6 +4,7 @@ instrument that answers with scripted tool calls (the subject is the proxy); the
 and retrieval are real."""
 
 import json
+import threading
 
 import httpx
 import openai
@@ -117,6 +118,72 @@ def test_a_history_posted_to_episodes_is_learned_once_and_a_proxy_that_does_not_
     memory.close()
 
 
+def test_two_agents_that_named_their_variable_otherwise_give_one_lesson_with_both_as_its_evidence(tmp_path, encoder):
+    def run(var: str) -> list[dict]:
+        task = f"```python\nimport numpy as np\n{var} = np.arange(1, 6)\n```\nAssign to r the cumulative product of {var}."
+        return [{"role": "user", "content": task},
+                {"role": "assistant", "content": f"```python\nr = np.cumproduct({var})\n```"},
+                {"role": "user", "content": "AttributeError: module 'numpy' has no attribute 'cumproduct'. "
+                                            "Did you mean: 'cumprod'?"},
+                {"role": "assistant", "content": f"```python\nr = np.cumprod({var})\n```"},
+                {"role": "user", "content": "[1, 2, 6, 24, 120]"}]
+
+    memory = LocalMemory(Library(tmp_path / "lib.sqlite", encoder=encoder))
+    learner = TrafficLearner(memory)
+    first, second = learner.observe(run("a")), learner.observe(run("b"))
+    (lesson,) = memory.all()  # "np.cumprod(a)" and "np.cumprod(b)": one advice, one row
+    assert "use np.cumprod(a) instead" in lesson.text
+    assert first.lessons == second.lessons == [lesson.id] and learner.evidence == {lesson.id: 2}
+    memory.close()
+
+
+BROADCAST = SETUP.format(n=1, p=2) + "Write one line of Python that assigns to r the integral of y over x by the trapezoidal rule."
+
+
+def reflecting_upstream(reply: str) -> FastAPI:
+    """Answers the proxy's reflection with ``reply`` and an agent's request with a line of code."""
+    app = FastAPI()
+    app.state.requests = []
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        body = await request.json()
+        app.state.requests.append(body)
+        asked = body["messages"][-1]["content"]
+        content = reply if asked.startswith("Several attempts") else "```python\nr = 0\n```"
+        return {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}]}
+    return app
+
+
+@pytest.mark.parametrize("reply, kept", [
+    ("When integrating samples by the trapezoidal rule with NumPy, average neighbouring values: np.diff gives "
+     "one value fewer than the samples.", True),
+    ("When x has 11 points, use 10 intervals.", False),  # this task's own numbers: refused, as the learner's are
+])
+def test_an_error_that_names_no_fix_is_put_to_the_upstream_and_its_lesson_kept_on_probation(tmp_path, encoder, reply,
+                                                                                             kept):
+    memory = LocalMemory(Library(tmp_path / "lib.sqlite", encoder=encoder))
+    history = [{"role": "user", "content": BROADCAST},
+               {"role": "assistant", "content": "```python\nr = (y * np.diff(x)).sum()\n```"},
+               {"role": "user", "content": "ValueError: operands could not be broadcast together with shapes (11,) (10,)"},
+               {"role": "assistant", "content": "```python\nr = ((y[1:] + y[:-1]) / 2 * np.diff(x)).sum()\n```"},
+               {"role": "user", "content": "0.335"}]
+    upstream, learner, stored = reflecting_upstream(reply), TrafficLearner(memory), threading.Event()
+    learner.reflected = lambda *args: (TrafficLearner.reflected(learner, *args), stored.set())[0]  # a spy
+    with Served(upstream) as up, Served(create_app(memory, f"{up.url}/v1", learner=learner, reflect=True)) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="sk", max_retries=0)
+        client.chat.completions.create(model="qwen", messages=history)
+        client.chat.completions.create(model="qwen", messages=history)  # resent: reflected on once
+        assert stored.wait(30)  # in the background: the answers did not wait for it
+    asked = [r for r in upstream.state.requests if r["messages"][-1]["content"].startswith("Several attempts")]
+    assert len(asked) == 1 and asked[0]["model"] == "qwen" and "ValueError" in asked[0]["messages"][0]["content"]
+    lessons = memory.all()
+    assert [e.text for e in lessons] == ([reply] if kept else [])
+    assert all(e.confidence == pytest.approx(PROBATION) and e.domain == "code" for e in lessons)
+    memory.close()
+
+
 def _sse(*events: dict) -> bytes:
     return b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
 
@@ -149,4 +216,26 @@ def test_a_streamed_answer_given_with_lessons_gets_its_outcome_from_the_runs_nex
         httpx.post(f"{proxy.url}/v1/chat/completions",
                    json={"model": "m", "messages": asked + [answer, _result(answer, "20.25")]})
     assert memory.library.outcomes(lesson.id) == (1, 1)
+    memory.close()
+
+
+def test_a_lesson_learned_from_traffic_is_scoped_to_what_the_agents_run(tmp_path):
+    import sys
+    from pathlib import Path
+
+    from dsonet.scope import Probe, Scope
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "library"))
+    from lib_helpers import HashEncoder
+
+    memory = LocalMemory(Library(tmp_path / "lib.sqlite", encoder=HashEncoder()))
+    here = Probe(Scope.parse(["numpy==2.4.6", "pandas==3.1.1", "python==3.11.7"], limit=2000), {"numpy": ("numpy",)})
+    history = [{"role": "user", "content": TASK_A},
+               {"role": "assistant", "content": "```python\nr = np.trapz(y, x)\n```"},
+               {"role": "user", "content": REFUSED},
+               {"role": "assistant", "content": "```python\nr = np.trapezoid(y, x)\n```"},
+               {"role": "user", "content": "0.335"}]
+    learned = TrafficLearner(memory, environment=here).observe(history)
+    (exp,) = memory.all()
+    assert learned.lessons == [exp.id] and exp.scope == Scope.parse(["numpy==2.4.6", "python==3.11.7"])
     memory.close()

@@ -20,7 +20,7 @@ class DeltaSoupConfig:
     # The paper gives no starting value; a newcomer starts half-trusted, so five straight
     # failures put it under the floor (0.5 · 0.9⁵ ≈ 0.295) and a Sybil identity starts nowhere high.
     rep_initial: float = 0.5
-    # Ours (issue 24): an admitted batch lifts a key at most to here, below `trusted`, so trust that skips
+    # Ours: an admitted batch lifts a key at most to here, below `trusted`, so trust that skips
     # re-encoding and shields from eviction comes only from outcomes agents reported (see `Reputation`).
     # Five honest batches used to lift a fresh key to 0.705 and past every check. None: the paper's
     # reading, every admitted batch r = 1.
@@ -40,7 +40,7 @@ class DeltaSoupConfig:
     new_key_rate_limit: int = 20  # batches per window for a key not yet trusted (see `trusted`)
     new_keys_per_window: int = 1000  # distinct keys not yet trusted admitted per window: bounds Sybil floods
     # Rows as well as batches: a batch may hold 1,000 rows, so batch limits alone let 40 fresh keys
-    # land 40,000 rows in a minute (issue 14, finding 5). An honest learner publishes tens of
+    # land 40,000 rows in a minute. An honest learner publishes tens of
     # lessons an hour, in batches of at most 100 (`NodeConfig.max_batch_experiences`), and is
     # trusted once agents report its lessons helped (volume alone stops at `volume_ceiling`):
     # 1,000 rows a key an hour (ten full batches, or one of the protocol's largest) covers an

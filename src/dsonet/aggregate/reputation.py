@@ -1,4 +1,4 @@
-"""Peer reputation: one number per key, earned by outcomes, not by volume (issue 24).
+"""Peer reputation: one number per key, earned by outcomes, not by volume.
 
 The federated-agents paper (§5) moves reputation as an exponential moving average of 0/1 results,
 rep ← decay · rep + (1 − decay) · r, from an initial value, and skips keys under a floor. Our

@@ -28,17 +28,10 @@ def coordinate_median(x: np.ndarray) -> np.ndarray:
     return _row_medians(np.ascontiguousarray(x.T, dtype=np.float32))
 
 
-def coordinate_mad(x: np.ndarray, center: np.ndarray) -> np.ndarray:
-    """σ_j = median_i |x_ij − μ_j| (unscaled, as in the paper), (d,) float32."""
-    _need_rows(x, 1, "coordinate MAD")
-    xt = np.ascontiguousarray(x.T, dtype=np.float32)  # (d, n)
-    xt -= center[:, None]
-    return _row_medians(np.abs(xt, out=xt))
-
-
 def median_and_mad(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`coordinate_median` and `coordinate_mad` with one transpose: a partition only reorders values
-    within a coordinate, and the MAD does not depend on their order."""
+    """μ_j = median_i x_ij and σ_j = median_i |x_ij − μ_j| (unscaled, as in the paper), (d,) float32 each,
+    with one transpose: a partition only reorders values within a coordinate, and the MAD does not
+    depend on their order."""
     _need_rows(x, 1, "coordinate median")
     xt = np.ascontiguousarray(x.T, dtype=np.float32)  # (d, n)
     mu = _row_medians(xt)
@@ -131,15 +124,6 @@ def cosine_distance(x: np.ndarray, center: np.ndarray) -> np.ndarray:
     c = center / max(float(np.linalg.norm(center)), 1e-12)
     norms = np.maximum(np.linalg.norm(x, axis=1), 1e-12)
     return (1.0 - (x @ c) / norms).astype(np.float32)
-
-
-def robust_outliers(values: np.ndarray, z_max: float) -> np.ndarray:
-    """Mask of values more than z_max robust standard deviations above their median
-    (σ ≈ 1.4826 · MAD for Gaussian data). One-sided: only "too far" is suspicious.
-    """
-    med = np.median(values)
-    sigma = 1.4826 * np.median(np.abs(values - med))
-    return values > med + z_max * max(float(sigma), 1e-12)
 
 
 def _need_rows(x: np.ndarray, required: int, what: str) -> None:

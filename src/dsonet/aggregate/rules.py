@@ -115,19 +115,19 @@ class MeanRule:
         return Admission(np.ones(len(vectors), dtype=bool), np.zeros(len(vectors), np.float32), pool.mean(axis=0))
 
 
+_MAKERS: dict[str, Callable[[float, float], Rule]] = {
+    "deltasoup": lambda tau, eps: DeltaSoupRule(tau, eps),
+    "median": lambda tau, eps: CenterRule("median", median_center),
+    "trimmed_mean": lambda tau, eps: CenterRule("trimmed_mean", lambda p: robust.trimmed_mean(p, 0.3)),
+    "geomedian": lambda tau, eps: CenterRule("geomedian", robust.geometric_median),
+    "krum": lambda tau, eps: MultiKrumRule(0.3),
+    "mean": lambda tau, eps: MeanRule(),
+}
+RULE_NAMES = tuple(_MAKERS)
+
+
 def make_rule(name: str, tau: float = 2.0, eps: float = 1e-8) -> Rule:
     """A rule by name: one of `RULE_NAMES`."""
-    makers: dict[str, Callable[[], Rule]] = {
-        "deltasoup": lambda: DeltaSoupRule(tau, eps),
-        "median": lambda: CenterRule("median", median_center),
-        "trimmed_mean": lambda: CenterRule("trimmed_mean", lambda p: robust.trimmed_mean(p, 0.3)),
-        "geomedian": lambda: CenterRule("geomedian", robust.geometric_median),
-        "krum": lambda: MultiKrumRule(0.3),
-        "mean": MeanRule,
-    }
-    if name not in makers:
-        raise AggregationError("rule", f"unknown rule {name!r}; choose one of {sorted(makers)}")
-    return makers[name]()
-
-
-RULE_NAMES = ("deltasoup", "median", "trimmed_mean", "geomedian", "krum", "mean")
+    if name not in _MAKERS:
+        raise AggregationError("rule", f"unknown rule {name!r}; choose one of {sorted(_MAKERS)}")
+    return _MAKERS[name](tau, eps)

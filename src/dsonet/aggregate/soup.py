@@ -45,7 +45,7 @@ from dsonet.aggregate.rules import make_rule
 from dsonet.aggregate.verify import Gate, verify_payload
 from dsonet.codec import CompressedBatch, Profile, compress
 from dsonet.errors import DsoError
-from dsonet.library.reference import Reference
+from dsonet.codec.reference import Reference
 
 _CALLERS_OWN = "(the caller's reference)"  # a reference given as bare vectors: one voice, the caller's
 

@@ -4,9 +4,9 @@ connections under the process's file-descriptor limit that sheds the slowest.
 
 uvicorn has neither a header nor a body timeout: a connection that sends its request a byte at a
 time is held for ever. Its `limit_concurrency` counts such connections, so 300 of them made every
-real request to `dso node start` get 503 (issue 14); without it, 1,100 of them used up the file
-descriptors of `dso proxy` (it stopped answering, for good) and of `dso mcp` (EMFILE, and it exited;
-issue 24). Here:
+real request to `dso node start` get 503; without it, 1,100 of them used up the file
+descriptors of `dso proxy` (it stopped answering, for good) and of `dso mcp` (EMFILE, and it exited).
+Here:
 
 - a request's headers must be complete within `Limits.header_timeout_s` of the connection opening
   (or of the previous response, on a kept-alive connection), and its body within
@@ -21,7 +21,7 @@ issue 24). Here:
   busy with a whole request is the new one refused;
 - a response sent before its request's body came in (a refusal: 401, 413) closes the connection:
   the rest of the body is not read (a chunked body without a token streamed 300 MB to the node
-  before, issue 24);
+  before);
 - when descriptors run out all the same (a burst of connections accepted before the cap could shed
   any), asyncio stops accepting for a second and reports each failed accept to the loop's exception
   handler; `survive_loop_errors` makes that report one line every `NOTE_EVERY_S`, never a traceback,

@@ -31,7 +31,7 @@ Every answer is cached on disk per (model, full chat, settings, prompt version) 
 learning runs resume from their state files, so an interrupted run restarts where it stopped.
 The paper's reference (Training-free GRPO): AIME24 80.0 → 82.7 with DeepSeek-V3.1.
 
-These families stay as they were measured (issue 22: no more work on them): node 0's libraries are
+These families stay as they were measured (no more work on them): node 0's libraries are
 built here with DeltaSoup directly (`NodeZero`), not on the scenario layer's fleet
 (`dsonet.sim.scenario`) that `--family drift` and `dso demo` run on; moving them there would change
 their published figures.

@@ -1,11 +1,11 @@
-"""Attacks on the node (issue 14): hostile peers against one real `Node`, while agents search it.
+"""Attacks on the node: hostile peers against one real `Node`, while agents search it.
 
 Each attack gets a fresh node (its SQLite library, DeltaSoup at the production defaults, the
 library's merge) on an in-process log: the code path of `dso node start` minus NATS and HTTP,
 as in `dsonet.sim.fleet`, a fleet of one (`dsonet.sim.nodes.InProcessFleet`). First 12 honest
 peers publish GSM8K solution sentences (6 batches each), and agents report their lessons helped
 until they are trusted, as long-running peers are (volume alone lifts a key to 0.6, under
-`trusted`: issue 24); then 20 concurrent clients search the node while nothing else happens
+`trusted`); then 20 concurrent clients search the node while nothing else happens
 (the baseline), then again while the attacker publishes, interleaved with one more batch from
 every honest peer. Reported per attack:
 
@@ -35,11 +35,10 @@ The attacks:
   signed by the attacker, then the attacker's tombstone for it;
 - deferred fill: 5 keys, each admitted once, then sending batches of 1,000 rows (1.5 MB each) far
   over their rate, which the node holds back instead of dropping (100 each; 6 with --quick):
-  before issue 24 the queue was counted, not weighed (up to 100 payloads a key, 745 MB for the
+  before, the queue was counted, not weighed (up to 100 payloads a key, 745 MB for the
   finding's 5 keys) and read whole at every pass. Reported: ``deferred_batches`` and
   ``deferred_mb`` held once the node has read everything;
-- sleeper, eviction (untrusted), eviction (volume-trusted), reference shift: issue 24's attacks on
-  trust.
+- sleeper, eviction (untrusted), eviction (volume-trusted), reference shift: the attacks on trust.
 
 What each attack sends is its plan in `dsonet.sim.node_attacks` (with how the trust attacks work),
 chosen by name from the one registry of attacks (`dsonet.sim.attacks.attack`, level ``node``);
@@ -229,7 +228,7 @@ def _ms(latencies: list[float], q: float) -> float:
 async def earn_trust(node, bench: Bench, docs: np.ndarray) -> int:
     """Agents search for what the honest peers taught and report their lessons helped (through
     `Node.record_outcome`, as `POST /outcomes` does), until every honest peer is trusted: trust
-    comes from outcomes (issue 24). Only hits wholly from honest peers are judged; the attackers'
+    comes from outcomes. Only hits wholly from honest peers are judged; the attackers'
     lessons get no outcome. Returns the searches made."""
     honest = {p.node_id for p in bench.honest}
     for n, i in enumerate(docs.tolist()):

@@ -30,17 +30,20 @@ import click
 import numpy as np
 
 from dsonet import NodeIdentity, sign_batch
+from dsonet.bench import relevance_users
+from dsonet.bench.coldstart import library_file
 from dsonet.bench.relevance_pairs import PAIRS, Lesson, Query, build_pairs, judge, load_pairs, split
 from dsonet.bench.report import RESULTS_DIR, write_results
 from dsonet.encoders import default_encoder, minilm
 from dsonet.encoders.default import default_head_dir
 from dsonet.encoders.minilm_numpy import minilm_dir
+from dsonet.encoders.rescore import BackboneRescorer
 from dsonet.library import Library
+from dsonet.library.rescored import CANDIDATES as RESCORE_CANDIDATES
 from dsonet.library.policy import CALIBRATION_NAME, MIN_SIMILARITY, calibrations
 
 K = 5
 GRID = np.round(np.arange(0.0, 0.8001, 0.005), 3)
-RESCORE_CANDIDATES = 20  # lessons per question a second scoring stage sees
 # What the README shows a user (tests/test_readme_examples.py walks it): never calibrated on.
 README_TEXTS = (
     "When a ratio is asked, simplify the fraction by the greatest common divisor.",
@@ -172,7 +175,8 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3 if "minilm" in result else 2, figsize=(16, 4.2))
+    panels = 2 + ("minilm" in result) + ("users" in result)
+    fig, axes = plt.subplots(1, panels, figsize=(5.4 * panels, 4.2))
     for ax, name in zip(axes, ("calibration", "held_out")):
         part = result["default"][name]
         for kind, style in (("floats", "-"), ("codes", ":")):
@@ -190,6 +194,8 @@ def plot(result: dict, path: Path) -> None:
     fig.suptitle("Injection (top 5 above the threshold): precision and recall against the threshold")
     if "minilm" in result:
         _compare_spaces(axes[2], result)
+    if "users" in result:
+        _users(axes[-1], result["users"])
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -209,6 +215,22 @@ def _compare_spaces(ax, result: dict) -> None:
     ax.set_title("held-out (floats): three ways to score")
     ax.set_xlabel("threshold (cosine)")
     ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower left")
+
+
+def _users(ax, users: dict) -> None:
+    """The users' set, held-out half: recall against precision for each scoring, the defaults marked."""
+    for i, (name, entry) in enumerate(users["scorings"].items()):
+        curve = entry["curve"]["held_out"]
+        ax.plot([p["recall"] for p in curve], [p["precision"] for p in curve], f"C{i}-", label=name)
+        if "at_default" in entry:
+            at = entry["at_default"]["held_out"]
+            ax.plot(at["recall"], at["precision"], f"C{i}o")
+    ax.axhline(users["target_precision"], color="grey", lw=1, ls="--")
+    ax.set_title("users' questions, held-out (dots: defaults)")
+    ax.set_xlabel("recall")
+    ax.set_ylim(0.5, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
 
@@ -234,11 +256,22 @@ def write_calibration(result: dict, head_dir: Path) -> Path:
               help=f"Store the chosen thresholds beside the default head and MiniLM's weights ({CALIBRATION_NAME}), "
                    "where every entry point reads them.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the lesson split.")
-@click.option("--quick", is_flag=True, help="The default space only, two other splits; writes relevance-quick.json.")
-def cli(target: float, rebuild_pairs: bool, store: bool, seed: int, quick: bool) -> None:
+@click.option("--quick", is_flag=True, help="The default space only, two other splits, no cold runs; writes "
+                                              "relevance-quick.json.")
+@click.option("--users-precision", default=0.95, show_default=True, type=click.FloatRange(0.5, 1.0),
+              help="Users' set: injection precision the second stage's threshold must keep on the tune half.")
+@click.option("--users-silent", default=0.9, show_default=True, type=click.FloatRange(0.0, 1.0),
+              help="Users' set: share of hard negatives that must get no lesson on the tune half.")
+@click.option("--rows", default=10_000, show_default=True, type=click.IntRange(min=0),
+              help="Rows of the library cold `dso search` is timed on (built once, cached; 0: not timed).")
+@click.option("--runs", default=3, show_default=True, type=click.IntRange(min=1), help="Cold searches per set-up.")
+def cli(target: float, rebuild_pairs: bool, store: bool, seed: int, quick: bool, users_precision: float,
+        users_silent: float, rows: int, runs: int) -> None:
     """Calibrate the default space's relevance threshold on labelled (question, lesson) pairs split
-    by lesson; print precision and recall of injection on the held-out split, and write
-    bench/results/relevance.json and relevance.png.
+    by lesson, and the second stage's on questions as users type them with hard negatives
+    (`dsonet.bench.relevance_users`); print precision, recall and silence of injection beside each
+    alternative scoring and what a cold search costs, and write bench/results/relevance.json and
+    relevance.png.
 
     \b
     Example:
@@ -260,9 +293,10 @@ def cli(target: float, rebuild_pairs: bool, store: bool, seed: int, quick: bool)
         backbone = minilm()
         own = score_matrices(lessons, queries, backbone)
         result["minilm"] = calibrate(backbone.id, own, lessons, queries, labels, target, seed, seeds)
-        result["rescored"] = calibrate(f"{encoder.id} top {RESCORE_CANDIDATES}, scored by {backbone.id}", zen,
-                                       lessons, queries, labels, target, seed, seeds,
-                                       second=own["floats"])  # a node holds the texts, so it can encode them
+        stage = BackboneRescorer(encoder.backbone)  # the shipped second stage, on every pair
+        second = np.stack([stage.score(q.text, [lesson.text for lesson in lessons]) for q in queries])
+        result["rescored"] = calibrate(f"{encoder.id} top {RESCORE_CANDIDATES}, scored by {stage.id}", zen,
+                                       lessons, queries, labels, target, seed, seeds, second=second)
         spaces += ["minilm", "rescored"]
     for space in spaces:
         r = result[space]
@@ -281,6 +315,10 @@ def cli(target: float, rebuild_pairs: bool, store: bool, seed: int, quick: bool)
                    f"held-out precision {min(o['held_out_precision'] for o in others):.3f}-"
                    f"{max(o['held_out_precision'] for o in others):.3f}, recall "
                    f"{min(o['held_out_recall'] for o in others):.3f}-{max(o['held_out_recall'] for o in others):.3f}")
+    cold = None if quick or not rows else library_file(rows)
+    result["users"] = users = relevance_users.run(encoder, users_precision, users_silent, cold, runs)
+    click.echo(f"questions as users type them ({users['data']}), second stage {users['rescorer']}:")
+    click.echo(relevance_users.table(users))
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     figure = RESULTS_DIR / ("relevance-quick.png" if quick else "relevance.png")
     plot(result, figure)
@@ -289,6 +327,7 @@ def cli(target: float, rebuild_pairs: bool, store: bool, seed: int, quick: bool)
         click.echo(f"wrote {write_calibration(result['default'], default_head_dir())}")
         if "minilm" in result:
             click.echo(f"wrote {write_calibration(result['minilm'], minilm_dir())}")
+        click.echo(f"wrote {relevance_users.write_calibration(users, minilm_dir())}")
 
 
 def report_section(data: dict) -> str:
@@ -334,12 +373,12 @@ def report_section(data: dict) -> str:
         "",
         f"Held-out cosines in the default space (min, 5th, 25th, 50th, 75th, 95th percentile, max): helpful pairs "
         f"{held['relevant_scores']}, unrelated pairs {held['unrelated_scores']}. The two overlap, so no threshold "
-        "separates them: the curve trades precision for recall. No cross-encoder (a model that reads the question "
-        "and the lesson together) ships offline, so that kind of stage was not measured. Rows `minilm`: the "
-        "backbone's own space, without the Zen head; rows `rescored`: a second stage over pairs, the default "
-        f"space's best {RESCORE_CANDIDATES} lessons per question scored again by MiniLM's cosine (a node holds "
-        "the texts to encode). Both separate these pairs better than the default space alone; neither ships: "
-        "the default stays one threshold over the default space's scores.",
+        "separates them: the curve trades precision for recall. Rows `minilm`: the backbone's own space, without the "
+        f"Zen head; rows `rescored`: the second stage a text search now runs (`dsonet.encoders.rescore`), the default "
+        f"space's best {RESCORE_CANDIDATES} lessons per question scored again by MiniLM against the lesson and its "
+        "\"When\" clause, its threshold chosen here on these pairs' calibration half (the shipped one comes from the "
+        "users' set below).",
         "",
+        *(relevance_users.report_lines(data["users"]) if "users" in data else []),
         "![Injection precision and recall against the threshold](results/relevance.png)",
     ])

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from dsonet.cli.options import (db_option, db_path, k_option, min_similarity_option, node_option, node_token_option,
-                                tag_option, token_option)
+from dsonet.cli.options import (db_option, db_path, environment, environment_options, k_option, min_similarity_option,
+                                node_option, node_token_option, probed, tag_option, token_option)
 from dsonet.errors import DsoError
 
 encoder_option = click.option("--encoder", default="default", show_default=True,
@@ -52,8 +52,9 @@ def _memory(db: Path | None, node: str | None, node_token: str | None, encoder: 
 @tag_option("A scope the add tool gives every lesson, e.g. agent:reviewer (repeatable; the agent may send others).")
 @click.option("--search-tag", "search_tags", multiple=True, metavar="TAG",
               help="A scope the search tool keeps to by default, e.g. project:billing (repeatable).")
+@environment_options
 def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, timeout, k, min_similarity,
-        allow_delete, tags, search_tags) -> None:
+        allow_delete, tags, search_tags, scope, python) -> None:
     """Serve the library as MCP tools (search, add, list, record_outcome, stats; delete with
     --allow-delete) for Claude Desktop, Cursor or any MCP host, over stdio or streamable HTTP.
     -k and --min-similarity are the search tool's defaults.
@@ -63,10 +64,12 @@ def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, t
       dso mcp --db ~/.dsonet/library.sqlite                         stdio (what a desktop host launches)
       dso mcp --node http://127.0.0.1:8080 --node-token $NODE_TOKEN   a running node's library
       dso mcp --transport http --port 8765 --token $T               http://127.0.0.1:8765/mcp
+      dso mcp --python .venv/bin/python                             search in that interpreter's environment
     """
     from dsonet.asgi import check_exposure
 
     try:
+        env = environment(scope, python)
         if transport == "http":
             check_exposure(host, token)
     except DsoError as exc:
@@ -83,7 +86,7 @@ def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, t
     from dsonet.mcp.server import build_server, http_app, warm_up
 
     server = build_server(memory, k=k, min_similarity=min_similarity, allow_delete=allow_delete, add_tags=tags,
-                          search_tags=search_tags)
+                          search_tags=search_tags, environment=env)
     try:
         warm_up(memory)  # the encoder loads now, not on the first search
         if transport == "stdio":
@@ -118,9 +121,14 @@ def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, t
                    "become a lesson (on probation) in the library, and the results of the code answered with "
                    "lessons become their outcomes. Off by default: with --node, what your agents hit is "
                    "published to the fleet.")
+@click.option("--reflect/--no-reflect", default=False, show_default=True,
+              help="With --learn: an episode whose error line names no fix (a wrong value, a workaround written "
+                   "by hand) is put to the upstream model, in the background, and the lesson of its reply kept on "
+                   "probation. Costs one upstream call of at most 96 tokens per such episode.")
 @tag_option("Inject only lessons carrying this scope, e.g. project:billing (repeatable: every one).")
+@environment_options
 def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, token, max_body, timeout, k,
-          min_similarity, learn, tags) -> None:
+          min_similarity, learn, reflect, tags, scope, python) -> None:
     """Serve an OpenAI-compatible API (/v1/chat/completions, /v1/responses; streaming or not) that
     puts the library's lessons for the last user message into the system message and forwards to
     UPSTREAM. Each answer names the lessons (X-DSO-Lessons) and its retrieval (X-DSO-Retrieval-Id);
@@ -131,12 +139,17 @@ def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, tok
     Examples:
       dso proxy --upstream http://localhost:8000/v1 --db ~/.dsonet/library.sqlite
       dso proxy --upstream http://127.0.0.1:8000/v1 --learn      lessons from the agents' own errors and fixes
+      dso proxy --upstream http://127.0.0.1:8000/v1 --learn --reflect   ... and the model's own, where errors name none
       OPENAI_BASE_URL=http://127.0.0.1:8787/v1 python my_agent.py
       dso proxy --upstream https://api.openai.com/v1 --upstream-key $OPENAI_API_KEY --token $T --host 0.0.0.0
+      dso proxy --upstream http://127.0.0.1:8000/v1 --python .venv/bin/python   lessons that hold there only
     """
     from dsonet.asgi import check_exposure
 
+    if reflect and not learn:
+        raise click.UsageError("--reflect reflects on what --learn finds: give --learn too")
     try:
+        here = probed(scope, python)  # what the agents run: their searches' environment, their lessons' scope
         check_exposure(host, token)
     except DsoError as exc:
         raise click.ClickException(str(exc)) from None
@@ -154,7 +167,8 @@ def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, tok
 
     app = create_app(memory, upstream, upstream_key=upstream_key, token=token, max_body=max_body, timeout_s=timeout,
                      k=k, min_similarity=min_similarity, tags=tags,
-                     learner=TrafficLearner(memory) if learn else None)
+                     learner=TrafficLearner(memory, environment=here) if learn else None, reflect=reflect,
+                     environment=None if here is None else here.environment)
     try:
         # the encoder loads at start, then the line says it is ready; each request in flight holds a
         # second descriptor (its upstream connection), so the connection cap leaves room for those

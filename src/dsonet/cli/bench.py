@@ -16,7 +16,7 @@ BENCHMARKS = {
     "crossmodel": ("dsonet.bench.crossmodel:cli", "Cross-model retrieval: WordLlama + adapter vs native, Recall@5/@10, latency."),
     "proxy": ("dsonet.bench.proxy:cli", "Latency `dso proxy` adds to a chat completion (p50, p99)."),
     "train": ("dsonet.bench.train:cli", "A short Zen head training: each stage's metric before and after."),
-    "relevance": ("dsonet.bench.relevance:cli", "The relevance threshold: injection precision/recall on labelled pairs."),
+    "relevance": ("dsonet.bench.relevance:cli", "Relevance: injection precision/recall/silence, each scoring, cold cost."),
     "coldstart": ("dsonet.bench.coldstart:cli", "Cold `dso search` at 10k rows (numpy vs torch encoder), import time, core install size."),
     "gate": ("dsonet.bench.gate_audit:cli", "The learner's execution gate on hand-checked drift lessons: how many wrong ones it keeps."),
     "llm": ("dsonet.bench.llm:cli", "The embedded LLM: answers/s at 1-16 sequences decoded together, beside llama.cpp's batched generator."),

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import click
 
-from dsonet.cli.options import db_option, db_path, json_option, min_similarity_option
+from dsonet.cli.options import db_option, db_path, environment, environment_options, json_option, min_similarity_option
+from dsonet.scope import probe
 from dsonet.errors import DsoError
 
 
@@ -194,8 +195,10 @@ def _learn_code(task, tasks, llm, url, lib, cfg, library_path, run_dir, node_id,
     cfg = dataclasses.replace(cfg, all_failed=True, rule_lessons=True, rule_first=True, repair_check=True,
                               candidates=candidates, gate_gain=1e-9 if val else 0.0)
     run_dir = run_dir or library_path.with_name(library_path.name + ".runs") / Path(task).stem.replace(":", "_")
+    environment = probe(str(sandbox.python))  # the lessons learned hold where the attempts ran
     with sandbox:
-        stats = Learner(llm, lib, cfg, run_dir, node_id, teacher).run(train, progress=not quiet, validation=val)
+        stats = Learner(llm, lib, cfg, run_dir, node_id, teacher, environment=environment).run(
+            train, progress=not quiet, validation=val)
     return stats, run_dir
 
 
@@ -211,9 +214,10 @@ def _learn_code(task, tasks, llm, url, lib, cfg, library_path, run_dir, node_id,
 @click.option("--show-prompt", is_flag=True, help="Print the prompt with the injected experiences.")
 @click.option("--feedback", type=click.Choice(["ask", "helped", "harmed"]), default=None,
               help="Record an outcome on the lessons used: ask after the answer, or give it.")
+@environment_options
 @json_option
 def ask(question, db, url, model, concurrency, timeout, k, min_similarity, context_tokens, max_tokens,
-        show_prompt, feedback, as_json):
+        show_prompt, feedback, scope, python, as_json):
     """Answer QUESTION with the library's most relevant experiences in the system message
     (k = 5 at or above the space's calibrated threshold, at most 2048 tokens, as plain bullets). With --feedback, the
     lessons used get an outcome (helped or not), which feeds eviction by usefulness.
@@ -221,6 +225,7 @@ def ask(question, db, url, model, concurrency, timeout, k, min_similarity, conte
     \b
     Example:
       dso ask "State the final answer: 12 - 7 + 3 =" --db lib.db --show-prompt
+      dso ask "Integrate y over x with numpy" --db lib.db --python .venv/bin/python
     """
     from dsonet.cli.library import empty_answer
     from dsonet.learn.context import Retrieval
@@ -230,26 +235,33 @@ def ask(question, db, url, model, concurrency, timeout, k, min_similarity, conte
     try:
         llm = open_llm(url, model, concurrency, timeout)
         lib = open_library(db, create=False) if db else None
-        answer = _ask(llm, lib, question, Retrieval(k, min_similarity, context_tokens), max_tokens=max_tokens)
+        env = environment(scope, python)
+        answer = _ask(llm, lib, question, Retrieval(k, min_similarity, context_tokens), max_tokens=max_tokens,
+                      environment=env)
     except DsoError as exc:
         raise click.ClickException(str(exc)) from exc
     prompt = "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in answer.chat)
     if as_json:
         searched = {} if lib is None else {"threshold": answer.hits.threshold, "best_score": answer.hits.best_score}
+        held = [b.to_dict() for b in answer.hits.held_back]
         click.echo(json.dumps({"answer": answer.text, "prompt": prompt, "messages": answer.chat,
                                "lessons": [{"id": h.experience.id, "text": h.experience.text,
-                                            "score": round(h.score, 4)} for h in answer.hits], **searched}))
+                                            "score": round(h.score, 4), "scope": h.experience.scope.strings(),
+                                            "fit": h.fit} for h in answer.hits], "held_back": held, **searched}))
     else:
         for hit in answer.hits:
             click.echo(f"[{hit.score:.2f}] {hit.experience.text}", err=True)
+        for b in answer.hits.held_back:
+            click.echo(f"held back {b.id[:12]}: {b.reason}  {b.text}", err=True)
         if lib is not None and not answer.hits:
-            click.echo(empty_answer(answer.hits.threshold, answer.hits.best_score), err=True)
+            click.echo(empty_answer(answer.hits.threshold, answer.hits.best_score, len(answer.hits.held_back)),
+                       err=True)
         if show_prompt:
             click.echo(prompt + "\n---", err=True)
         click.echo(answer.text)
     if feedback and lib is not None and answer.hits:
         helped = feedback == "helped" or (feedback == "ask" and click.confirm("Did the answer help?", err=True))
-        n = record_outcome(lib, answer.hits, helped)
+        n = record_outcome(lib, answer.hits, helped, env)
         click.echo(f"recorded {'helped' if helped else 'harmed'} on {n} lesson(s)", err=True)
 
 

@@ -16,14 +16,16 @@ from pathlib import Path
 
 import click
 
-from dsonet.cli.options import (DEFAULT_KEY, db_option, db_path, json_option, k_option, max_tokens_option,
-                                min_similarity_option, node_option, node_token_option, tag_option)
+from dsonet.cli.options import (DEFAULT_KEY, db_option, db_path, environment, environment_options, json_option,
+                                k_option, max_tokens_option, min_similarity_option, node_option, node_token_option,
+                                scope_option, tag_option)
 from dsonet.errors import DsoError
 from dsonet.identity import NodeIdentity
 from dsonet.library import Library
 from dsonet.library.errors import LibraryError
 from dsonet.library.policy import ENV_MIN_SIMILARITY
 from dsonet.library.transfer import export, import_file
+from dsonet.scope import Scope
 
 
 @contextmanager
@@ -52,12 +54,14 @@ def _echo_json(data) -> None:
 @click.option("--confidence", type=click.FloatRange(0, 1), default=0.5, show_default=True)
 @tag_option("A scope for the lesson, e.g. agent:reviewer or project:billing (repeat it for more); this "
             "library's own, never sent to peers.")
+@scope_option("Where the lesson holds, a pin name==version of a package it names or of python, e.g. "
+              "numpy==2.4.6 (repeat it); signed with the lesson. None: it holds everywhere.")
 @db_option
 @node_option
 @node_token_option
 @json_option
-def add(text: str, domain: str, confidence: float, tags: tuple[str, ...], db: Path | None, node: str | None,
-        node_token: str | None, as_json: bool) -> None:
+def add(text: str, domain: str, confidence: float, tags: tuple[str, ...], scope: tuple[str, ...], db: Path | None,
+        node: str | None, node_token: str | None, as_json: bool) -> None:
     """Add one experience (encoded with the library's encoder) and print its id. TEXT "-" reads it
     from standard input. A lesson needs at least three words: a condition and what to do.
 
@@ -67,11 +71,13 @@ def add(text: str, domain: str, confidence: float, tags: tuple[str, ...], db: Pa
       dso add "When a graph is sparse, store it as adjacency lists" --node http://127.0.0.1:8080
       echo "When pip reinstalls every package, copy requirements.txt first" | dso add - --domain ops
       dso add "When a migration locks a table, add the index concurrently" --tag project:billing --tag agent:dba
+      dso add "When integrating samples, use np.trapezoid(z, x), not np.trapz" --scope numpy==2.4.6
     """
     if text == "-":
         text = sys.stdin.read()
+    pins = Scope.parse(scope)  # a bad pin stores nothing, and makes no file
     with _store(db, node, node_token, create=True) as store:
-        exp = store.add(text, domain=domain, confidence=confidence, tags=tags)
+        exp = store.add(text, domain=domain, confidence=confidence, tags=tags, scope=pins)
     _echo_json(exp.to_dict()) if as_json else click.echo(exp.id)
 
 
@@ -82,12 +88,14 @@ def add(text: str, domain: str, confidence: float, tags: tuple[str, ...], db: Pa
 @max_tokens_option
 @click.option("--domain", default=None, help="Only this domain.")
 @tag_option("Only lessons carrying this tag, e.g. project:billing (repeat it: lessons carrying every one).")
+@environment_options
 @db_option
 @node_option
 @node_token_option
 @json_option
 def search(query: str, k: int, min_similarity: float | None, max_tokens: int, domain: str | None,
-           tags: tuple[str, ...], db: Path | None, node: str | None, node_token: str | None, as_json: bool) -> None:
+           tags: tuple[str, ...], scope: tuple[str, ...], python: str | None, db: Path | None, node: str | None,
+           node_token: str | None, as_json: bool) -> None:
     """Find the experiences nearest to QUERY (scored over compressed codes, rescored exactly where
     possible) at or above the relevance threshold. With none above it, stdout stays empty (--json:
     zero lines) and one line on stderr gives the threshold and the closest score.
@@ -97,23 +105,39 @@ def search(query: str, k: int, min_similarity: float | None, max_tokens: int, do
       dso search "A train travels 120 km in 2 hours; how fast?" -k 3
       dso search "sparse graphs" --node http://127.0.0.1:8080 --json --min-similarity 0.3
       dso search "slow migration" --tag project:billing
+      dso search "integrate samples with numpy" --python .venv/bin/python
+      dso search "integrate samples with numpy" --scope numpy==1.26.4
     """
+    env = environment(scope, python)
     with _store(db, node, node_token) as store:
         hits = store.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, domain=domain,
-                            tags=tags)
+                            tags=tags, environment=env)
     for h in hits:  # --json: JSON Lines, one object per hit
         if as_json:
-            click.echo(json.dumps({"score": round(h.score, 4), "members": list(h.members), **h.experience.to_dict()}))
+            click.echo(json.dumps({"score": round(h.score, 4), "members": list(h.members), "fit": h.fit,
+                                   **h.experience.to_dict()}))
         else:
-            click.echo(f"{h.score:.3f}  {h.experience.id[:12]}  [{h.experience.domain}]  {h.experience.text}")
+            click.echo(f"{h.score:.3f}  {h.experience.id[:12]}  [{h.experience.domain}]  {h.experience.text}"
+                       + scope_note(h.experience.scope, h.fit))
+    for b in hits.held_back:  # on stderr: what an agent must not be shown, said to the person asking
+        click.echo(f"held back {b.id[:12]}: {b.reason}  {b.text}", err=True)
     if not hits:
-        click.echo(empty_answer(hits.threshold, hits.best_score), err=True)
+        click.echo(empty_answer(hits.threshold, hits.best_score, len(hits.held_back)), err=True)
 
 
-def empty_answer(threshold: float | None, best_score: float | None) -> str:
+def scope_note(scope: Scope, fit: str) -> str:
+    """A hit's scope and fit, after its text: '  (numpy==2.4.6; fits)'."""
+    said = ", ".join(scope.strings()) if scope else ""
+    return f"  ({'; '.join(x for x in (said, fit) if x)})" if said or fit else ""
+
+
+def empty_answer(threshold: float | None, best_score: float | None, held_back: int = 0) -> str:
     """Why a search returned nothing, quoting no lesson: the threshold and the closest score (a node
-    older than these fields reports neither)."""
+    older than these fields reports neither), or the lessons held back for their scope."""
     above = "the threshold" if threshold is None else f"{threshold:.3f}"
+    if held_back:
+        return (f"no lesson above {above} holds in this environment: {held_back} held back, their scope contradicts "
+                "it (above); --scope or --python says where you are")
     closest = "the library holds no lesson to score" if best_score is None else f"the closest scored {best_score:.3f}"
     return f"no lesson above {above}; {closest} (--min-similarity or {ENV_MIN_SIMILARITY} lowers the threshold)"
 
@@ -125,8 +149,9 @@ def empty_answer(threshold: float | None, best_score: float | None) -> str:
 @node_token_option
 @json_option
 def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None, as_json: bool) -> None:
-    """Show one experience: text, provenance and, from a local library, each stored copy's code (bytes of signs
-    and scales, digest, baseline), usage counters and the versions `dso edit` replaced. An id prefix of 8+
+    """Show one experience: text, scope, provenance and, from a local library, each stored copy's code (bytes of
+    signs and scales, digest, baseline), usage counters (per environment for a scoped lesson) and the versions
+    `dso edit` replaced. An id prefix of 8+
     characters will do locally; a node needs the full id.
 
     \b
@@ -143,11 +168,14 @@ def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None,
         else:
             full = _resolve(store, exp_id)
             data = {**store.get(full).to_dict(), "copies": [c._asdict() for c in store.copies(full)],
-                    "history": [v._asdict() for v in store.versions(full)], "tags": store.tags(full)}
+                    "history": [v._asdict() for v in store.versions(full)], "tags": store.tags(full),
+                    "used_in": {env: {"uses": u, "helped": h} for env, (u, h) in
+                                store.outcomes_by_environment(full).items()}}
     if as_json:
         _echo_json(data)
         return
     click.echo(f"{data['id']}  [{data['domain']}]  confidence {data['confidence']}\n  {data['text']}")
+    click.echo("  scope " + (" ".join(data.get("scope") or []) or "none: holds everywhere"))
     prov = data.get("provenance") or {}
     click.echo("  provenance " + "  ".join(f"{k}={v}" for k, v in prov.items()))
     if data.get("tags"):
@@ -156,6 +184,8 @@ def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None,
         click.echo(f"  code: {c['sign_bytes']} B signs + {c['scale_bytes']} B scales, baseline {c['baseline_id']}, "
                    f"digest {c['code_digest'][:16]}; float held: {c['float_held']}; received: {c['received']}; "
                    f"published: {c['published']}; used {c['uses']} times, helped {c['helped']}")
+    for env, n in data.get("used_in", {}).items():  # a scoped lesson's outcomes, per environment it was used in
+        click.echo(f"  used in {env or 'an environment not told'}: {n['uses']} times, helped {n['helped']}")
     for v in data.get("history", []):  # newest first: what `dso edit` replaced
         click.echo(f"  before {time.strftime('%Y-%m-%d %H:%M', time.gmtime(v['replaced_ms'] / 1000))} UTC, "
                    f"{v['id'][:12]} [{v['domain']}]: {v['text']}")

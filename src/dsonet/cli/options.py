@@ -5,6 +5,8 @@
     --node-token  the node's API token    DSONET_NODE_TOKEN
     --token T     the token a server demands of its clients   DSONET_TOKEN  (node start, mcp, proxy)
     --tag TAG     a scope (agent:NAME, project:NAME), repeatable: set on add, filtered in search, mcp, proxy
+    --scope PIN   name==version, repeatable: where a lesson holds (add), the asker's environment (search, ask)
+    --python PATH the asker's environment read from an interpreter (search, ask; learn's sandbox)
     -k N          how many results
     --min-similarity X   relevance threshold   DSONET_MIN_SIMILARITY  (default: the space's calibrated one)
     --json        machine-readable output
@@ -20,6 +22,7 @@ from pathlib import Path
 import click
 
 from dsonet.library.policy import ENV_MIN_SIMILARITY, MAX_TOKENS, K
+from dsonet.scope import MAX_ENVIRONMENT_PINS, Probe, Scope, probe
 
 HOME = Path("~/.dsonet")  # one home: keygen's key, node start's data dir and the library all live here
 DEFAULT_DB = HOME / "library.sqlite"
@@ -53,6 +56,36 @@ max_tokens_option = click.option("--max-tokens", type=click.IntRange(1), default
 def tag_option(help: str):
     """--tag, repeatable: scopes such as agent:NAME and project:NAME (`dsonet.library.tags`)."""
     return click.option("--tag", "tags", multiple=True, metavar="TAG", help=help)
+
+
+def scope_option(help: str):
+    """--scope, repeatable: pins ``name==version`` (`dsonet.scope`)."""
+    return click.option("--scope", "scope", multiple=True, metavar="PIN", help=help)
+
+
+def environment_options(fn):
+    """--scope and --python for a query: the asker's environment (`environment`)."""
+    fn = click.option("--python", "python", default=None, metavar="PATH",
+                      help="The asker's environment is this interpreter's: its Python and every distribution "
+                           "installed; lessons whose scope contradicts it are held back.")(fn)
+    return scope_option("A pin of the asker's environment, e.g. numpy==1.26.4 (repeat it; beside --python, "
+                        "these win); lessons whose scope contradicts it are held back.")(fn)
+
+
+def environment(scope: tuple[str, ...], python: str | None) -> Scope | None:
+    """The asker's environment from --python and --scope (its pins over the interpreter's); None for neither."""
+    found = probed(scope, python)
+    return None if found is None else found.environment
+
+
+def probed(scope: tuple[str, ...], python: str | None) -> Probe | None:
+    """`environment` with the interpreter's modules (which distribution each comes from), to scope a
+    lesson learned there; None for neither option."""
+    if not scope and python is None:
+        return None
+    found = probe(python) if python else Probe(Scope())
+    pins = dict(found.environment.pins) | dict(Scope.parse(scope, limit=MAX_ENVIRONMENT_PINS).pins)
+    return Probe(Scope(tuple(sorted(pins.items()))), found.modules)
 
 
 def k_option(default: int = K):

@@ -1,10 +1,14 @@
-"""CompressedBatch: the signed unit a node publishes (federated-agents paper §3), protocol v2.
+"""CompressedBatch: the signed unit a node publishes (federated-agents paper §3), protocol v3.
 
 On the wire (msgpack), a batch is ``[content, signature]`` where ``content`` is the msgpack of::
 
-    {"version": 2, "profile": <8-byte profile key>, "encoder": encoder id,
+    {"version": 3, "profile": <8-byte profile key>, "encoder": encoder id,
      "key": <32-byte Ed25519 public key>, "time": unix ms,
-     "rows": [[text, domain, confidence, model, iteration, <code>], ...]}   # sorted by id
+     "rows": [[text, domain, confidence, model, iteration, scope, <code>], ...]}   # sorted by id
+
+``scope`` is the lesson's environment in its canonical form (``numpy==2.4.6,python==3.11.9``, ''
+for none; `dsonet.scope`), signed with the rest. Version 2 (rows without it, issue 36 came later)
+is still read: its rows are unscoped, as every lesson was then.
 
 ``hash`` = SHA-256 of the content bytes; ``signature`` = Ed25519 over the hash's hex digest.
 Nothing a receiver can derive travels: the node id is sha256(key), an experience's id is the
@@ -33,11 +37,15 @@ from dsonet.codec.profile import DEFAULT_ROTATION_SEED, KEY_BYTES, Profile, defa
 from dsonet.errors import BatchError, CodecError, DsoError
 from dsonet.experience import MAX_TEXT_CHARS, Experience, Provenance
 from dsonet.identity import NodeIdentity, node_id_of, verify_signature
+from dsonet.scope import Scope
 
-VERSION = 2
+VERSION = 3
+READS = (2, VERSION)  # version 2: rows without a scope
 MAX_BATCH_BYTES = 4 * 1024 * 1024  # 4 MiB holds ~1000 experiences at d = 7680, g = d, with text
 MAX_EXPERIENCES = 1000
-_ROW_FIELDS = ("text", "domain", "confidence", "model", "iteration", "code")
+_ROW_FIELDS = ("text", "domain", "confidence", "model", "iteration", "scope", "code")
+_V2_ROW_FIELDS = ("text", "domain", "confidence", "model", "iteration", "code")
+_SCOPE_CHARS = 2048  # MAX_LESSON_PINS pins of at most 64 + 2 + 40 characters
 
 
 @dataclass(frozen=True)
@@ -113,13 +121,13 @@ def sign_batch(experiences: list[Experience], codes: BitDeltaCodes, profile: Pro
     ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
     code_bytes = np.concatenate([codes.signs.astype("<u4", copy=False).reshape(len(codes), -1).view(np.uint8),
                                  codes.scales.astype("<f4", copy=False).view(np.uint8)], axis=1)
-    rows = [[e.text, e.domain, float(e.confidence), e.provenance.model, int(e.provenance.iteration), c.tobytes()]
-            for e, c in zip(exps, code_bytes)]
+    rows = [[e.text, e.domain, float(e.confidence), e.provenance.model, int(e.provenance.iteration), str(e.scope),
+             c.tobytes()] for e, c in zip(exps, code_bytes)]
     content = msgpack.packb({"version": VERSION, "profile": bytes.fromhex(profile.key), "encoder": profile.encoder_id,
                              "key": identity.public_key, "time": ts, "rows": rows}, use_bin_type=True)
     digest = hashlib.sha256(content).hexdigest()
     exps = tuple(Experience(e.text, e.domain, e.confidence, Provenance(identity.node_id, e.provenance.model, ts,
-                                                                       e.provenance.iteration)) for e in exps)
+                                                                       e.provenance.iteration), e.scope) for e in exps)
     return CompressedBatch(profile, identity.node_id, identity.public_key, ts, exps, codes, digest,
                            identity.sign(digest.encode()), content)
 
@@ -207,8 +215,8 @@ def _decode(data: bytes, profiles: list[Profile]) -> CompressedBatch:
     d = _Reader(_unpack(content), "batch")
     d.keys({"version", "profile", "encoder", "key", "time", "rows"})
     version = d.int("version")
-    if version != VERSION:
-        raise BatchError("version", f"unsupported version {version}; this node reads protocol version {VERSION}")
+    if version not in READS:
+        raise BatchError("version", f"unsupported version {version}; this node reads protocol versions {READS}")
     key = d.bytes("profile", KEY_BYTES).hex()
     profile = next((p for p in profiles if p.key == key), None)
     if profile is None:
@@ -229,14 +237,21 @@ def _decode(data: bytes, profiles: list[Profile]) -> CompressedBatch:
         raise BatchError("rows", f"expected 1 to {MAX_EXPERIENCES} rows")
     g, n_groups = profile.group_size, profile.dim // profile.group_size
     sign_len = 4 * n_groups * words_per_group(g)
+    fields = _ROW_FIELDS if version == VERSION else _V2_ROW_FIELDS
     exps, codes = [], []
     for i, row in enumerate(rows):  # per-record validation; the numeric checks run once over the batch below
-        r = _Reader(dict(zip(_ROW_FIELDS, row)) if isinstance(row, list) and len(row) == 6 else row, f"rows.{i}")
-        r.keys(set(_ROW_FIELDS))
+        r = _Reader(dict(zip(fields, row)) if isinstance(row, list) and len(row) == len(fields) else row, f"rows.{i}")
+        r.keys(set(fields))
         codes.append(r.bytes("code", sign_len + 4 * n_groups))
         prov = Provenance(node_id, r.str("model", 200), timestamp, r.int("iteration", 0, 2**31))
         try:
-            exps.append(Experience(r.str("text", MAX_TEXT_CHARS), r.str("domain", 64), r.number("confidence"), prov))
+            scope = Scope.parse(r.str("scope", _SCOPE_CHARS)) if version == VERSION else Scope()
+            if version == VERSION and str(scope) != r.get("scope"):
+                raise BatchError(f"rows.{i}.scope", "not in canonical form (sorted, normalised names, comma-separated)")
+            exps.append(Experience(r.str("text", MAX_TEXT_CHARS), r.str("domain", 64), r.number("confidence"), prov,
+                                   scope))
+        except BatchError:
+            raise
         except ValueError as exc:
             raise BatchError(r.path, str(exc)) from None
     ids = [e.id for e in exps]

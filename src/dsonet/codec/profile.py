@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -81,6 +82,14 @@ def default_profile(dim: int, encoder_id: str, baseline: np.ndarray | None = Non
                    baseline=baseline)
 
 
+@runtime_checkable
+class ShipsBaseline(Protocol):
+    """An encoder whose space comes with a fixed BitDelta baseline ē (a Zen head's, None where it has none)."""
+
+    @property
+    def baseline(self) -> np.ndarray | None: ...
+
+
 def profile_of(encoder) -> Profile:
-    """The default profile of an encoder's space, with the baseline it ships (if any)."""
-    return default_profile(encoder.dim, encoder.id, getattr(encoder, "baseline", None))
+    """The default profile of an encoder's space (``dim``, ``id``), with the baseline it ships (if any)."""
+    return default_profile(encoder.dim, encoder.id, encoder.baseline if isinstance(encoder, ShipsBaseline) else None)

@@ -8,7 +8,7 @@ over any encoder it knows rebuilds.
 
 from __future__ import annotations
 
-from dsonet.encoders.base import Encoder, EncoderError
+from dsonet.encoders.base import Configured, Encoder, EncoderError
 from dsonet.encoders.hf import HFEncoder
 from dsonet.encoders.sentence import SentenceTransformerEncoder, minilm
 from dsonet.encoders.wordllama import WordLlamaEncoder
@@ -17,10 +17,9 @@ KINDS = ("sentence-transformers", "hf", "wordllama")
 
 
 def encoder_config(encoder: Encoder) -> dict:
-    config = getattr(encoder, "config", None)
-    if config is None:
+    if not isinstance(encoder, Configured):
         raise EncoderError(f"encoder {encoder.id!r} ({type(encoder).__name__}) has no config(); it cannot be saved by name")
-    return config()
+    return encoder.config()
 
 
 def backbone_from_config(config: dict, device: str | None = None) -> Encoder:

@@ -4,11 +4,18 @@
     encoder.dim  -> int
     encoder.id   -> str, stable; names model + head + adapter, and goes into the network
                     profile so nodes can tell whether two vectors live in the same space
+
+and what some encoders offer besides, each its own protocol (`isinstance` says whether one does):
+
+    Split:      encoder.cache_parts() -> (base, map)   a frozen base plus a cheap map (a Zen head,
+                                                       an adapter): only the base's vectors are cached
+    Configured: encoder.config() -> dict               rebuilt by name (`backbones.backbone_from_config`)
+    `dsonet.codec.profile.ShipsBaseline`: encoder.baseline   the space's fixed BitDelta baseline
 """
 
 from __future__ import annotations
 
-from typing import Literal, Protocol, Sequence, runtime_checkable
+from typing import Callable, Literal, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -31,6 +38,16 @@ class Encoder(Protocol):
     def id(self) -> str: ...
 
     def encode(self, texts: Sequence[str], kind: Kind = "document") -> np.ndarray: ...
+
+
+@runtime_checkable
+class Split(Protocol):
+    def cache_parts(self) -> tuple[Encoder, Callable[[np.ndarray], np.ndarray]]: ...
+
+
+@runtime_checkable
+class Configured(Protocol):
+    def config(self) -> dict: ...
 
 
 def check_texts(texts: Sequence[str], kind: str) -> list[str]:

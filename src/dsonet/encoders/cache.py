@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dsonet.encoders.base import Encoder, Kind
+from dsonet.encoders.base import Encoder, Kind, Split
 
 
 def cache_dir() -> Path:
@@ -26,9 +26,8 @@ def cached_encode(encoder: Encoder, texts: Sequence[str], kind: Kind = "document
     An encoder that is a frozen base plus a cheap map (a Zen head, an adapter) says so with
     ``cache_parts() -> (base, map)``: only the base's vectors are cached, and the map applied.
     """
-    parts = getattr(encoder, "cache_parts", None)
-    if parts is not None:
-        base, transform = parts()
+    if isinstance(encoder, Split):
+        base, transform = encoder.cache_parts()
         return transform(cached_encode(base, texts, kind))
     digest = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:24]
     safe_id = "".join(c if c.isalnum() or c in "-_." else "_" for c in encoder.id)

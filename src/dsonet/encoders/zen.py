@@ -23,16 +23,16 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dsonet.codec.profile import baseline_digest
-from dsonet.encoders.base import Encoder, EncoderError, Kind, check_texts
+from dsonet.encoders.base import Encoder, EncoderError
 from dsonet.encoders.backbones import backbone_from_config, encoder_config
+from dsonet.encoders.zen_numpy import HeadOverBackbone
 
 CANONICAL_DIM = 7680  # seeds/001: the protocol's canonical dimension
 CONFIG_NAME = "config.json"
@@ -103,62 +103,20 @@ class ZenHead(nn.Module):
         return np.concatenate(out) if out else np.zeros((0, self.d_out), dtype=np.float32)
 
 
-class ZenReranker:
+class ZenReranker(HeadOverBackbone):
     """An `Encoder`: backbone (frozen) -> ZenHead. ``ZenReranker(backbone, head, baseline=None)``.
 
     ``baseline``: the profile's fixed BitDelta baseline (d_out,) that ships with the head, or None.
     """
 
     def __init__(self, backbone: Encoder, head: ZenHead, baseline: np.ndarray | None = None):
-        if head.d_in != backbone.dim:
-            raise EncoderError(
-                f"head.d_in={head.d_in} does not match the backbone {backbone.id!r} dim={backbone.dim}; "
-                f"build the head with ZenHead(d_in=backbone.dim)"
-            )
-        if baseline is not None:
-            baseline = np.ascontiguousarray(baseline, dtype=np.float32)
-            if baseline.shape != (head.d_out,) or not np.isfinite(baseline).all():
-                raise EncoderError(f"baseline must be {head.d_out} finite floats, got shape {baseline.shape}")
-        self.backbone = backbone
-        self.head = head.eval()
-        self._digest = head.digest()  # the head is frozen here: hash its weights once
-        self._baseline = baseline
+        super().__init__(backbone, head.eval(), baseline, hint="; build the head with ZenHead(d_in=backbone.dim)")
 
     @classmethod
     def for_backbone(cls, backbone: Encoder, d_out: int = CANONICAL_DIM, seed: int = 0) -> "ZenReranker":
         """A freshly initialised head sized from the backbone's dim."""
         torch.manual_seed(seed)
         return cls(backbone, ZenHead(backbone.dim, d_out, tag=f"init{seed}"))
-
-    @property
-    def dim(self) -> int:
-        return self.head.d_out
-
-    @property
-    def id(self) -> str:
-        return f"{self.backbone.id}+zen{self.head.d_out}:{self._digest[:12]}"
-
-    @property
-    def baseline(self) -> np.ndarray | None:
-        """The profile's fixed BitDelta baseline ē (float32, (dim,)), or None when the head has none."""
-        return None if self._baseline is None else self._baseline.copy()
-
-    @property
-    def baseline_hash(self) -> str | None:
-        """SHA-256 (hex) of the baseline's float32 little-endian bytes: how a profile names it."""
-        return None if self._baseline is None else baseline_digest(self._baseline)
-
-    def encode(self, texts: Sequence[str], kind: Kind = "document") -> np.ndarray:
-        texts = check_texts(texts, kind)
-        return self.head.project(self.backbone.encode(texts, kind=kind))
-
-    def support(self) -> np.ndarray:
-        """Vectors spanning the subspace every output lies in (see `ZenHead.support`)."""
-        return self.head.support()
-
-    def cache_parts(self):
-        """(backbone, head): `cached_encode` caches the backbone's vectors and applies the head."""
-        return self.backbone, self.head.project
 
     def save_pretrained(self, directory: str | os.PathLike, half: bool = False) -> Path:
         """Write config.json, model.safetensors (head weights; float16 with ``half``) and the

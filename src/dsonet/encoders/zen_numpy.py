@@ -69,19 +69,56 @@ class NumpyZenHead:
         return np.concatenate([(gamma[:, None] * centred).T, beta[None, :]]).astype(np.float32)
 
 
-class NumpyZen:
-    """An `Encoder`: a numpy backbone -> `NumpyZenHead`, with the profile's baseline; the torch
-    `ZenReranker`'s id, dim, baseline and support for the same weights."""
+class HeadOverBackbone:
+    """An `Encoder` made of a backbone and a Zen head (numpy's or torch's: ``d_in``, ``d_out``, ``digest``,
+    ``project``, ``support``), with the profile's baseline: what `NumpyZen` and `ZenReranker` share, so the
+    two paths give one id, dim, baseline and support for the same weights."""
 
-    def __init__(self, backbone: Encoder, head: NumpyZenHead, baseline: np.ndarray | None = None):
+    def __init__(self, backbone: Encoder, head, baseline: np.ndarray | None = None, hint: str = ""):
         if head.d_in != backbone.dim:
-            raise EncoderError(f"head.d_in={head.d_in} does not match the backbone {backbone.id!r} dim={backbone.dim}")
+            raise EncoderError(f"head.d_in={head.d_in} does not match the backbone {backbone.id!r} "
+                               f"dim={backbone.dim}{hint}")
         if baseline is not None:
             baseline = np.ascontiguousarray(baseline, dtype=np.float32)
             if baseline.shape != (head.d_out,) or not np.isfinite(baseline).all():
                 raise EncoderError(f"baseline must be {head.d_out} finite floats, got shape {baseline.shape}")
         self.backbone, self.head, self._baseline = backbone, head, baseline
-        self._digest = head.digest()
+        self._digest = head.digest()  # the head is frozen here: hash its weights once
+
+    @property
+    def dim(self) -> int:
+        return self.head.d_out
+
+    @property
+    def id(self) -> str:
+        return f"{self.backbone.id}+zen{self.head.d_out}:{self._digest[:12]}"
+
+    @property
+    def baseline(self) -> np.ndarray | None:
+        """The profile's fixed BitDelta baseline ē (float32, (dim,)), or None when the head has none."""
+        return None if self._baseline is None else self._baseline.copy()
+
+    @property
+    def baseline_hash(self) -> str | None:
+        """SHA-256 (hex) of the baseline's float32 little-endian bytes: how a profile names it."""
+        return None if self._baseline is None else baseline_digest(self._baseline)
+
+    def encode(self, texts: Sequence[str], kind: Kind = "document") -> np.ndarray:
+        texts = check_texts(texts, kind)
+        return self.head.project(self.backbone.encode(texts, kind=kind))
+
+    def support(self) -> np.ndarray:
+        """Vectors spanning the subspace every output lies in (see `ZenHead.support`)."""
+        return self.head.support()
+
+    def cache_parts(self):
+        """(backbone, head): `cached_encode` caches the backbone's vectors and applies the head."""
+        return self.backbone, self.head.project
+
+
+class NumpyZen(HeadOverBackbone):
+    """A numpy backbone -> `NumpyZenHead`: the torch `ZenReranker`'s id, dim, baseline and support for
+    the same weights, without torch."""
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, backbone: Encoder) -> "NumpyZen":
@@ -95,30 +132,3 @@ class NumpyZen:
         baseline_file = path / "baseline.safetensors"
         baseline = read_safetensors(baseline_file)["baseline"] if baseline_file.exists() else None
         return cls(backbone, head, baseline)
-
-    @property
-    def dim(self) -> int:
-        return self.head.d_out
-
-    @property
-    def id(self) -> str:
-        return f"{self.backbone.id}+zen{self.head.d_out}:{self._digest[:12]}"
-
-    @property
-    def baseline(self) -> np.ndarray | None:
-        return None if self._baseline is None else self._baseline.copy()
-
-    @property
-    def baseline_hash(self) -> str | None:
-        return None if self._baseline is None else baseline_digest(self._baseline)
-
-    def encode(self, texts: Sequence[str], kind: Kind = "document") -> np.ndarray:
-        texts = check_texts(texts, kind)
-        return self.head.project(self.backbone.encode(texts, kind=kind))
-
-    def support(self) -> np.ndarray:
-        return self.head.support()
-
-    def cache_parts(self):
-        """(backbone, head): `cached_encode` caches the backbone's vectors and applies the head."""
-        return self.backbone, self.head.project

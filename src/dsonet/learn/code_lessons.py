@@ -25,6 +25,7 @@ _KWARG = re.compile(r"(?<=[(,])\s*([A-Za-z_]\w*)\s*=(?!=)\s*('[^']*'|\"[^\"]*\"|
 _FROM = re.compile(r"\bfrom\s+([\w.]+)\s+import\s+([\w\s,]+)")
 _OBJECT = re.compile(r"'(\w+)' object")
 _TASK = re.compile(r"assigns to r (.+?)\.?\s*$", re.DOTALL)
+_BARE_ARGUMENT = re.compile(r"^((?:[A-Za-z_]\w*\s*=\s*)?)[A-Za-z_]\w*$")  # a name passed, by position or keyword
 _ASSIGNED = re.compile(r"^[ \t]*([A-Za-z_]\w*)\s*=(?!=)", re.MULTILINE)
 
 
@@ -187,6 +188,18 @@ _REFUSALS = (  # (pattern, how the refused name is qualified): what the environm
 _ALIASES = {"numpy": "np", "pandas": "pd", "networkx": "nx"}
 _MODULES = {"np", "numpy", "pd", "pandas", "nx", "networkx", "scipy", "sklearn"}
 _ADVICE_END = re.compile(r"[;:]|,\s*not\b|\bnot\b|\binstead of\b|\brather than\b|\bfails?\b")
+
+
+def advice_key(lesson: str) -> str:
+    """What a lesson advises, whatever the arguments its calls were written with: two agents' lessons of
+    one error ("use np.cumprod(a) instead", "use np.cumprod(b) instead") share this key, so the second is
+    more evidence for the first. Names passed bare to a call become ``_``; attributes, keywords and
+    literals stay, as does the text outside the calls."""
+    def arguments(call: re.Match) -> str:
+        args = (_BARE_ARGUMENT.sub(r"\1_", a.strip()) for a in call.group(2).split(","))
+        return f"{call.group(1)}({', '.join(args)})"
+
+    return re.sub(r"([A-Za-z_][\w.]*)\(([^()]*)\)", arguments, " ".join(lesson.split()))
 
 
 def refutes(error: str, code: str, lesson: str) -> bool:

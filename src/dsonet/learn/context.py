@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dsonet.learn.chat import Message
+from dsonet.library.hits import Hits
 from dsonet.library.policy import K, MIN_SIMILARITY
 from dsonet.library.policy import RetrievalPolicy as Retrieval  # one policy object, defined by the library
+from dsonet.scope import Scope
 
 __all__ = ["K", "MIN_SIMILARITY", "Retrieval", "Injection", "best_scores", "inject",
            "measured_threshold", "messages", "system_text"]
@@ -65,20 +67,24 @@ def split_own(hits: list, node_id: str | None) -> tuple[list[str], list[str]]:
     return own, peers
 
 
-def retrieve(store, query: str, retrieval: Retrieval = Retrieval(), domain: str | None = None, vector=None) -> list:
-    """The library's hits for ``query`` (or for its already encoded ``vector``) under the policy."""
+def retrieve(store, query: str, retrieval: Retrieval = Retrieval(), domain: str | None = None, vector=None,
+             environment: Scope | None = None) -> Hits:
+    """The library's hits for ``query`` (or for its already encoded ``vector``) under the policy; in
+    the asker's ``environment`` where given (lessons whose scope contradicts it are never injected)."""
     if store is None:
-        return []
+        return Hits()
+    scoped = {} if environment is None else {"environment": environment}  # a store older than scopes takes none
     if vector is not None:
-        return store.search_vector(vector, retrieval.k, retrieval.min_similarity, domain, retrieval.max_tokens)
+        return store.search_vector(vector, retrieval.k, retrieval.min_similarity, domain, retrieval.max_tokens,
+                                   **scoped)
     return store.search(query, k=retrieval.k, min_similarity=retrieval.min_similarity,
-                        max_tokens=retrieval.max_tokens, domain=domain)
+                        max_tokens=retrieval.max_tokens, domain=domain, **scoped)
 
 
 def inject(store, query: str, prompt: str, retrieval: Retrieval = Retrieval(), node_id: str | None = None,
-           domain: str | None = None, vector=None) -> Injection:
+           domain: str | None = None, vector=None, environment: Scope | None = None) -> Injection:
     """The chat for ``prompt`` with the lessons retrieved for ``query`` in its system message."""
-    hits = retrieve(store, query, retrieval, domain, vector)
+    hits = retrieve(store, query, retrieval, domain, vector, environment)
     own, peers = split_own(hits, node_id)
     return Injection(messages(prompt, own, peers), hits)
 

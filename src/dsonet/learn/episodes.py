@@ -14,6 +14,8 @@ An attempt whose result never came back (the last reply of a run) is unknown, ne
     episodes(messages) -> list[Episode]           # from a chat completions request's ``messages``
     responses_messages(body) -> list[dict]        # a Responses request's ``input`` as such messages
     lesson(episode) -> str | None                 # the rule lesson its error line spells out
+    reflection(episode) -> str                    # else: the reflector's prompt (`prompts.ADVANTAGE_CODE`)
+    reflected(episode, reply) -> str | None       # and the lesson of its reply, if one holds
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
-from dsonet.learn import code_lessons, parse
+from dsonet.learn import code_lessons, parse, prompts
 
 # a fenced block, or smolagents' <code> block (its default tags since 1.20), which the model's answer
 # leaves open: smolagents stops the model at "</code>" and closes the block itself
@@ -210,3 +212,18 @@ def lesson(episode: Episode) -> str | None:
         if parse.experiences(text, 1, problem=episode.task, reference=episode.fixed).items:
             return text
     return None
+
+
+def reflection(episode: Episode) -> str:
+    """The reflector's prompt for an episode whose error line names no fix (`lesson` gave None): the
+    learner's own comparison of attempts (`prompts.ADVANTAGE_CODE`), the code that ran as its reference."""
+    summaries = f"1. {episode.failed.strip()} -> {episode.error}\n2. {episode.fixed.strip()} -> ran without an error"
+    return prompts.ADVANTAGE_CODE.format(problem=episode.task, reference=episode.fixed.strip(), max_lessons=1,
+                                         summaries=summaries, example=prompts.CODE_EXAMPLE)
+
+
+def reflected(episode: Episode, reply: str) -> str | None:
+    """The first lesson of the reflector's ``reply`` that restates nothing of the episode's task or code
+    (`parse.experiences`, as the learner's reflector replies are read), or None."""
+    parsed = parse.experiences(reply, 1, (prompts.CODE_EXAMPLE,), problem=episode.task, reference=episode.fixed)
+    return parsed.items[0] if parsed.items else None

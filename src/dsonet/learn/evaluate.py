@@ -19,6 +19,7 @@ import numpy as np
 from dsonet.learn.chat import ChatLLM
 from dsonet.learn.context import Retrieval, inject, messages, split_own
 from dsonet.learn.tasks import TaskSet
+from dsonet.scope import Scope
 
 
 @dataclass(frozen=True)
@@ -30,19 +31,22 @@ class Answer:
 
 
 def ask(llm: ChatLLM, store, question: str, retrieval: Retrieval = Retrieval(), max_tokens: int = 256,
-        temperature: float = 0.0, seed: int | None = 0, node_id: str | None = None) -> Answer:
-    """Retrieve lessons for ``question``, put them in the system message, and generate one answer."""
-    injection = inject(store, question, question, retrieval, node_id)
+        temperature: float = 0.0, seed: int | None = 0, node_id: str | None = None,
+        environment: Scope | None = None) -> Answer:
+    """Retrieve lessons for ``question`` (in the asker's ``environment`` where given), put them in the
+    system message, and generate one answer."""
+    injection = inject(store, question, question, retrieval, node_id, environment=environment)
     out = llm.generate([injection.chat], n=1, temperature=temperature, max_tokens=max_tokens, seed=seed)[0]
     return Answer(out.texts[0], injection.chat, injection.hits, out.tokens)
 
 
-def record_outcome(store, hits: list, helped: bool) -> int:
-    """Record one use of each lesson (every merged member) in ``hits``; returns how many were recorded."""
+def record_outcome(store, hits: list, helped: bool, environment: Scope | None = None) -> int:
+    """Record one use of each lesson (every merged member) in ``hits``, in the asker's ``environment``;
+    returns how many were recorded."""
     n = 0
     for hit in hits:
         for member in getattr(hit, "members", ()) or (hit.experience.id,):
-            store.record_outcome(member, helped)
+            store.record_outcome(member, helped, environment)
             n += 1
     return n
 

@@ -52,6 +52,7 @@ from dsonet.learn.operations import (Operation, Proposal, apply, confidence_from
 from dsonet.learn.run_dir import LearnError, RunDir, Stats
 from dsonet.learn.tasks import Group, TaskSet
 from dsonet.library.contract import LessonStore
+from dsonet.scope import Probe
 
 
 @dataclass(frozen=True)
@@ -99,15 +100,18 @@ class LearnConfig:
 class Learner:
     """``reflector``: the LLM that summarises, extracts the advantage and updates the library, when it
     is not the one that answers (a small agent with a stronger teacher); by default ``llm`` does all.
-    ``encoder``: ranks validation items by their nearness to a lesson, for ``config.gate_items``."""
+    ``encoder``: ranks validation items by their nearness to a lesson, for ``config.gate_items``.
+    ``environment``: what the interpreter the attempts ran in has (`dsonet.scope.probe`): each lesson
+    it adds is scoped to Python's version and the distributions its text names there."""
 
     def __init__(self, llm: ChatLLM, store: LessonStore, config: LearnConfig = LearnConfig(),
                  run_dir: str | Path | None = None, node_id: str = "", reflector: ChatLLM | None = None,
-                 encoder=None):
+                 encoder=None, environment: Probe | None = None):
         if config.gate_items and encoder is None:
             raise LearnError(f"gate_items: {config.gate_items} ranks validation items by nearness to a lesson; "
                              "pass the encoder (Learner(..., encoder=library.encoder)) or use gate_items=0")
         self.llm, self.store, self.config, self.node_id, self.encoder = llm, store, config, node_id, encoder
+        self.environment = environment
         self.reflector = reflector or llm
         self._val_vectors: np.ndarray | None = None  # the validation questions' encodings, for gate_items
         self.run_dir = RunDir(run_dir)
@@ -374,7 +378,8 @@ class Learner:
         self._gate_uses = {}
         ops = self.gate(merge_duplicate_adds(self.decide(proposals)))  # gate each distinct lesson once
         prov = Provenance(self.node_id, self.llm.name, int(time.time() * 1000), iteration)
-        results = apply(self.store, ops, provenance=prov)
+        results = apply(self.store, ops, provenance=prov,
+                        scope_of=None if self.environment is None else self.environment.lesson_scope)
         for r in results:
             self.stats.operations[r.operation.op] += int(r.applied or r.operation.op == "NONE")
             text = r.operation.text or r.operation.proposal.text

@@ -17,12 +17,13 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, replace
-from typing import Literal, Sequence
+from typing import Callable, Literal, Sequence
 
 from dsonet.experience import MAX_WORDS, Experience, Provenance, normalise_text
 from dsonet.learn import parse
 from dsonet.library import Library
 from dsonet.library.contract import LessonStore
+from dsonet.scope import Scope
 
 Op = Literal["ADD", "UPDATE", "DELETE", "NONE"]
 OPS = ("ADD", "UPDATE", "DELETE", "NONE")
@@ -124,8 +125,10 @@ def merge_duplicate_adds(operations: Sequence[Operation]) -> list[Operation]:
     return [best[o] if isinstance(o, tuple) else o for o in order]
 
 
-def apply(store: LessonStore, operations: Sequence[Operation], provenance=None) -> list[Applied]:
-    """Apply validated operations in order; each either changes the library or says why not."""
+def apply(store: LessonStore, operations: Sequence[Operation], provenance=None,
+          scope_of: Callable[[str], Scope] | None = None) -> list[Applied]:
+    """Apply validated operations in order; each either changes the library or says why not.
+    ``scope_of``: a new lesson's scope from its text (the environment the learner practised in)."""
     results = []
     for op in merge_duplicate_adds(operations):
         p = op.proposal
@@ -140,11 +143,12 @@ def apply(store: LessonStore, operations: Sequence[Operation], provenance=None) 
             if near:
                 results.append(Applied(replace(op, op="NONE"), False, f"duplicate of {near[0].experience.id[:12]}"))
                 continue
+            scope = scope_of(p.text) if scope_of else Scope()
             if vector is None:
-                exp = store.add(p.text, domain=p.domain, confidence=p.confidence, provenance=provenance)
+                exp = store.add(p.text, domain=p.domain, confidence=p.confidence, scope=scope, provenance=provenance)
             else:
                 prov = provenance or Provenance(timestamp_ms=int(time.time() * 1000))
-                exp = Experience(p.text, p.domain, p.confidence, prov)
+                exp = Experience(p.text, p.domain, p.confidence, prov, scope)
                 store.add_vectors([exp], vector[None, :])
             results.append(Applied(op, True, exp.id))
         elif store.get(op.target) is None:  # an earlier operation in this batch removed it

@@ -18,25 +18,30 @@ from typing import Protocol
 from dsonet.experience import Experience, Provenance
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.hits import Hits
+from dsonet.scope import Scope
 
 __all__ = ["LessonStore", "Store"]
 
 
 class Store(Protocol):
     def add(self, text: str, domain: str = "general", confidence: float = 0.5,
-            tags: tuple[str, ...] = ()) -> Experience:
+            tags: tuple[str, ...] = (), scope: Scope = Scope()) -> Experience:
         """Store one lesson ("When X, do Y") with the store's own ``tags`` (scopes such as agent:NAME,
-        project:NAME; `dsonet.library.tags`); returns it with its id."""
+        project:NAME; `dsonet.library.tags`) and the ``scope`` it holds in (`dsonet.scope`); returns it
+        with its id."""
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
+               domain: str | None = None, tags: tuple[str, ...] = (), environment: Scope | None = None) -> Hits:
         """The lessons for ``query`` under the retrieval policy (``min_similarity`` None: the threshold
         calibrated for the store's space), of those carrying every one of ``tags``, with a retrieval id
-        (None when nothing passed)."""
+        (None when nothing passed); in the asker's ``environment``, those whose scope contradicts it
+        held back (`Hits.held_back`)."""
 
-    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
+    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None,
+                environment: Scope | None = None) -> int:
         """Whether the lessons of a search helped, all together (``helped``) or each (``lessons``: id ->
-        helped), once per retrieval id; returns how many lessons were judged."""
+        helped), once per retrieval id; returns how many lessons were judged. ``environment``: where the
+        lessons were used, for a search made without one (a search's own environment wins)."""
 
     def delete(self, exp_id: str) -> bool:
         """Delete a lesson; returns whether it was held."""
@@ -54,7 +59,7 @@ class LessonStore(Store, Protocol):
     """What the learner also needs: lessons read and edited by id (UPDATE keeps the lineage)."""
 
     def add(self, text: str, domain: str = "general", confidence: float = 0.5, tags: tuple[str, ...] = (),
-            provenance: Provenance | None = None) -> Experience:
+            scope: Scope = Scope(), provenance: Provenance | None = None) -> Experience:
         """`Store.add`, the lesson's provenance given (a remote node records itself instead)."""
 
     def get(self, exp_id: str) -> Experience | None: ...

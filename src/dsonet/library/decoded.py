@@ -1,4 +1,4 @@
-"""ê of rows just stored, as the round that admitted them decoded them: decoded once (issue 25).
+"""ê of rows just stored, as the round that admitted them decoded them: decoded once.
 
 A node's round decodes every received row (DeltaSoup's phase 2, `dsonet.aggregate.phases`); the
 merged view then clusters the new rows by the same ê, and the next round's reference pool takes

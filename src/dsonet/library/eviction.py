@@ -1,4 +1,4 @@
-"""Who loses rows when the library is over capacity (issue 24, finding 2): fair shares, not volume.
+"""Who loses rows when the library is over capacity: fair shares, not volume.
 
 A flood of 1,000 confident rows used to push out whichever rows ranked lowest (an honest
 newcomer's 40 of 40, or 580 honest rows once the flooder's key was trusted by volume). Now the

@@ -30,10 +30,12 @@ CREATE TABLE IF NOT EXISTS experiences (
     code_digest TEXT NOT NULL, received INTEGER NOT NULL,
     vector BLOB, published INTEGER NOT NULL DEFAULT 0,
     uses INTEGER NOT NULL DEFAULT 0, helped INTEGER NOT NULL DEFAULT 0, added_ms INTEGER NOT NULL,
+    scope TEXT NOT NULL DEFAULT '',
     UNIQUE (id, signer)
 );
 CREATE INDEX IF NOT EXISTS experiences_id ON experiences (id);
 CREATE INDEX IF NOT EXISTS experiences_signer ON experiences (signer, received);
+CREATE INDEX IF NOT EXISTS experiences_scope ON experiences (scope, id) WHERE scope != '';
 CREATE TABLE IF NOT EXISTS tombstones (id TEXT NOT NULL, signer TEXT NOT NULL, deleted_ms INTEGER NOT NULL,
                                        PRIMARY KEY (id, signer));
 CREATE TABLE IF NOT EXISTS evicted (id TEXT NOT NULL, signer TEXT NOT NULL, PRIMARY KEY (id, signer));
@@ -66,6 +68,7 @@ class StoredRow(NamedTuple):
     uses: int
     helped: int
     added_ms: int
+    scope: str  # the lesson's scope, canonical ('' for none; `dsonet.scope`): a column added by ALTER, so last
 
 
 COLUMNS = StoredRow._fields
@@ -87,6 +90,8 @@ def connect(path: Path) -> sqlite3.Connection:
         _check_pages(db, path)
         if _columns(db, "experiences") and "signer" not in _columns(db, "experiences"):
             _migrate_v1(db)
+        if _columns(db, "experiences") and "scope" not in _columns(db, "experiences"):
+            db.execute("ALTER TABLE experiences ADD COLUMN scope TEXT NOT NULL DEFAULT ''")  # rows before issue 36
         _create_tables(db)
         db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
     except DamagedFile:
@@ -189,7 +194,7 @@ def _migrate_v1(db: sqlite3.Connection) -> None:
         for table in ("experiences", "tombstones", "evicted"):
             db.execute(f"ALTER TABLE {table} RENAME TO {table}_v1")
         _create_tables(db)
-        cols = ", ".join(c for c in COLUMNS if c not in ("seq", "signer"))
+        cols = ", ".join(c for c in COLUMNS if c not in ("seq", "signer", "scope"))
         db.execute(f"INSERT INTO experiences (seq, signer, {cols}) SELECT seq, node_id, {cols} FROM experiences_v1"
                    " ORDER BY seq")
         db.execute(f"INSERT INTO tombstones SELECT id, '{ANY_SIGNER}', deleted_ms FROM tombstones_v1")

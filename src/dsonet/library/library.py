@@ -6,12 +6,13 @@
                                   with the file, and exact rescoring
     merge        `MergedView`     near-duplicates shown as one experience (DeltaSoup's phase 4)
     merged_hits  `MergedHits`     that view read as hits: a cluster as one `Hit`, a search's walk
+    scoped       `ScopedLessons`  lessons' scopes: a search in an environment, outcomes per environment
     reference    `ReferencePool`  the rows a node's round of received batches is judged beside
     steps        `DeferredSteps`  the merge and the index's refits, in steps for a node
 
     lib = Library("lib.sqlite")                     # the default encoder, loaded on first use
     lib.add("When a ratio is asked, simplify the fraction first.", domain="math")
-    hits = lib.search("ratio of two numbers")       # k = 5, cosine ≥ the space's threshold, ≤ 2048 tokens
+    hits = lib.search("ratio of two numbers")       # k = 5, two stages, ≥ the calibrated threshold, ≤ 2048 tokens
 
 This node's own experiences keep their float vectors in the file and are coded against the
 library's local baseline; `unpublished` hands back those stored codes, so a node publishes what
@@ -33,7 +34,9 @@ import dsonet.encoders  # through the module, so the default can be swapped (tes
 from dsonet.codec import CompressedBatch, Profile, profile_of
 from dsonet.codec.batch import check_unit
 from dsonet.codec.bitdelta import BitDeltaCodes, compress
+from dsonet.codec.reference import Reference
 from dsonet.errors import BatchError
+from dsonet.encoders.rescore import backbone_rescorer
 from dsonet.experience import Experience, Provenance, check_lesson
 from dsonet.library.eviction import standing_of
 from dsonet.library.hits import Hits
@@ -42,27 +45,35 @@ from dsonet.library.merged_hits import MergedHits
 from dsonet.library import history, quarantine
 from dsonet.library import tags as tags_table
 from dsonet.library.decoded import DecodedRows
-from dsonet.library.policy import MAX_TOKENS, K, RetrievalPolicy
-from dsonet.library.reference import Reference, ReferencePool
+from dsonet.library.policy import (MAX_TOKENS, K, RetrievalPolicy, calibrated, default_min_similarity,
+                                   env_min_similarity)
+from dsonet.library.reference import ReferencePool
+from dsonet.library.rescored import CANDIDATES, Rescorer, rescored
 from dsonet.library.retrievals import Retrievals
 from dsonet.library.errors import DamagedFile, LibraryError, MissingLibrary
 from dsonet.library.file import damaged
 from dsonet.library.rows import ANY_SIGNER, Copy, IngestResult, RowStore, row_code, row_experience
 from dsonet.library.saved_fit import restore_clusters
+from dsonet.library.scoped import ScopedLessons
 from dsonet.library.steps import DeferredSteps
 from dsonet.library.row_index import RowIndex
+from dsonet.scope import Scope
 
 __all__ = ["Library"]
 
 log = logging.getLogger(__name__)
 
 
-class Library(DeferredSteps):
+class Library(DeferredSteps, ScopedLessons):
     def __init__(self, path: str | Path, encoder=None, profile: Profile | None = None, capacity: int | None = None,
                  support: np.ndarray | None = None, merge: MergeRule = MergeRule(),
                  trust: Callable[[str], float] | None = None, defer_merge: bool = False,
-                 trusted: float | None = None, create: bool = True, owner: str | None = None):
-        """``owner``: the node this file belongs to; the rows added to it before it had one become its own
+                 trusted: float | None = None, create: bool = True, owner: str | None = None,
+                 rescore: bool | Rescorer = True):
+        """``rescore``: a text search with the calibrated threshold scores its first-stage candidates
+        again (`dsonet.library.rescored`): True, in the encoder's backbone space where a threshold was
+        calibrated for it; or by the `Rescorer` given; False: one stage. ``owner``:
+        the node this file belongs to; the rows added to it before it had one become its own
         (`RowStore.adopt`). ``create``: False refuses a path that holds no library yet (a read must not
         leave an empty file and its folders behind a mistyped --db). ``support``: vectors spanning the
         subspace the encoder's outputs lie in (e.g. `ZenReranker.support()`); turns on the index's stage 3.
@@ -77,6 +88,7 @@ class Library(DeferredSteps):
             raise MissingLibrary(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._encoder = encoder
+        self._rescorer: Rescorer | bool = rescore  # True: built from the encoder at the first text search
         self.trust = trust
         self.defer_merge = defer_merge
         standing = None if trust is None or trusted is None else (lambda signer: standing_of(trust(signer), trusted))
@@ -171,13 +183,14 @@ class Library(DeferredSteps):
     # ------------------------------------------------------------------ writing
 
     def add(self, text: str, domain: str = "general", confidence: float = 0.5, tags: tuple[str, ...] = (),
-            provenance: Provenance | None = None) -> Experience:
+            scope: Scope = Scope(), provenance: Provenance | None = None) -> Experience:
         """Encode one experience and store it with its float vector and code (ADD), as the file's
-        `owner`'s unless ``provenance`` says otherwise, with this library's ``tags`` (`dsonet.library.tags`)."""
+        `owner`'s unless ``provenance`` says otherwise, with this library's ``tags`` (`dsonet.library.tags`)
+        and the ``scope`` it holds in (`dsonet.scope`; signed with it when published)."""
         check_lesson(text)
         scopes = tags_table.checked(tags)
         prov = provenance or Provenance(self.owner, timestamp_ms=int(time.time() * 1000))
-        exp = Experience(text, domain, confidence, prov)
+        exp = Experience(text, domain, confidence, prov, scope)
         self.add_vectors([exp], self.encoder.encode([exp.text], kind="document"))
         self.tag(exp.id, scopes)
         return exp
@@ -284,7 +297,7 @@ class Library(DeferredSteps):
         lineage = self.rows.lineage(exp_id)
         new = Experience(text, old.domain if domain is None else domain, old.confidence,
                          Provenance(old.provenance.node_id, old.provenance.model, int(time.time() * 1000),
-                                    old.provenance.iteration))
+                                    old.provenance.iteration), old.scope)
         if new.id == exp_id:
             return old
         self.add_vectors([new], self.encoder.encode([new.text], kind="document"))
@@ -312,23 +325,30 @@ class Library(DeferredSteps):
     def tombstones(self) -> list[str]:
         return self.rows.tombstones()
 
-    def record_outcome(self, exp_id: str, helped: bool) -> None:
-        """One use of an experience and whether it helped (feeds eviction by usefulness)."""
+    def record_outcome(self, exp_id: str, helped: bool, environment: Scope | None = None) -> None:
+        """One use of an experience and whether it helped (feeds eviction by usefulness); for a scoped
+        lesson, counted too under the asker's ``environment`` (`ScopedLessons.count_in`)."""
         self.rows.record_outcome(exp_id, helped)
+        self.count_in(exp_id, helped, environment)
 
-    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
+    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None,
+                environment: Scope | None = None) -> int:
         """Whether the lessons of a `search` helped, all together (``helped``) or each (``lessons``: id ->
-        helped; a lesson not named gets none), counted on every experience merged into each; returns
-        how many lessons were judged (see `Retrievals.judged` for the errors)."""
-        judged = self.retrievals.judged(retrieval_id, helped, lessons)
+        helped; a lesson not named gets none), counted on every experience merged into each, in the
+        environment the search was made in (else the reporter's ``environment``); returns how many
+        lessons were judged (see `Retrievals.judged` for the errors)."""
+        judged, searched_in = self.retrievals.judged(retrieval_id, helped, lessons)
+        environment = searched_in or environment
         for hit, verdict in judged:
             for exp_id in hit.members or (hit.experience.id,):
-                self.record_outcome(exp_id, verdict)
+                self.record_outcome(exp_id, verdict, environment)
         return len(judged)
 
     def outcomes(self, exp_id: str) -> tuple[int, int]:
         """(uses, helped) of an experience."""
         return self.rows.outcomes(exp_id)
+
+
 
     def unpublished(self, limit: int | None = None) -> tuple[list[Experience], BitDeltaCodes | None]:
         """This node's experiences not yet published, oldest first, with the codes stored for them
@@ -425,18 +445,34 @@ class Library(DeferredSteps):
         return self.search_index.vectors(np.array([self._preferred_row(i) for i in ids], np.int64))
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
-        """Top experiences for a text query (`RetrievalPolicy`: k = 5, cosine at or above the
-        space's calibrated threshold unless ``min_similarity`` says otherwise, ≤ 2048 tokens), of
-        those carrying every one of ``tags``, with a retrieval id to report their `outcome` under."""
+               domain: str | None = None, tags: tuple[str, ...] = (), environment: Scope | None = None) -> Hits:
+        """Top experiences for a text query (`RetrievalPolicy`: k = 5, scored at or above the
+        calibrated threshold unless ``min_similarity`` says otherwise, ≤ 2048 tokens), of
+        those carrying every one of ``tags``, with a retrieval id to report their `outcome` under.
+        ``environment``: the asker's; lessons whose scope contradicts it are held back (`dsonet.library.scoped`)."""
         hits = self.search_vector(self.encoder.encode([query], kind="query")[0], k, min_similarity, domain, max_tokens,
-                                  tags)
+                                  tags, environment, text=query)
         hits.retrieval_id = self.retrievals.issue(hits)
         return hits
 
     def search_vector(self, q: np.ndarray, k: int = K, min_similarity: float | None = None,
-                      domain: str | None = None, max_tokens: int = MAX_TOKENS, tags: tuple[str, ...] = ()) -> Hits:
-        """`search` for a query vector in the profile's space (the caller encoded it once already)."""
+                      domain: str | None = None, max_tokens: int = MAX_TOKENS, tags: tuple[str, ...] = (),
+                      environment: Scope | None = None, text: str | None = None) -> Hits:
+        """`search` for a query vector in the profile's space (the caller encoded it once already).
+        With the query's ``text`` and the calibrated threshold (``min_similarity`` None), the
+        first stage's best candidates are scored again by the `rescorer`; an explicit
+        ``min_similarity`` (or ``DSONET_MIN_SIMILARITY``) is a cosine in the profile's space, and a
+        search by vector alone has no text to score: both are one stage."""
+        if min_similarity is None:
+            min_similarity = env_min_similarity()  # given in the environment: as explicit as an argument
+        stage = self.rescorer if text is not None and min_similarity is None else None
+        if stage is not None:
+            candidates = self.search_vector(q, max(k, CANDIDATES), -1.0, domain, 10**9, tags, environment)
+            policy = RetrievalPolicy(k, default_min_similarity(stage.id), max_tokens)
+            hits = rescored(candidates, stage.score(text, [h.experience.text for h in candidates]), policy)
+            hits.sort(key=lambda h: h.fit == "unknown")  # stable: the fitting first, each part by its score
+            hits.environment, hits.held_back = candidates.environment, candidates.held_back
+            return hits
         policy = RetrievalPolicy(k, min_similarity, max_tokens).resolved(self.profile)
         scopes = tags_table.checked(tags)
         within = tags_table.ids_with(self.rows.db, scopes) if scopes else None
@@ -444,8 +480,19 @@ class Library(DeferredSteps):
         if q.shape != (self.profile.dim,) or not np.isfinite(q).all():
             raise LibraryError(f"q: shape {q.shape} (finite values expected), expected ({self.profile.dim},)")
         q = q / max(float(np.linalg.norm(q)), 1e-12)
+        if environment is not None:
+            return self.search_in(q, policy, domain, within, environment)
         rows, scores = self.search_index.rank(q, policy.k, domain, within)
         return self.merged_hits.walk(q, rows, scores, policy)
+
+    @property
+    def rescorer(self) -> Rescorer | None:
+        """The second stage of a text search: over the encoder's backbone where a threshold was
+        calibrated for it (`dsonet.encoders.rescore`), else None."""
+        if self._rescorer is True:
+            stage = backbone_rescorer(self.encoder)
+            self._rescorer = stage if stage is not None and calibrated(stage.id) else False
+        return self._rescorer or None
 
     def rank(self, q: np.ndarray, k: int, domain: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Index rows and scores for a unit query, best first, before merging (see `RowIndex.rank`)."""
@@ -507,3 +554,4 @@ class Library(DeferredSteps):
                 "quarantined": self.quarantined,
                 "clusters": len(self.view.clusters()), "tombstones": len(self.tombstones()),
                 "index_bytes": self.search_index.index.memory_bytes(), "file_bytes": self.rows.file_bytes()}
+

@@ -12,7 +12,7 @@ import numpy as np
 
 from dsonet.library.hits import Hit, Hits
 from dsonet.library.merge import Member, MergedView
-from dsonet.library.policy import RetrievalPolicy, estimate_tokens
+from dsonet.library.policy import RetrievalPolicy
 from dsonet.library.row_index import RowIndex
 from dsonet.library.rows import RowStore
 
@@ -49,7 +49,7 @@ class MergedHits:
     def walk(self, q: np.ndarray, rows: np.ndarray, scores: np.ndarray, policy: RetrievalPolicy) -> Hits:
         """The hits for a unit query ``q`` from its ranked index rows (best first, before merging):
         each cluster once, scored by its vector, while the policy's k, threshold and token budget allow."""
-        hits, seen, used, best = Hits(threshold=policy.min_similarity), set(), 0, None
+        hits, seen, best = Hits(threshold=policy.min_similarity), set(), None
         for r, s in zip(rows.tolist(), scores.tolist()):  # walks at most the oversampled candidates, best first
             if s < policy.min_similarity - MERGE_SLACK:
                 best = s if best is None else best  # nothing shown scored: the best candidate left says how near
@@ -64,13 +64,7 @@ class MergedHits:
             hit, members = shown
             score = s if len(members) == 1 and members[0].row == r else float(self.vector(members) @ q)
             best = score if best is None else max(best, score)
-            if not policy.admits(score):
-                continue
-            if not policy.fits(used, hit.experience.text):
-                break
-            used += estimate_tokens(hit.experience.text)
-            hits.append(Hit(hit.experience, score, hit.members, hit.sources))
-            if len(hits) == policy.k:
+            if not hits.offer(hit, score, policy):
                 break
         hits.best_score = best
         return hits

@@ -29,6 +29,7 @@ MIN_SIMILARITY = 0.6  # the protocol's (experience-ledger) threshold: the fallba
 MAX_TOKENS = 2048
 ENV_MIN_SIMILARITY = "DSONET_MIN_SIMILARITY"  # overrides every space's calibrated threshold
 CALIBRATION_NAME = "relevance.json"  # beside a shipped head's config.json (see `dsonet.bench.relevance`)
+RESCORE_NAME = "rescore.json"  # beside a backbone's weights: its second stage's threshold (`dsonet.encoders.rescore`)
 
 
 class PolicyError(DsoError, ValueError):
@@ -73,19 +74,27 @@ def default_min_similarity(space=None) -> float:
     """The relevance threshold a search uses unless told otherwise: ``DSONET_MIN_SIMILARITY``
     when set, else the threshold calibrated for ``space`` (a `Profile`, an encoder, or an encoder
     id; None: the default profile's), else the protocol's 0.6 for a space never calibrated."""
-    raw = os.environ.get(ENV_MIN_SIMILARITY, "").strip()
-    if raw:
-        try:
-            value = float(raw)
-        except ValueError:
-            value = float("nan")
-        if not -1.0 <= value <= 1.0:
-            raise PolicyError(f"{ENV_MIN_SIMILARITY}: {raw!r} is not a cosine in [-1, 1]; set it to e.g. 0.4, "
-                              "or unset it to use the space's calibrated threshold")
+    value = env_min_similarity()
+    if value is not None:
         return value
     encoder_id = _default_encoder_id() if space is None else _encoder_id(space)
     entry = calibrations().get(encoder_id)
     return MIN_SIMILARITY if entry is None else float(entry["min_similarity"])
+
+
+def env_min_similarity() -> float | None:
+    """``DSONET_MIN_SIMILARITY`` as a cosine, None when unset: a threshold given, as ``--min-similarity`` is."""
+    raw = os.environ.get(ENV_MIN_SIMILARITY, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not -1.0 <= value <= 1.0:
+        raise PolicyError(f"{ENV_MIN_SIMILARITY}: {raw!r} is not a cosine in [-1, 1]; set it to e.g. 0.4, "
+                          "or unset it to use the space's calibrated threshold")
+    return value
 
 
 def _encoder_id(space) -> str | None:
@@ -96,14 +105,21 @@ def _encoder_id(space) -> str | None:
 
 @lru_cache(maxsize=1)
 def calibrations() -> dict[str, dict]:
-    """encoder id -> the calibration (`relevance.json`) shipped beside each head in the package."""
+    """encoder (or second stage) id -> the calibration (`relevance.json`, `rescore.json`) shipped
+    beside each head and backbone in the package."""
     out = {}
     for head in resources.files("dsonet.encoders").joinpath("weights").iterdir():
-        path = head.joinpath(CALIBRATION_NAME)
-        if path.is_file():
-            entry = json.loads(path.read_text())
-            out[entry["encoder_id"]] = entry
+        for name in (CALIBRATION_NAME, RESCORE_NAME):
+            path = head.joinpath(name)
+            if path.is_file():
+                entry = json.loads(path.read_text())
+                out[entry["encoder_id"]] = entry
     return out
+
+
+def calibrated(space_id: str) -> bool:
+    """Whether a threshold was calibrated for this space or second stage."""
+    return space_id in calibrations()
 
 
 def _default_encoder_id() -> str | None:

@@ -3,7 +3,7 @@
 SQLite's own checks see broken pages (`DamagedFile`, at open), not a row whose bytes changed: a
 flipped byte in a text makes every read of it fail (``Could not decode to UTF-8``), one in a
 code's blob changes its length and every code read with it fails (``buffer size must be a
-multiple of element size``); before, either crashed the node (issue 24). `sweep` finds such rows,
+multiple of element size``); unchecked, either would crash the node. `sweep` finds such rows,
 moves what is left of each into the ``quarantine`` table (its id, signer and text as raw bytes,
 and why) and deletes it from the rows served; the library counts them and logs one line each. An
 operator lists them (`dso node quarantine`) and drops them once seen; a peer's row dropped here

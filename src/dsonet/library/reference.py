@@ -1,5 +1,5 @@
 """The trusted rows a round of received batches is judged beside (a lone batch is not judged by
-itself alone, issue 14), chosen so that no one key can move them (issue 24, finding 3).
+itself alone), chosen so that no one key can move them.
 
 A copier that got ~100 rows into the pool used to decide alone what an honest newcomer's lone
 batches on another topic were measured against, and they were refused. This node's own rows go
@@ -11,22 +11,17 @@ costs the refused key reputation only when enough of them agree (`DeltaSoupConfi
 from __future__ import annotations
 
 from math import ceil
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
+from dsonet.codec.reference import Reference
 from dsonet.library.row_index import RowIndex
 
 # Each peer signer's most of the pool: four keys needed to fill it. A quarter keeps one trusted
 # peer's rows enough to judge a lone far batch on a node that has written nothing itself (64 of
 # the node's 256 reference rows), and no single key the pool's majority once others are there.
 SIGNER_SHARE = 0.25
-
-
-class Reference(NamedTuple):
-    vectors: np.ndarray  # (m, d) the rows' vectors
-    signers: tuple[str, ...]  # (m,) each row's signer
-    scales: np.ndarray | None = None  # (m, d / g) each row's code scales α as stored; None: compress to see them
 
 
 def capped_per_signer(rows: Sequence[int], signer_of: Sequence[str], room: int, limit: int,

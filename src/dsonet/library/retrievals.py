@@ -13,6 +13,8 @@ from collections import OrderedDict
 from collections.abc import Iterable
 
 from dsonet.errors import DsoError
+from dsonet.library.hits import Hits
+from dsonet.scope import Scope
 
 PENDING = 10_000  # retrievals awaiting an outcome; the oldest are forgotten first
 
@@ -42,23 +44,25 @@ class Retrievals:
         self._pending: OrderedDict[str, list] = OrderedDict()
         self._lock = threading.Lock()
 
-    def issue(self, hits: list) -> str | None:
-        """A new retrieval id for these hits; None for a search that found nothing (there is nothing
-        to judge, so no id that an outcome could not be recorded under)."""
+    def issue(self, hits: Hits) -> str | None:
+        """A new retrieval id for these hits (and the environment a `Hits` was searched in); None for a
+        search that found nothing (there is nothing to judge, so no id that an outcome could not be
+        recorded under)."""
         if not hits:
             return None
         rid = secrets.token_hex(12)
         with self._lock:
-            self._pending[rid] = list(hits)
+            self._pending[rid] = (list(hits), hits.environment)
             while len(self._pending) > self.capacity:
                 self._pending.popitem(last=False)
         return rid
 
-    def take(self, retrieval_id: str, lessons: Iterable[str] = ()) -> list:
-        """The hits of a retrieval, once; raises `UnknownRetrieval` after that, and `ValueError` (the
-        retrieval kept for a corrected report) when ``lessons`` names an experience it did not give."""
+    def take(self, retrieval_id: str, lessons: Iterable[str] = ()) -> tuple[list, Scope | None]:
+        """The hits of a retrieval and its environment, once; raises `UnknownRetrieval` after that, and
+        `ValueError` (the retrieval kept for a corrected report) when ``lessons`` names an experience it
+        did not give."""
         with self._lock:
-            hits = self._pending.get(retrieval_id)
+            hits, environment = self._pending.get(retrieval_id, (None, None))
             stray = sorted(set(lessons) - {h.experience.id for h in hits}) if hits is not None else []
             if hits is not None and not stray:
                 del self._pending[retrieval_id]
@@ -69,19 +73,20 @@ class Retrievals:
             raise UnknownRetrieval(f"retrieval_id {retrieval_id[:40]!r}: unknown, forgotten or already recorded; send "
                                    f"the id a search returned (the last {self.capacity} searches with lessons are "
                                    "kept), once")
-        return hits
+        return hits, environment
 
     def judged(self, retrieval_id: str, helped: bool | None = None,
-               lessons: dict[str, bool] | None = None) -> list[tuple[object, bool]]:
+               lessons: dict[str, bool] | None = None) -> tuple[list[tuple[object, bool]], Scope | None]:
         """(hit, helped) for each lesson of a retrieval an outcome judges, once: every lesson gets
-        ``helped``, or each lesson named in ``lessons`` (id -> helped) its own verdict. Raises
-        `OutcomeError` for arguments that say neither (or a lesson the retrieval did not give; the
-        retrieval is kept for a corrected report), `UnknownRetrieval` for an id not issued here."""
+        ``helped``, or each lesson named in ``lessons`` (id -> helped) its own verdict; and the
+        environment the retrieval was searched in. Raises `OutcomeError` for arguments that say
+        neither (or a lesson the retrieval did not give; the retrieval is kept for a corrected report),
+        `UnknownRetrieval` for an id not issued here."""
         check_outcome(helped, lessons)
         try:
-            hits = self.take(retrieval_id, lessons or ())
+            hits, environment = self.take(retrieval_id, lessons or ())
         except ValueError as exc:
             raise OutcomeError(str(exc)) from None
         if lessons is None:
-            return [(h, bool(helped)) for h in hits]
-        return [(h, lessons[h.experience.id]) for h in hits if h.experience.id in lessons]
+            return [(h, bool(helped)) for h in hits], environment
+        return [(h, lessons[h.experience.id]) for h in hits if h.experience.id in lessons], environment

@@ -4,7 +4,7 @@ A row is one signer's copy of an experience: its text and fields, its BitDelta c
 scales and the id of the baseline it was coded against; each baseline stored once), the float
 vector where this node encoded the text itself, and usage counters. Keeping rows per signer
 means a peer's copy of a lesson never replaces another signer's row (the author's own
-included), and a tombstone removes only its signer's rows (issue "hostile node", finding 3).
+included), and a tombstone removes only its signer's rows.
 
 Convergence (a CRDT): the rows are a function of the *set* of delivered items and tombstones,
 whatever the order or the number of deliveries. For one (id, signer) delivered twice with
@@ -36,6 +36,7 @@ import numpy as np
 
 from dsonet.codec.profile import baseline_digest
 from dsonet.experience import Experience, Provenance
+from dsonet.scope import Scope
 from dsonet.library.errors import LibraryError, StorageError
 from dsonet.library.eviction import TRUSTED, fair_cuts
 from dsonet.library.file import ANY_SIGNER, COLUMNS, StoredRow, connect
@@ -172,6 +173,8 @@ class RowStore:
         now = int(time.time() * 1000)
         added, dup, rejected = [], 0, 0
         indexed: dict[int, IndexRow] = {}  # seq -> the row as written
+        inserts: dict[int, tuple] = {}  # seq -> the new row's values
+        updates: dict[int, tuple] = {}  # seq -> the better code's values for a row held already
         self.db.execute("BEGIN IMMEDIATE")
         try:
             if within is not None:
@@ -180,39 +183,53 @@ class RowStore:
             base_blob = np.asarray(baseline, "<f4").tobytes()  # in every row's code digest: converted once
             keys = [(e.id, e.provenance.node_id if signer is None else signer) for e in exps]
             blocked = self.blocked(keys)
-            for i, (exp, (eid, who)) in enumerate(zip(exps, keys)):  # per-record SQL; vector work is the index's
-                if (eid, who) in blocked:
+            present = self._present(keys)
+            # the write lock is held (BEGIN IMMEDIATE): the next seqs are ours to number, so the rows go
+            # in with one executemany instead of one statement each
+            next_seq = self._next_seq()
+            for i, (exp, key) in enumerate(zip(exps, keys)):  # per-record choices; vector work is the index's
+                if key in blocked:
                     rejected += 1
                     continue
+                eid, who = key
                 sign_blob, scale_blob = signs[i].astype("<u4").tobytes(), scales[i].astype("<f4").tobytes()
                 digest = _code_digest(sign_blob, scale_blob, base_blob)
                 vec = None if vectors is None or vectors[i] is None else np.asarray(vectors[i], "<f4").tobytes()
                 prov = exp.provenance
-                row = self.db.execute("SELECT seq, received, confidence, code_digest, vector IS NOT NULL"
-                                      " FROM experiences WHERE id = ? AND signer = ?", (eid, who)).fetchone()
-                if row is None:
-                    seq = self.db.execute(
-                        "INSERT INTO experiences (id, signer, text, domain, confidence, model, timestamp_ms, iteration,"
-                        " lineage, signs, scales, baseline_id, code_digest, received, vector, added_ms)"
-                        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                        (eid, who, exp.text, exp.domain, float(exp.confidence), prov.model, prov.timestamp_ms,
-                         prov.iteration, eid, sign_blob, scale_blob, bid, digest, int(received), vec, now)).lastrowid
+                held = present.get(key)
+                if held is None:
+                    seq, next_seq = next_seq, next_seq + 1
+                    inserts[seq] = (seq, eid, who, exp.text, exp.domain, float(exp.confidence), prov.model,
+                                    prov.timestamp_ms, prov.iteration, eid, sign_blob, scale_blob, bid, digest,
+                                    int(received), vec, now, str(exp.scope))
+                    present[key] = _Present(seq, int(received), float(exp.confidence), digest, int(vec is not None))
                     added.append(eid)
                     indexed[seq] = IndexRow(seq, eid, who, exp.domain, sign_blob, scale_blob, bid,
                                             int(vec is not None), int(not received), float(exp.confidence))
                     continue
                 dup += 1
-                present = _Present._make(row)
-                if (-int(received), float(exp.confidence), -_rank(digest)) > \
-                        (-present.received, present.confidence, -_rank(present.code_digest)):
-                    self.db.execute(
-                        "UPDATE experiences SET confidence=?, model=?, timestamp_ms=?, iteration=?, signs=?, scales=?,"
-                        " baseline_id=?, code_digest=?, received=?, vector=COALESCE(?, vector) WHERE seq=?",
-                        (float(exp.confidence), prov.model, prov.timestamp_ms, prov.iteration, sign_blob, scale_blob,
-                         bid, digest, int(received), vec, present.seq))
-                    indexed[present.seq] = IndexRow(present.seq, eid, who, exp.domain, sign_blob, scale_blob, bid,
-                                                    int(vec is not None or bool(present.held)), int(not received),
-                                                    float(exp.confidence))
+                if (-int(received), float(exp.confidence), -_rank(digest)) <= \
+                        (-held.received, held.confidence, -_rank(held.code_digest)):
+                    continue
+                keeps = int(vec is not None or bool(held.held))
+                present[key] = _Present(held.seq, int(received), float(exp.confidence), digest, keeps)
+                if held.seq in inserts:  # the same row twice in one write: the better code is inserted
+                    inserts[held.seq] = (*inserts[held.seq][:5], float(exp.confidence), prov.model, prov.timestamp_ms,
+                                         prov.iteration, eid, sign_blob, scale_blob, bid, digest, int(received),
+                                         vec if vec is not None else inserts[held.seq][15], now,
+                                         inserts[held.seq][17])  # the scope: part of the id, so the same
+                else:
+                    updates[held.seq] = (float(exp.confidence), prov.model, prov.timestamp_ms, prov.iteration,
+                                         sign_blob, scale_blob, bid, digest, int(received), vec, held.seq)
+                indexed[held.seq] = IndexRow(held.seq, eid, who, exp.domain, sign_blob, scale_blob, bid, keeps,
+                                             int(not received), float(exp.confidence))
+            self.db.executemany(
+                "INSERT INTO experiences (seq, id, signer, text, domain, confidence, model, timestamp_ms, iteration,"
+                " lineage, signs, scales, baseline_id, code_digest, received, vector, added_ms, scope)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", inserts.values())
+            self.db.executemany(
+                "UPDATE experiences SET confidence=?, model=?, timestamp_ms=?, iteration=?, signs=?, scales=?,"
+                " baseline_id=?, code_digest=?, received=?, vector=COALESCE(?, vector) WHERE seq=?", updates.values())
             evicted = self._evict_over_capacity()
             self.db.execute("COMMIT")
         except BaseException as exc:
@@ -220,6 +237,19 @@ class RowStore:
         gone = [s for _, s in evicted]
         kept = sorted(indexed.keys() - set(gone))  # a row evicted in its own write is not indexed
         return Written(IngestResult(added, dup, rejected, [e for e, _ in evicted]), [indexed[s] for s in kept], gone)
+
+    def _present(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], _Present]:
+        """The rows held already for these (id, signer) keys, read in a few queries rather than one a key."""
+        wanted = set(keys)
+        found = self._select_in("SELECT id, signer, seq, received, confidence, code_digest, vector IS NOT NULL"
+                                " FROM experiences WHERE id IN ({marks})", sorted({i for i, _ in wanted}))
+        return {(i, s): _Present(*rest) for i, s, *rest in found if (i, s) in wanted}
+
+    def _next_seq(self) -> int:
+        """The seq AUTOINCREMENT would give the next row: past every seq the table ever held."""
+        (n,) = self.db.execute("SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'experiences'), 0),"
+                               " COALESCE((SELECT MAX(seq) FROM experiences), 0))").fetchone()
+        return n + 1
 
     def _rollback(self, exc: BaseException) -> None:
         """Undo the open transaction and re-raise; a failing disk or lock becomes a `StorageError`."""
@@ -316,6 +346,13 @@ class RowStore:
         uses, helped = self.db.execute("SELECT COALESCE(SUM(uses), 0), COALESCE(SUM(helped), 0) FROM experiences"
                                        " WHERE id = ?", (exp_id,)).fetchone()
         return int(uses), int(helped)
+
+    def scopes(self, ids: list[str] | None = None) -> dict[str, str]:
+        """id -> its lesson's scope (canonical; the scope is part of the id, so every row of an id has one), of
+        ``ids``, or (None) of every scoped lesson held (read off the partial index on the column)."""
+        if ids is None:
+            return dict(self.db.execute("SELECT DISTINCT id, scope FROM experiences WHERE scope != ''"))
+        return dict(self._select_in("SELECT DISTINCT id, scope FROM experiences WHERE id IN ({marks})", ids))
 
     def unpublished(self, limit: int | None = None) -> list[StoredRow]:
         """This node's own rows not yet published, oldest first."""
@@ -414,7 +451,7 @@ class RowStore:
 def row_experience(row: StoredRow) -> Experience:
     """An experience from a full row; its provenance's node id is the row's signer."""
     return Experience(row.text, row.domain, row.confidence, Provenance(row.signer, row.model, row.timestamp_ms,
-                                                                       row.iteration))
+                                                                       row.iteration), Scope.parse(row.scope))
 
 
 def row_code(rows: list[StoredRow] | list[IndexRow], group_size: int,

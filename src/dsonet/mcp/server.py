@@ -39,7 +39,9 @@ from dsonet.learn.episodes import DOMAIN, PROBATION, Episode, lesson
 from dsonet.library import Hit, Hits
 from dsonet.library.contract import Store
 from dsonet.library.policy import K
-from dsonet.memory import LocalMemory, NodeMemory
+from dsonet.memory import LocalMemory
+from dsonet.network.client import NodeClient
+from dsonet.scope import MAX_ENVIRONMENT_PINS, MAX_LESSON_PINS, Scope
 
 log = logging.getLogger(__name__)
 LOCAL_AUTHOR = ""  # the provenance of a lesson added to a library file directly, not received from a node
@@ -51,6 +53,12 @@ INSTRUCTIONS = (
     "lessons helped. Call `add` with a lesson of at most 32 words when you learned something reusable; `list` "
     "shows what the library holds."
 )
+
+
+class HeldBackOut(BaseModel):
+    id: str
+    text: str
+    reason: str
 
 
 # a hit as `Hit.summary` shows it, declared from the same field list
@@ -65,6 +73,8 @@ class SearchOut(BaseModel):
     threshold: float = Field(description="The cosine a lesson had to reach")
     best_score: float | None = Field(description="The best cosine the search saw, passed or not (how near an "
                                                  "empty answer came); null when the library holds nothing to score")
+    held_back: list[HeldBackOut] = Field(description="Lessons found but not given: their scope contradicts the "
+                                                     "environment searched in (which pin, learned vs here)")
 
 
 class AddOut(BaseModel):
@@ -150,20 +160,22 @@ def warm_up(memory: Store) -> None:
 def _author(memory: Store) -> str:
     """Whose lessons are this server's own (`delete` may remove them): the node's (its id), or, for a
     file, its owner's (the node that opened it; `LOCAL_AUTHOR` for a file no node has)."""
-    if isinstance(memory, NodeMemory):
+    if isinstance(memory, NodeClient):
         return str(memory.stats()["node_id"])
     return memory.library.owner if isinstance(memory, LocalMemory) else LOCAL_AUTHOR
 
 
 def build_server(memory: Store, *, k: int = K, min_similarity: float | None = None,
                  allow_delete: bool = False, add_tags: tuple[str, ...] = (),
-                 search_tags: tuple[str, ...] = ()) -> MCPServer:
+                 search_tags: tuple[str, ...] = (), environment: Scope | None = None) -> MCPServer:
     """An MCP server whose tools read and write ``memory``; ``k``, ``min_similarity`` (None: the
-    threshold calibrated for the memory's space) and ``search_tags`` are the search tool's defaults,
+    threshold calibrated for the memory's space), ``search_tags`` and ``environment`` (the agent's
+    pins, `dsonet.scope`) are the search tool's defaults,
     ``add_tags`` the add tool's (an agent's scope: agent:NAME, project:NAME); ``allow_delete`` adds the
     delete tool."""
     server = _Server("dsonet", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     lock = threading.Lock()
+    default_environment = None if environment is None else environment.strings()
 
     def guard(fn, *args, **kwargs):
         """Run memory calls one at a time; the project's errors become tool errors an agent can act on."""
@@ -183,12 +195,18 @@ def build_server(memory: Store, *, k: int = K, min_similarity: float | None = No
         domain: Annotated[str | None, Field(max_length=64, description="Only this dotted domain")] = None,
         tags: Annotated[list[str], Field(max_length=8, description="Only lessons carrying every one of these scopes, "
                                          "e.g. project:billing")] = list(search_tags),
+        environment: Annotated[list[str] | None, Field(max_length=MAX_ENVIRONMENT_PINS, description=(
+            "Your environment as pins name==version, e.g. ['numpy==1.26.4', 'python==3.11.9']: lessons learned "
+            "where a package's major.minor differs are held back"))] = default_environment,
     ) -> SearchOut:
         """Lessons other agents learned that apply to this task, best first, with a retrieval id."""
-        hits = guard(memory.search, query, k=k, min_similarity=min_similarity, domain=domain, tags=tuple(tags))
+        env = None if environment is None else guard(Scope.parse, environment, limit=MAX_ENVIRONMENT_PINS)
+        hits = guard(memory.search, query, k=k, min_similarity=min_similarity, domain=domain, tags=tuple(tags),
+                     environment=env)
         return SearchOut(retrieval_id=hits.retrieval_id, lessons=render_lessons(hits),
                          hits=[LessonOut(**h.summary()) for h in hits], threshold=round(hits.threshold, 4),
-                         best_score=None if hits.best_score is None else round(hits.best_score, 4))
+                         best_score=None if hits.best_score is None else round(hits.best_score, 4),
+                         held_back=[HeldBackOut(**b.to_dict()) for b in hits.held_back])
 
     @server.tool()
     def add(
@@ -198,9 +216,13 @@ def build_server(memory: Store, *, k: int = K, min_similarity: float | None = No
         confidence: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5,
         tags: Annotated[list[str], Field(max_length=8, description="Scopes for the lesson, e.g. agent:reviewer, "
                                          "project:billing (this library's own, never sent to peers)")] = list(add_tags),
+        scope: Annotated[list[str], Field(max_length=MAX_LESSON_PINS, description=(
+            "Where the lesson holds: pins name==version of the packages it names, and python, e.g. "
+            "['numpy==2.4.6']; empty: everywhere"))] = [],
     ) -> AddOut:
         """Store one reusable lesson in the library (shared with the network when it runs on a node)."""
-        exp = guard(memory.add, text, domain=domain, confidence=confidence, tags=tuple(tags))
+        exp = guard(memory.add, text, domain=domain, confidence=confidence, tags=tuple(tags),
+                    scope=guard(Scope.parse, scope))
         return AddOut(id=exp.id, text=exp.text, domain=exp.domain)
 
     @server.tool()

@@ -1,15 +1,18 @@
 """The node's HTTP API for agents (FastAPI; its routes listed at /docs, offline).
 
-    POST   /experiences        {text, domain?, confidence?, vector?, tags?}  -> 201 the stored experience
+    POST   /experiences        {text, domain?, confidence?, vector?, tags?, scope?}  -> 201 the stored experience
     GET    /experiences        ?domain=&limit= -> {"experiences": [...]} (one per id, sorted by id);
                                &offset=&signer= -> a page, newest first, and "total"
     GET    /experiences/{id}   -> the experience, or 404
     DELETE /experiences/{id}   -> {"deleted": true} (a signed tombstone is published), or 404
-    POST   /search             {query | vector, k?, min_similarity?, max_tokens?, domain?, tags?}
-                               -> {"retrieval_id", "hits": [...], "threshold", "best_score"}
+    POST   /search             {query | vector, k?, min_similarity?, max_tokens?, domain?, tags?, environment?}
+                               -> {"retrieval_id", "hits": [...], "threshold", "best_score", "held_back"}
+                               (environment: the asker's pins; lessons whose scope contradicts it are
+                               held back, each {id, text, reason}; `dsonet.scope`)
                                (min_similarity omitted: the library's calibrated threshold; an empty
                                search has retrieval_id null, and best_score says how near it came)
-    POST   /outcomes           {retrieval_id, helped | lessons: {id: helped}} -> {"recorded": n} (ids this node issued, once)
+    POST   /outcomes           {retrieval_id, helped | lessons: {id: helped}, environment?} -> {"recorded": n}
+                               (ids this node issued, once)
     GET    /stats  /peers  /metrics (Prometheus text)  /health (no token needed; counts quarantined rows)
     GET    /keys, POST /keys/{id}/ban|reset, GET|DELETE /quarantine: the operator's (`dsonet.network.admin`)
     GET    /                   the node's page for people, read-only (`dsonet.network.web`): a browser
@@ -47,6 +50,7 @@ from dsonet.network.transport import TransportError
 from dsonet.network.web import PageGate, SystemText, page_routes
 from dsonet.network.web.docs import docs_routes
 from dsonet.network.web.page import HEADERS as PAGE_HEADERS
+from dsonet.scope import MAX_ENVIRONMENT_PINS, MAX_LESSON_PINS, Scope
 
 DEFAULT_MAX_BODY = 1024 * 1024  # a 7680-dim vector as JSON is ~150 KB; 1 MiB leaves room, refuses floods
 
@@ -60,6 +64,9 @@ class SubmitRequest(BaseModel):
                                                          "omit it to let the node encode the text")
     tags: list[str] = Field(default_factory=list, max_length=8, description="This node's scopes for the lesson, "
                             "e.g. agent:reviewer, project:billing (kept here, never sent to peers)")
+    scope: list[str] = Field(default_factory=list, max_length=MAX_LESSON_PINS, description="Where the lesson "
+                             "holds: pins name==version of the packages it names and of python, e.g. numpy==2.4.6 "
+                             "(signed with it); none: everywhere")
 
 
 class SearchRequest(BaseModel):
@@ -72,6 +79,9 @@ class SearchRequest(BaseModel):
     max_tokens: int = Field(MAX_TOKENS, ge=1, le=1_000_000)
     domain: str | None = Field(None, max_length=64)
     tags: list[str] = Field(default_factory=list, max_length=8, description="Only lessons carrying every one")
+    environment: list[str] | None = Field(None, max_length=MAX_ENVIRONMENT_PINS, description="The asker's "
+                                          "environment, pins name==version (e.g. numpy==1.26.4, python==3.11.9): "
+                                          "lessons whose scope contradicts it are held back, those that fit first")
 
 
 class OutcomeRequest(BaseModel):
@@ -81,6 +91,9 @@ class OutcomeRequest(BaseModel):
                                                   "(every lesson of the retrieval); or give lessons")
     lessons: dict[str, bool] | None = Field(None, max_length=100, description="Experience id -> whether that lesson "
                                             "helped; lessons not named get no outcome")
+    environment: list[str] | None = Field(None, max_length=MAX_ENVIRONMENT_PINS, description="Where the lessons "
+                                          "were used (pins name==version), for a search made without one: harm "
+                                          "moves only signers whose lessons' scope holds there")
 
 
 def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY,
@@ -117,7 +130,8 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
 
     @app.post("/experiences", status_code=201)
     async def submit(req: SubmitRequest) -> dict:
-        exp = await node.submit(req.text, req.domain, req.confidence, req.vector, tuple(req.tags))
+        exp = await node.submit(req.text, req.domain, req.confidence, req.vector, tuple(req.tags),
+                                Scope.parse(req.scope))
         return exp.to_dict()
 
     @app.get("/experiences")
@@ -147,17 +161,19 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
 
     @app.post("/search")
     async def search(req: SearchRequest) -> dict:
+        env = None if req.environment is None else Scope.parse(req.environment, limit=MAX_ENVIRONMENT_PINS)
         rid, hits = await node.recall(req.query, req.vector, req.k, req.min_similarity, req.max_tokens, req.domain,
-                                      tuple(req.tags))
+                                      tuple(req.tags), env)
         return {"retrieval_id": rid, "hits": [_jsonable(h) for h in hits], "threshold": hits.threshold,
-                "best_score": hits.best_score}
+                "best_score": hits.best_score, "held_back": [b.to_dict() for b in hits.held_back]}
 
     @app.post("/outcomes")
     async def outcome(req: OutcomeRequest) -> dict:
         """Report whether the lessons of one search helped: counted on each lesson (eviction by
         usefulness) and on each source peer's reputation. Only ids this node issued count, once."""
         try:
-            return {"recorded": await node.outcome(req.retrieval_id, req.helped, req.lessons)}
+            env = None if req.environment is None else Scope.parse(req.environment, limit=MAX_ENVIRONMENT_PINS)
+            return {"recorded": await node.outcome(req.retrieval_id, req.helped, req.lessons, env)}
         except UnknownRetrieval as exc:
             raise HTTPException(404, str(exc)) from None
         except NodeError as exc:
@@ -178,7 +194,7 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
     @app.get("/health")
     async def health() -> dict:
         damage = node.library.damage if node.library else None  # a page found broken while serving
-        problem = str(damage or "") or getattr(node.transport, "problem", "")  # or the stream deleted and made again
+        problem = str(damage or "") or node.transport.problem  # or the stream deleted and made again
         status = "closing" if node.closed else "damaged" if damage else "degraded" if problem else "ok"
         return {"status": status, "node_id": node.node_id,
                 "quarantined_rows": node.library.quarantined if node.library else 0,  # damaged, set aside

@@ -6,7 +6,7 @@ One NATS account (``DSO``, JetStream enabled) holds every user:
   administer the stream (purge, delete, inspect consumers).
 - ``node-<id16>``, one per node, named like the node's durable consumer (the first 16 hex digits
   of its node id). It may publish batches and tombstones to its own subjects only
-  (``<prefix>.batch.<user>``, ``<prefix>.tombstone.<user>``, `dsonet.network.transport.member_subject`:
+  (``<prefix>.batch.<user>``, ``<prefix>.tombstone.<user>``, `dsonet.network.transport.subject_for`:
   the stream's limits per subject are then limits per member), read
   the stream's info, create, read and pull from ITS OWN durable consumer, ack only that
   consumer's messages, and receive replies on its own inbox (``_INBOX.<user>.>``). Everything

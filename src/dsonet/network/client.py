@@ -11,8 +11,10 @@ import httpx
 from dsonet.errors import DsoError
 from dsonet.experience import Experience
 from dsonet.library import Hit, Hits
+from dsonet.library.hits import HeldBack
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import check_outcome
+from dsonet.scope import Scope
 
 
 class NodeClientError(DsoError):
@@ -36,10 +38,11 @@ class NodeClient:
         return reply.json()
 
     def add(self, text: str, domain: str = "general", confidence: float = 0.5, tags: tuple[str, ...] = (),
-            provenance=None) -> Experience:
+            scope: Scope = Scope(), provenance=None) -> Experience:
         """The node records itself as the provenance; ``provenance`` is accepted for the store protocol.
-        ``tags`` go only where given (a node older than them refuses the field)."""
-        body = {"text": text, "domain": domain, "confidence": confidence, **({"tags": list(tags)} if tags else {})}
+        ``tags`` and ``scope`` go only where given (a node older than them refuses the field)."""
+        body = {"text": text, "domain": domain, "confidence": confidence, **({"tags": list(tags)} if tags else {}),
+                **({"scope": scope.strings()} if scope else {})}
         return Experience.from_dict(self._call("POST", "/experiences", json=body))
 
     def all(self, domain: str | None = None) -> list[Experience]:
@@ -68,34 +71,39 @@ class NodeClient:
         if old is None:
             raise NodeClientError(f"update: no experience {exp_id[:16]} on this node")
         self.delete(exp_id)
-        return self.add(text, old.domain, old.confidence)
+        return self.add(text, old.domain, old.confidence, scope=old.scope)
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
+               domain: str | None = None, tags: tuple[str, ...] = (), environment: Scope | None = None) -> Hits:
         """The node's hits, with the retrieval id it issued for them (`outcome`)."""
-        rid, hits = self.recall(query, k, min_similarity, max_tokens, domain, tags)
+        rid, hits = self.recall(query, k, min_similarity, max_tokens, domain, tags, environment)
         hits.retrieval_id = rid
         return hits
 
     def recall(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None, tags: tuple[str, ...] = ()) -> tuple[str | None, Hits]:
+               domain: str | None = None, tags: tuple[str, ...] = (),
+               environment: Scope | None = None) -> tuple[str | None, Hits]:
         """(retrieval id, hits): the id names this search when its outcome is reported (`outcome`);
         None when nothing was found (there is nothing to judge). ``min_similarity`` None: the
         node's calibrated threshold, which the hits carry back with the best score it saw."""
         body = {"query": query, "k": k, "max_tokens": max_tokens, "domain": domain,
                 **({} if min_similarity is None else {"min_similarity": min_similarity}),
-                **({"tags": list(tags)} if tags else {})}
+                **({"tags": list(tags)} if tags else {}),
+                **({} if environment is None else {"environment": environment.strings()})}
         reply = self._call("POST", "/search", json=body)
         hits = Hits([Hit(Experience.from_dict(h["experience"]), float(h["score"]), tuple(h.get("members", ())),
-                         tuple(h.get("sources", ()))) for h in reply.get("hits", [])],
-                    reply.get("threshold", min_similarity), reply.get("best_score"))
+                         tuple(h.get("sources", ())), h.get("fit", "")) for h in reply.get("hits", [])],
+                    reply.get("threshold", min_similarity), reply.get("best_score"), environment=environment,
+                    held_back=tuple(HeldBack(**b) for b in reply.get("held_back", ())))
         return reply.get("retrieval_id"), hits
 
-    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None) -> int:
+    def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None,
+                environment: Scope | None = None) -> int:
         """Report whether the lessons of a search helped, all together or each (``lessons``: id -> helped);
         returns how many lessons were judged."""
         check_outcome(helped, lessons)
-        body = {"retrieval_id": retrieval_id} | ({"helped": bool(helped)} if lessons is None else {"lessons": lessons})
+        body = {"retrieval_id": retrieval_id} | ({"helped": bool(helped)} if lessons is None else {"lessons": lessons}) \
+            | ({} if environment is None else {"environment": environment.strings()})
         reply = self._call("POST", "/outcomes", json=body)
         if not reply:
             raise NodeClientError(f"outcome: the node did not issue retrieval {retrieval_id[:40]!r}, or its outcome "

@@ -110,6 +110,10 @@ class NatsTransport:
         self.problem = ""  # the last thing found wrong with the stream, for /health
         self.refused: dict[str, float] = {}  # subjects (lower case) the server refused this user, and when
 
+    @property
+    def stream(self) -> str:
+        return self.config.stream
+
     @classmethod
     async def connect(cls, config: NatsConfig, name: str = "dsonet") -> "NatsTransport":
         """Connect (and log in) to the cluster and make sure the stream exists, creating it on first use

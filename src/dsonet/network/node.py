@@ -57,6 +57,7 @@ from dsonet.network.metrics import NodeMetrics
 from dsonet.network.publish import Publisher
 from dsonet.network.standing import Bans, Standings, check_key
 from dsonet.network.transport import Message, Transport
+from dsonet.scope import Scope
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ class Node:
     def _rebuild_hint(self) -> str:
         """What an empty library gets from the stream: this node's consumer resumes where it stopped, so
         only new batches come unless the consumer is deleted; its own batches it skips when reading."""
-        stream = getattr(getattr(self.transport, "config", None), "stream", None)
+        stream = self.transport.stream
         if stream is None:
             return ""  # an in-process log: nothing to read again
         return (f", which then takes new batches only; to read the stream's retained history again (peers' "
@@ -213,9 +214,8 @@ class Node:
         self._readers.shutdown(wait=True)
 
     def _close_state(self) -> None:
-        close = getattr(self.library, "close", None)
-        if close:
-            close()
+        if self.library is not None:  # None where the open failed before the file was read
+            self.library.close()
         self.journal.close()
 
     async def _on_worker(self, fn: Callable, *args, **kwargs):
@@ -255,9 +255,11 @@ class Node:
     # ------------------------------------------------------------------ agent-facing API
 
     async def submit(self, text: str, domain: str = "general", confidence: float = 0.5,
-                     vector: np.ndarray | list | None = None, tags: tuple[str, ...] = ()) -> Experience:
+                     vector: np.ndarray | list | None = None, tags: tuple[str, ...] = (),
+                     scope: Scope = Scope()) -> Experience:
         """Store one experience now (encoding its text unless a vector in the profile's space is given),
-        with this node's ``tags`` (`dsonet.library.tags`: kept here, never published)."""
+        with this node's ``tags`` (`dsonet.library.tags`: kept here, never published) and the ``scope`` it
+        holds in (`dsonet.scope`: published, signed)."""
         check_lesson(text)
         tags = checked_tags(tags)
         prov = Provenance(self.node_id, self.config.model, int(time.time() * 1000), 0)
@@ -265,11 +267,11 @@ class Node:
             if self.encoder is None:
                 raise NodeError("vector: this node has no encoder; send the text's vector "
                                 f"({self.profile.dim} numbers in the profile's space)")
-            exp = Experience(text, domain, confidence, prov)  # checks the text before it is encoded
+            exp = Experience(text, domain, confidence, prov, scope)  # checks the text before it is encoded
             v = (await self._encode([text], "document"))[0]
         else:
             v = self.check_vector(vector, "vector")
-            exp = Experience(text, domain, confidence, prov)
+            exp = Experience(text, domain, confidence, prov, scope)
         await self._locked(self.library.add_vectors, [exp], v[None, :])
         if tags:
             await self._locked(self.library.tag, exp.id, tags)
@@ -280,9 +282,10 @@ class Node:
 
     async def search(self, query: str | None = None, vector: np.ndarray | list | None = None, k: int = K,
                      min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-                     domain: str | None = None, tags: tuple[str, ...] = ()) -> Hits:
+                     domain: str | None = None, tags: tuple[str, ...] = (), environment: Scope | None = None) -> Hits:
         """The library's hits for a query (encoded here) or a vector; ``min_similarity`` None: the
-        threshold calibrated for the library's space; ``tags``: only lessons carrying all of them."""
+        threshold calibrated for the library's space; ``tags``: only lessons carrying all of them;
+        ``environment``: the asker's, lessons whose scope contradicts it held back (`dsonet.library.scoped`)."""
         if (query is None) == (vector is None):
             raise NodeError("query/vector: give exactly one of them")
         t = time.perf_counter()
@@ -292,51 +295,59 @@ class Node:
             if self.encoder is None:
                 raise NodeError("query: this node has no encoder; search with a vector instead")
             q = (await self._encode([query], "query"))[0]
-        hits = await self._locked(self.library.search_vector, q, k, min_similarity, domain, max_tokens, tags)
+        hits = await self._locked(self.library.search_vector, q, k, min_similarity, domain, max_tokens, tags,
+                                  environment, query)
         self.metrics.search_seconds.observe(time.perf_counter() - t)
         return hits
 
     async def recall(self, query: str | None = None, vector: np.ndarray | list | None = None, k: int = K,
                      min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-                     domain: str | None = None, tags: tuple[str, ...] = ()) -> tuple[str | None, Hits]:
+                     domain: str | None = None, tags: tuple[str, ...] = (),
+                     environment: Scope | None = None) -> tuple[str | None, Hits]:
         """`search`, with a retrieval id to report the outcome under (`outcome`; None when nothing was found)."""
-        hits = await self.search(query, vector, k, min_similarity, max_tokens, domain, tags)
+        hits = await self.search(query, vector, k, min_similarity, max_tokens, domain, tags, environment)
         return self.retrievals.issue(hits), hits
 
     async def outcome(self, retrieval_id: str, helped: bool | None = None,
-                      lessons: dict[str, bool] | None = None) -> int:
+                      lessons: dict[str, bool] | None = None, environment: Scope | None = None) -> int:
         """Whether the lessons of a retrieval this node issued helped, all together (``helped``) or each
         on its own (``lessons``: experience id -> helped; lessons not named get no outcome: an agent
         that tried its task without each lesson knows which one made the difference). Returns how many
-        were judged. Raises `UnknownRetrieval` for an id it did not issue or whose outcome is in already."""
+        were judged. ``environment``: where the lessons were used, for a search made without one (its
+        own wins): harm there moves only the signers whose lessons were meant to hold there.
+        Raises `UnknownRetrieval` for an id it did not issue or whose outcome is in already."""
         try:
-            judged = self.retrievals.judged(retrieval_id, helped, lessons)
+            judged, searched_in = self.retrievals.judged(retrieval_id, helped, lessons)
         except OutcomeError as exc:
             raise NodeError(str(exc)) from None
+        environment = searched_in or environment
         for verdict in (True, False):
             hits = [h for h, v in judged if v is verdict]
             if hits:
-                await self.record_outcome(hits, verdict)
+                await self.record_outcome(hits, verdict, environment)
                 self.metrics.outcomes.labels(helped=str(verdict).lower()).inc()
         return len(judged)
 
-    async def record_outcome(self, hits: list[Hit], helped: bool) -> None:
+    async def record_outcome(self, hits: list[Hit], helped: bool, environment: Scope | None = None) -> None:
         """Whether the experiences of a search helped the task they were retrieved for: counted on
-        every merged row (eviction by usefulness) and fed to each peer signer's reputation
-        (DeltaSoup's feedback defence). Reputation belongs to the ingest thread (a round updates it
-        too), so this runs there, in order with the rounds."""
-        await self._on_worker(self._record_outcome, hits, helped)
+        every merged row (eviction by usefulness; per ``environment`` for scoped lessons) and fed to
+        the reputation of each peer signer whose lesson was meant to hold there (DeltaSoup's
+        feedback defence; `Library.accountable`: harm outside a lesson's scope convicts nobody).
+        Reputation belongs to the ingest thread (a round updates it too), so this runs there, in
+        order with the rounds."""
+        await self._on_worker(self._record_outcome, hits, helped, environment)
 
-    def _record_outcome(self, hits: list[Hit], helped: bool) -> None:
+    def _record_outcome(self, hits: list[Hit], helped: bool, environment: Scope | None = None) -> None:
+        judged = []
         for hit in hits:
-            for exp_id in hit.members or (hit.experience.id,):
-                with self._state:
-                    self.library.record_outcome(exp_id, helped)
-            for signer in hit.sources:
-                if signer != self.node_id:
-                    self.soup.record_outcome(signer, helped)
-        self.journal.outcome([s for h in hits for s in h.sources if s != self.node_id], helped,
-                             self.soup.reputation.get)
+            with self._state:
+                for exp_id in hit.members or (hit.experience.id,):
+                    self.library.record_outcome(exp_id, helped, environment)
+                signers = self.library.accountable(hit, environment)
+            judged += [s for s in signers if s != self.node_id]
+        for signer in judged:
+            self.soup.record_outcome(signer, helped)
+        self.journal.outcome(judged, helped, self.soup.reputation.get)
         self._save_standing()
 
     def _save_standing(self) -> None:

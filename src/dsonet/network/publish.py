@@ -24,7 +24,7 @@ from dsonet.library import Library
 from dsonet.network.ledger import Ledger
 from dsonet.network.metrics import NodeMetrics
 from dsonet.network.tombstone import make_tombstone
-from dsonet.network.transport import MSG_ID, SENDER, Transport, member_subject
+from dsonet.network.transport import MSG_ID, SENDER, Transport, subject_for
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class Publisher:
     def subject(self, kind: str) -> str:
         """This node's subject for ``kind``, named like its NATS user (`dsonet.network.auth`): the
         stream's per-subject limits then hold it alone."""
-        return member_subject(self.subject_prefix, kind, self.durable)
+        return subject_for(self.subject_prefix, kind, self.durable)
 
     async def _send_outgoing(self) -> None:
         """Publish the outbox (signed tombstones), each under an id derived from its signed bytes:

@@ -45,6 +45,13 @@ Handler = Callable[[list[Message]], Awaitable[None]]
 
 
 class Transport(Protocol):
+    problem: str  # the last thing found wrong with the log, for /health; "" while all is well
+
+    @property
+    def stream(self) -> str | None:
+        """The retained log's name (a JetStream stream); None for one that lives in this process."""
+        ...
+
     async def publish(self, payload: bytes, subject: str, headers: dict[str, str] | None = None) -> int: ...
 
     async def subscribe(self, durable: str, handler: Handler) -> None: ...
@@ -60,16 +67,12 @@ async def cancel_readers(tasks: list[asyncio.Task]) -> None:
     tasks.clear()
 
 
-def member_subject(prefix: str, kind: str, member: str) -> str:
-    """``dso.batch.node-0123456789abcdef``: where a node publishes (``member``: its NATS user's name),
-    one subject per kind, so that the stream's per-subject limits are per member
-    (`NatsConfig.member_max_msgs`); a reader parses it as any subject (its domain is the member)."""
-    return f"{prefix}.{kind}.{member}"
-
-
-def subject_for(prefix: str, kind: str, domain: str) -> str:
-    """``dso.batch.math.geometry``: domains are dotted lower-case tags, valid NATS tokens as they are."""
-    return f"{prefix}.{kind}.{domain}"
+def subject_for(prefix: str, kind: str, token: str) -> str:
+    """``dso.batch.math.geometry``: ``token`` a domain (dotted lower-case tags, valid NATS tokens as they
+    are) or, where a node publishes, its NATS user's name (``dso.batch.node-0123456789abcdef``: one subject
+    per member and kind, so that the stream's per-subject limits are per member, `NatsConfig.member_max_msgs`);
+    a reader parses either as any subject, the member standing for the domain."""
+    return f"{prefix}.{kind}.{token}"
 
 
 @dataclass(frozen=True)
@@ -137,10 +140,13 @@ class InProcessHub:
 
 
 class InProcessTransport:
+    stream = None  # the hub's log ends with the process: there is no retained history to read again
+
     def __init__(self, hub: InProcessHub):
         self.hub = hub
         self._tasks: list[asyncio.Task] = []
         self.closed = False
+        self.problem = ""
 
     async def publish(self, payload: bytes, subject: str, headers: dict[str, str] | None = None) -> int:
         if self.closed:

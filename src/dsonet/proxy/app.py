@@ -13,7 +13,9 @@
 With ``learner`` (`dso proxy --learn`), every request's history is read for episodes (code that
 failed, its error line, and later code that ran) that become lessons, and every answer given with
 lessons is watched for its result in the run's next requests: that result is the lessons' outcome,
-with nothing for the client to call (`dsonet.proxy.learning`).
+with nothing for the client to call (`dsonet.proxy.learning`). With ``reflect`` as well (`--reflect`), an
+episode whose error line names no fix is put to the upstream model (the model the request named, the
+proxy's own credentials), in the background, and the lesson of its reply is kept on probation.
 
 Both completion endpoints forward the (amended) body to ``upstream`` unchanged otherwise,
 streaming or not, and pass the upstream's answer back byte for byte. Every answer carries
@@ -22,7 +24,10 @@ threshold), ``X-DSO-Threshold`` (the cosine a lesson had to reach: ``min_similar
 one calibrated for the memory's space), ``X-DSO-Best-Score`` (the best score the search saw, passed
 or not, so an empty answer says how near it came) and, when lessons were injected,
 ``X-DSO-Retrieval-Id`` to send to /v1/outcomes. A request's ``X-DSO-Tags: project:billing,agent:x`` keeps
-its lessons to those carrying every tag (the proxy's ``tags`` otherwise). When the memory cannot be searched
+its lessons to those carrying every tag (the proxy's ``tags`` otherwise). A request's
+``X-DSO-Environment: numpy==1.26.4,python==3.11.9`` is the agent's environment (the proxy's ``environment``
+otherwise): lessons whose scope contradicts it are never injected, and ``X-DSO-Held-Back`` names each
+(``<id>=<reason>``, ``; ``-separated; `dsonet.scope`). When the memory cannot be searched
 (a node that is down), the request still goes upstream, without lessons, and ``X-DSO-Error`` says why.
 
 Authentication: with ``token``, clients send it as their API key and the proxy talks to the
@@ -37,6 +42,7 @@ first request is taken.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections import OrderedDict
@@ -59,10 +65,11 @@ from dsonet.library import Hit, Hits, LibraryError
 from dsonet.library.contract import Store
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import PENDING, UnknownRetrieval
-from dsonet.learn.episodes import responses_messages
+from dsonet.learn.episodes import Episode, reflection, responses_messages
 from dsonet.library.tags import checked as checked_tags
 from dsonet.proxy.inject import RequestShapeError, chat_query, inject_chat, inject_responses, responses_query
 from dsonet.proxy.learning import TrafficLearner
+from dsonet.scope import MAX_ENVIRONMENT_PINS, Scope, ScopeError
 
 LESSONS_HEADER = "x-dso-lessons"
 RETRIEVAL_HEADER = "x-dso-retrieval-id"
@@ -70,24 +77,30 @@ THRESHOLD_HEADER = "x-dso-threshold"
 BEST_SCORE_HEADER = "x-dso-best-score"
 ERROR_HEADER = "x-dso-error"  # why no lessons were looked up (the request still went upstream)
 TAGS_HEADER = "x-dso-tags"  # a request's scopes (comma-separated), instead of the proxy's --tag ones
+ENVIRONMENT_HEADER = "x-dso-environment"  # a request's pins (comma-separated), instead of the proxy's own
+HELD_BACK_HEADER = "x-dso-held-back"  # lessons found but not injected: their scope contradicts the environment
 OUTCOME_SHAPES = ('send {"retrieval_id": "<X-DSO-Retrieval-Id of the response>"} with "helped": true|false (every '
                   'lesson), "lessons": {"<id from X-DSO-Lessons>": true|false} (each), or "error": "<the error line '
                   'the code raised>" and "code": "<the code that raised it>" (lessons whose advice it refuses: harmed)')
+REFLECTION_TOKENS = 96  # one lesson of at most 32 words
 log = logging.getLogger(__name__)
 HOP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
 # not passed upstream: the proxy's own connection and framing, the upstream's host, and the key (see upstream_headers)
-CLIENT_ONLY_HEADERS = HOP_HEADERS | {"host", "authorization", "accept-encoding", TAGS_HEADER}
+CLIENT_ONLY_HEADERS = HOP_HEADERS | {"host", "authorization", "accept-encoding", TAGS_HEADER, ENVIRONMENT_HEADER}
 PASSTHROUGH_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
 def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None, token: str | None = None,
                max_body: int = 4 * 1024 * 1024, timeout_s: float = 300.0, k: int = K,
                min_similarity: float | None = None, max_tokens: int = MAX_TOKENS, tags: tuple[str, ...] = (),
-               transport: httpx.AsyncBaseTransport | None = None, learner: TrafficLearner | None = None):
+               transport: httpx.AsyncBaseTransport | None = None, learner: TrafficLearner | None = None,
+               reflect: bool = False, environment: Scope | None = None):
     """The proxy as an ASGI app. ``min_similarity`` None: the threshold calibrated for the memory's
     space. ``tags``: inject only lessons carrying every one (a request's ``X-DSO-Tags`` replaces them).
+    ``environment``: the agents' (`dsonet.scope`; a request's ``X-DSO-Environment`` replaces it).
     ``transport`` replaces the network in tests of the app alone. ``learner``: every request's history
-    and every answer are read for episodes and outcomes (`dso proxy --learn`)."""
+    and every answer are read for episodes and outcomes (`dso proxy --learn`); ``reflect``: episodes
+    whose error names no fix are put to the upstream model (`--reflect`)."""
     base = upstream.rstrip("/")
     client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)), transport=transport)
 
@@ -95,6 +108,8 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
     async def lifespan(_: FastAPI):
         await anyio.to_thread.run_sync(warm_up, memory)
         yield
+        for task in list(reflecting):
+            task.cancel()
         await client.aclose()
 
     app = FastAPI(title="dsonet proxy", version=__version__, lifespan=lifespan,
@@ -115,12 +130,14 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
         return headers
 
     served: OrderedDict[str, list[Hit]] = OrderedDict()  # retrieval id -> its lessons, for an error's verdicts
+    reflecting: set[asyncio.Task] = set()  # held until done: the loop keeps only weak references to tasks
 
-    async def recall(query: str | None, scopes: tuple[str, ...]) -> Hits | None:
+    async def recall(query: str | None, scopes: tuple[str, ...], env: Scope | None) -> Hits | None:
         if not query:
             return None
         r = await anyio.to_thread.run_sync(
-            lambda: memory.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, tags=scopes))
+            lambda: memory.search(query, k=k, min_similarity=min_similarity, max_tokens=max_tokens, tags=scopes,
+                                  environment=env))
         if r.retrieval_id is not None:
             served[r.retrieval_id] = list(r)
             while len(served) > PENDING:
@@ -135,6 +152,8 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
             headers[BEST_SCORE_HEADER] = f"{r.best_score:.4f}"
         if r.retrieval_id is not None:
             headers[RETRIEVAL_HEADER] = r.retrieval_id
+        if r.held_back:
+            headers[HELD_BACK_HEADER] = "; ".join(f"{b.id}={b.reason}" for b in r.held_back)
         return headers
 
     async def forward(request: Request, path: str, content: bytes, extra: dict[str, str],
@@ -172,15 +191,24 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
         history = history_of(body)  # as the client sent it, before any injection
         # before the search, not after the answer: a lesson this history teaches can serve this very request
         if learner is not None:
-            await anyio.to_thread.run_sync(learn, history)
+            unexplained = await anyio.to_thread.run_sync(learn, history)
+            if reflect and unexplained and isinstance(body.get("model"), str):
+                auth = {k: v for k, v in upstream_headers(request).items() if k == "authorization"}
+                task = asyncio.create_task(reflect_on(unexplained, body["model"], auth))
+                reflecting.add(task)
+                task.add_done_callback(reflecting.discard)
         try:
             query = query_of(body)
             asked = request.headers.get(TAGS_HEADER)
             scopes = tags if asked is None else checked_tags(t.strip() for t in asked.split(",") if t.strip())
+            pins = request.headers.get(ENVIRONMENT_HEADER)
+            env = environment if pins is None else Scope.parse(pins, limit=MAX_ENVIRONMENT_PINS)
+        except ScopeError as exc:
+            return openai_response(400, f"{ENVIRONMENT_HEADER}: {exc}")
         except (RequestShapeError, LibraryError) as exc:
             return openai_response(400, f"{TAGS_HEADER}: {exc}" if isinstance(exc, LibraryError) else str(exc))
         try:
-            r = await recall(query, scopes)
+            r = await recall(query, scopes, env)
         except DsoError as exc:  # the memory (a node, say) is down: answer without lessons, and say why
             log.warning("no lessons for this request: %s", exc)
             reason = " ".join(str(exc).split())[:300].encode("ascii", "replace").decode()
@@ -190,11 +218,27 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
         watch = None if learner is None or not r else lambda answer: learner.answered(history, r, answer_of(answer))
         return await forward(request, path, json.dumps(body).encode(), lesson_headers(r), watch)
 
-    def learn(history: list[dict]) -> None:
+    def learn(history: list[dict]) -> list[Episode]:
         learned = learner.observe(history)
         if learned.episodes or learned.outcomes:
             log.info("learned from traffic: %d new episodes, lessons %s, %d inferred outcomes",
                      len(learned.episodes), learned.lessons, learned.outcomes)
+        return learned.unexplained
+
+    async def reflect_on(episodes: list[Episode], model: str, auth: dict[str, str]) -> None:
+        """Each episode put to the upstream's ``model`` (`episodes.reflection`); what its replies teach, kept."""
+        for episode in episodes:
+            body = {"model": model, "messages": [{"role": "user", "content": reflection(episode)}],
+                    "temperature": 0, "max_tokens": REFLECTION_TOKENS}
+            try:
+                reply = await client.post(f"{base}/chat/completions", json=body, headers=auth)
+                reply.raise_for_status()
+                text = reply.json()["choices"][0]["message"]["content"] or ""
+            except (httpx.HTTPError, ValueError, LookupError, TypeError) as exc:  # a reply without a message too
+                log.warning("no reflection on an episode: the upstream's answer failed (%s)", exc)
+                continue
+            said = await anyio.to_thread.run_sync(learner.reflected, episode, text)
+            log.info("reflected on an episode: %s", f"lesson {said}" if said else "its reply held no lesson that holds")
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:

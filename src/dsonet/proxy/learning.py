@@ -7,13 +7,20 @@ Every request an agent sends holds its run so far. `TrafficLearner.observe` read
   that ran, added to the memory on probation (``PROBATION`` confidence, under a hand-written
   lesson's 0.5) with the domain ``code``; outcomes then keep or evict it, as for any lesson. A request
   resent with one more turn yields each episode once (``seen``); the same lesson reached by another
-  episode counts as more evidence for it (``evidence``), not a second row.
+  episode, or by another agent whose code named its variables otherwise (`code_lessons.advice_key`:
+  "np.cumprod(a)" and "np.cumprod(b)" advise one thing), counts as more evidence for it (``evidence``),
+  not a second row.
 - **outcomes**: the proxy remembers which lessons it injected into the turn whose answer it forwarded
   (`answered`), keyed by the run so far and the answer's code. When a later request of the same run
   (its history begins with that turn's) carries that code with its result, each lesson gets a
   verdict: helped where the code ran; harmed where it failed with an error that refutes the lesson's
   advice (`code_lessons.refutes`); none otherwise (a failure the lesson did not advise says nothing
   of it).
+
+An error line that names no fix (a wrong value, a name the code that ran does not replace) gives no
+rule lesson: such episodes are ``unexplained``, and the proxy started with ``--reflect`` asks its
+upstream model to compare the two attempts (`episodes.reflection`) and keeps the lesson of its reply
+(`reflected`), on probation as well.
 
 An answer whose code never comes back with a result (the run's last) leaves its lessons without an
 outcome. A streamed answer is read once its stream has ended (`proxy.app.chat_answer`).
@@ -27,9 +34,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from dsonet.errors import DsoError
-from dsonet.learn.code_lessons import refutes
-from dsonet.learn.episodes import DOMAIN, PROBATION, Episode, attempts, episodes, history_key, lesson
+from dsonet.learn.code_lessons import advice_key, refutes
+from dsonet.learn.episodes import DOMAIN, PROBATION, Episode, attempts, episodes, history_key, lesson, reflected
 from dsonet.library import Hits
+from dsonet.scope import Probe, Scope
 
 REMEMBERED = 4096  # episode keys and answered turns kept (oldest forgotten first)
 log = logging.getLogger(__name__)
@@ -42,6 +50,7 @@ class Learned:
     episodes: list[Episode] = field(default_factory=list)
     lessons: list[str] = field(default_factory=list)  # ids of the lessons added or given more evidence
     outcomes: int = 0
+    unexplained: list[Episode] = field(default_factory=list)  # error lines that name no fix: for a reflector
 
 
 def _turn_key(history: list[dict], code: str) -> str:
@@ -57,10 +66,14 @@ def _remember(table: OrderedDict, key: str, value) -> None:
 
 
 class TrafficLearner:
-    def __init__(self, memory, domain: str = DOMAIN, confidence: float = PROBATION):
+    def __init__(self, memory, domain: str = DOMAIN, confidence: float = PROBATION, environment: Probe | None = None):
+        """``environment``: what the agents run (`dso proxy --python/--scope`): each lesson is scoped to
+        its Python and the distributions the lesson and its episode's code name there (`Probe.lesson_scope`)."""
         self.memory, self.domain, self.confidence = memory, domain, confidence
+        self.environment = environment
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.evidence: dict[str, int] = {}  # lesson id -> episodes that gave it
+        self._advised: OrderedDict[str, str] = OrderedDict()  # advice_key -> the id of the lesson that says it
         self._answered: OrderedDict[str, tuple[str, dict[str, str]]] = OrderedDict()  # code -> (retrieval, {id: text})
 
     def answered(self, history: list[dict], hits: Hits | None, answer: list[dict]) -> None:
@@ -86,15 +99,33 @@ class TrafficLearner:
             out.episodes.append(episode)
             text = lesson(episode)
             if text is None:
-                continue
-            try:
-                exp = self.memory.add(text, self.domain, self.confidence)
-            except DsoError as exc:  # refused by the memory (a node that is down, a lesson it rejects): say so, go on
-                log.warning("a lesson learned from traffic was not stored: %s", exc)
-                continue
-            self.evidence[exp.id] = self.evidence.get(exp.id, 0) + 1
-            out.lessons.append(exp.id)
+                out.unexplained.append(episode)
+            elif (said := self._store(text, episode)) is not None:
+                out.lessons.append(said)
         return out
+
+    def reflected(self, episode: Episode, reply: str) -> str | None:
+        """A reflector's ``reply`` about an ``unexplained`` episode (`episodes.reflection` its prompt):
+        its lesson on probation, as a rule lesson would be; the lesson's id, or None where the reply
+        holds none that restates nothing of the episode's task."""
+        text = reflected(episode, reply)
+        return None if text is None else self._store(text, episode)
+
+    def _store(self, text: str, episode: Episode) -> str | None:
+        """The id of the lesson saying ``text`` (added, or one giving the same advice given more evidence),
+        scoped by the lesson and ``episode``'s code where the agents' environment is known."""
+        said = self._advised.get(advice_key(text))
+        if said is None:
+            scope = Scope() if self.environment is None else \
+                self.environment.lesson_scope(text, episode.failed, episode.fixed)
+            try:
+                said = self.memory.add(text, self.domain, self.confidence, scope=scope).id
+            except DsoError as exc:  # refused by the memory (a node that is down, a lesson it rejects): go on
+                log.warning("a lesson learned from traffic was not stored: %s", exc)
+                return None
+        _remember(self._advised, advice_key(text), said)
+        self.evidence[said] = self.evidence.get(said, 0) + 1
+        return said
 
     def _outcome(self, retrieval_id: str, lessons: dict[str, str], code: str, error: str | None) -> int:
         verdicts = {i: True for i in lessons} if error is None else \

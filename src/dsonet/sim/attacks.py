@@ -218,9 +218,9 @@ class Tampering(Attack[View]):
         for i in view.rng.choice(len(view.honest_payloads), size=min(2, len(view.honest_payloads)), replace=False):
             content, signature = msgpack.unpackb(view.honest_payloads[i], raw=False)
             doc = msgpack.unpackb(content, raw=False)
-            code = bytearray(doc["rows"][0][5])
+            code = bytearray(doc["rows"][0][-1])
             code[0] ^= 0xFF
-            doc["rows"][0][5], doc["rows"][0][2] = bytes(code), 0.99
+            doc["rows"][0][-1], doc["rows"][0][2] = bytes(code), 0.99
             out.append(msgpack.packb([msgpack.packb(doc, use_bin_type=True), signature], use_bin_type=True))
         return _sent(view, out)
 

@@ -12,7 +12,7 @@ the node against. The bench's run, measurements and module doc are in `dsonet.be
 - deferred fill: `FILL_KEYS` keys, each admitted once, then sending batches of 1,000 rows far over
   their rate, which the node holds back instead of dropping.
 
-The attacks on trust (issue 24):
+The attacks on trust:
 
 - sleeper: a key earns by volume, then lies. Five honest batches of 2 rows (the volume that used
   to lift a fresh key to 0.705, past `trusted`), then one batch of 990 rows: 980 honest and 10 whose
@@ -24,7 +24,7 @@ The attacks on trust (issue 24):
 - eviction (untrusted), eviction (volume-trusted): a flood of rows at confidence 1.0 (from a fresh
   key; from a key with six honest batches first) against a library scaled down to hold the honest
   rows plus `EVICTION_ROOM`, while four honest newcomers (keys without outcomes) send 10 rows each.
-  Before issue 24 the fresh key's flood evicted the newcomers' rows (40 of 40 at a capacity of 600),
+  Before shares were fair the fresh key's flood evicted the newcomers' rows (40 of 40 at a capacity of 600),
   the volume-trusted key's, 580 honest rows. The flood's batch holds 1,000 rows less its history,
   a new key's hourly budget, and comes alone in its round, after the newcomers' rows are stored.
 - reference shift: a copier's ~100 rows (six batches of copies of honest sentences) are all the
@@ -89,10 +89,10 @@ def poisoned(bench, identity: NodeIdentity) -> bytes:
     payload = bench.hostile(identity, 1, "poisoned")
     content, _ = msgpack.unpackb(payload)
     fields = msgpack.unpackb(content)
-    code = bytearray(fields["rows"][0][5])
+    code = bytearray(fields["rows"][0][-1])
     n_scales = int(scale_bound(bench.profile).size)
     code[len(code) - 4 * n_scales:] = np.full(n_scales, 3e38, "<f4").tobytes()
-    fields["rows"][0][5] = bytes(code)
+    fields["rows"][0][-1] = bytes(code)
     content = msgpack.packb(fields, use_bin_type=True)
     return msgpack.packb([content, identity.sign(hashlib.sha256(content).hexdigest().encode())], use_bin_type=True)
 

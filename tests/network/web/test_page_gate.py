@@ -11,6 +11,7 @@ from dsonet.network.api import create_app
 from dsonet.network.node import Node, NodeConfig
 from dsonet.network.transport import InProcessHub
 from dsonet.network.web import page_cookie
+from dsonet.scope import Scope
 
 DIM = 16
 TOKEN = "gate-token"
@@ -21,13 +22,13 @@ def _vec(seed: int) -> np.ndarray:
     return v / np.linalg.norm(v)
 
 
-def _with_node(tmp_path, token, check, texts=("When case 1 comes, do step 1.",)):
+def _with_node(tmp_path, token, check, texts=("When case 1 comes, do step 1.",), scope=Scope()):
     async def main():
         node = await Node.open(NodeConfig(tmp_path, encoder=None, dim=DIM, rule="mean", batch_interval_s=3600),
                                InProcessHub().transport())
         await node.start()
         for i, text in enumerate(texts):
-            await node.submit(text, "math", vector=_vec(i))
+            await node.submit(text, "math", vector=_vec(i), scope=scope)
         client = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(node, token=token, manage_node=False)),
                                    base_url="http://node")
         try:
@@ -92,6 +93,14 @@ def test_a_lesson_holding_html_reaches_the_markup_escaped(tmp_path):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
     assert "<script" not in page.text and "<img" not in page.text
     assert 'value="asked"' in page.text  # the filter echoed back, in an attribute, escaped too
+
+
+def test_the_page_shows_each_lessons_scope(tmp_path):
+    async def check(client):
+        return await client.get("/")
+
+    page = _with_node(tmp_path, None, check, scope=Scope.parse(["numpy==2.4.6", "python==3.12.1"]))
+    assert '<td class="scope">numpy==2.4.6,python==3.12.1</td>' in page.text
 
 
 def test_docs_list_every_route_offline_and_open_with_the_page_login(tmp_path):

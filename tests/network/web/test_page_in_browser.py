@@ -49,9 +49,9 @@ def test_the_browser_shows_the_library_the_peers_and_the_rounds_of_a_real_node(n
     texts = [(row.find_all("td", class_="text")[0].text, row) for row in lessons]
     assert sorted(t for t, _ in texts) == sorted([t for t, _ in served.OWN + served.ALICE] + served.PAYLOADS)
     copy = [r for t, r in texts if t.startswith("When sorting a list in Python, call")]
-    assert [r.find_all("td")[3].text for r in copy] == ["2", "2"]  # own row and alice's copy of one lesson
+    assert [r.find_all("td")[4].text for r in copy] == ["2", "2"]  # own row and alice's copy of one lesson (after the scope column)
     alice = node.node.soup.reputation.get(node.peers["alice"])
-    assert {r.find_all("td")[4].text for r in copy} == {"own", f"{alice:.3f}"}  # the signer's reputation
+    assert {r.find_all("td")[5].text for r in copy} == {"own", f"{alice:.3f}"}  # the signer's reputation
     peers = {row.attrs["data-node-id"]: row for row in page.find_all("tr", class_="peer")}
     assert set(peers) == set(node.peers.values())
     rep = {name: float(peers[node_id].find_all("td")[1].text) for name, node_id in node.peers.items()}

@@ -89,9 +89,11 @@ def ask_section(state: dict[str, str], answer: dict | None, error: str = "") -> 
         out.append(f'<p id="ask-summary">{len(hits)} lesson(s) passed the threshold '
                    f'<b id="threshold">{_num(threshold)}</b>; best score <b>{_num(best)}</b>.</p>')
         if hits:
-            out.append('<table id="ask-hits"><tr><th>score</th><th>domain</th><th>signer</th><th>lesson</th></tr>')
+            out.append('<table id="ask-hits"><tr><th>score</th><th>domain</th><th>scope</th><th>signer</th>'
+                       '<th>lesson</th></tr>')
             out += [f'<tr data-lesson-id="{e(h.experience.id)}"><td class="n">{h.score:.3f}</td>'
-                    f'<td>{e(h.experience.domain)}</td><td><code>{e(short(h.experience.provenance.node_id))}</code>'
+                    f'<td>{e(h.experience.domain)}</td><td class="scope">{e(str(h.experience.scope))}</td>'
+                    f'<td><code>{e(short(h.experience.provenance.node_id))}</code>'
                     f'</td><td class="text">{e(h.experience.text)}</td></tr>' for h in hits]
             out.append("</table>")
         system = answer["system_text"]
@@ -113,14 +115,15 @@ def library_section(state: dict[str, str], page: Page, reputation: dict[str, flo
     if error:
         out.append(f'<p class="error" id="library-error">{e(error)}</p>')
     out.append(f'<p class="muted">{page.total:,} rows in all, newest first; {len(page.rows)} on this page.</p>')
-    out.append('<table id="lessons"><tr><th>lesson</th><th>domain</th><th>signer</th><th>copies</th>'
+    out.append('<table id="lessons"><tr><th>lesson</th><th>domain</th><th>scope</th><th>signer</th><th>copies</th>'
                '<th>signer rep.</th><th>helped</th><th>harmed</th><th>age</th></tr>')
     for r in page.rows:
         rep = reputation.get(r.signer, "")
         rep_cell = '<span class="own">own</span>' if rep == "own" else (
             f'<span class="bad">{e(rep)}</span>' if isinstance(rep, str) else _num(rep))
         out.append(f'<tr class="lesson" data-lesson-id="{e(r.id)}" data-seq="{r.seq}"><td class="text">{e(r.text)}</td>'
-                   f'<td>{e(r.domain)}</td><td><code title="{e(r.signer)}">{e(short(r.signer))}</code></td>'
+                   f'<td>{e(r.domain)}</td><td class="scope">{e(r.scope)}</td>'
+                   f'<td><code title="{e(r.signer)}">{e(short(r.signer))}</code></td>'
                    f'<td class="n">{r.copies}</td><td class="n">{rep_cell}</td><td class="n">{r.helped}</td>'
                    f'<td class="n">{r.harmed}</td><td title="authored {e(stamp(r.authored_ms))}">'
                    f'{when(r.added_ms, now_ms)}</td></tr>')

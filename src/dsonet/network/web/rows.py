@@ -36,6 +36,7 @@ class LessonRow:
     helped: int
     authored_ms: int
     added_ms: int
+    scope: str = ""  # where the lesson holds, canonical ('' everywhere; `dsonet.scope`)
 
     @property
     def harmed(self) -> int:
@@ -102,7 +103,8 @@ def read_page(path: Path, filters: Filters = Filters(), before: int | None = Non
             hi = min(lo + scan, high + 1) if filtered else high + 1
         order = "ASC" if after is not None else "DESC"
         sql = (f"SELECT e.seq, e.id, e.signer, e.text, e.domain, e.confidence,"
-               f" (SELECT COUNT(*) FROM experiences c WHERE c.id = e.id), e.uses, e.helped, e.timestamp_ms, e.added_ms"
+               f" (SELECT COUNT(*) FROM experiences c WHERE c.id = e.id), e.uses, e.helped, e.timestamp_ms, e.added_ms,"
+               f" e.scope"
                f" FROM experiences e WHERE {' AND '.join(['e.seq >= ? AND e.seq < ?', *clauses])}"
                f" ORDER BY e.seq {order} LIMIT ?")
         found = [LessonRow(*r) for r in db.execute(sql, (lo, hi, *args, limit + 1))]
