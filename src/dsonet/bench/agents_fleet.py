@@ -24,7 +24,6 @@ from dsonet.bench.proxy import Served
 from dsonet.learn.drift import Check
 from dsonet.learn.episodes import episodes
 from dsonet.learn.tasks import Task
-from dsonet.memory import NodeMemory
 from dsonet.network.client import NodeClient
 from dsonet.proxy.learning import Learned, TrafficLearner
 
@@ -64,7 +63,7 @@ def open_proxies(stack: ExitStack, node_urls: list[str], upstream: str, model: s
 
     out = Proxies()
     for i, url in enumerate(node_urls):
-        memory = NodeMemory(NodeClient(url))
+        memory = NodeClient(url)  # the node's HTTP API is the proxy's memory, as `dso proxy --node` opens it
         stack.callback(memory.close)
         learner = CountingLearner(memory)
         for app, agents in ((create_app(memory, upstream, learner=learner), out.learning),
