@@ -1,0 +1,130 @@
+"""`dso bench agents`: the agent loop's traffic through a real `dso proxy --learn` (real library, encoder,
+learner and sandbox; the upstream is an instrument that answers a drift task's stale line, then its
+reference), the rows' metrics, and the plan's sizes. The whole bench on the real model takes minutes
+even at its smallest (node processes on NATS, the 0.5B answering every try): its evidence is
+bench/results/agents-smoke.json, not a test."""
+
+import numpy as np
+import pytest
+from fastapi import FastAPI, Request
+
+from dsonet.bench import agents as bench_agents
+from dsonet.bench.agent_loop import PASSED, Agent, RunRecord, Try, environment_says, locked
+from dsonet.bench.agents_fleet import CountingLearner, episodes_in, held_out
+from dsonet.bench.agents_report import CONDITIONS, row
+from dsonet.bench.proxy import Served
+from dsonet.encoders import default_encoder
+from dsonet.learn import drift
+from dsonet.learn.drift import Check
+from dsonet.learn.sandbox import REPO_DRIFT_PYTHON, Sandbox
+from dsonet.library import Library
+from dsonet.memory import LocalMemory
+from dsonet.proxy.app import create_app
+from dsonet.sim.scenario import make_splits
+
+needs_env = pytest.mark.skipif(not REPO_DRIFT_PYTHON.exists(),
+                               reason=".venv-drift is missing: `make install` builds it")
+TRAPZ = drift.instances(drift.FACTS_BY_ID["numpy-trapz"], 2, seed=0)
+
+
+def test_the_environment_says_an_error_line_an_assertion_about_r_or_that_it_passed():
+    assert environment_says(Check(False, "AttributeError: module 'numpy' has no attribute 'trapz'", "")) == \
+        "AttributeError: module 'numpy' has no attribute 'trapz'"
+    # a wrong value is a failure the proxy must see as one: as a test harness says it
+    assert environment_says(Check(False, "r = 3.5, expected a different value", "")) == \
+        "AssertionError: r = 3.5, expected a different value"
+    assert environment_says(Check(True, "r is correct", "")) == PASSED
+
+
+def stale_then_reference(task) -> FastAPI:
+    """Answers the task's stale line, then its reference, then (the closing request) one word; keeps each body."""
+    app = FastAPI()
+    app.state.requests = []
+    replies = [f"```python\n{task.entry['stale']}\n```", f"```python\n{task.entry['reference']}\n```", "Done"]
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        app.state.requests.append(await request.json())
+        text = replies[min(len(app.state.requests), len(replies)) - 1]
+        return {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}}
+    return app
+
+
+@needs_env
+def test_a_run_that_fails_then_fixes_is_one_lesson_learned_once_from_what_the_proxy_saw(tmp_path):
+    task = TRAPZ[0]
+    memory = LocalMemory(Library(tmp_path / "lib.sqlite", encoder=default_encoder()))
+    learner = CountingLearner(memory)
+    coder = stale_then_reference(task)
+    with Sandbox(preload=("numpy",)) as box, Served(coder) as upstream, \
+            Served(create_app(memory, f"{upstream.url}/v1", learner=learner)) as proxy:
+        agent = Agent(0, f"{proxy.url}/v1", "m", locked(lambda t, r: drift.check(box, t, r)), tries=3)
+        record = agent.solve(task)
+        agent.close()
+    assert [t.passed for t in record.tries] == [False, True] and not record.first_try and record.solved
+    assert record.tries[0].said.startswith("AttributeError:") and record.tokens == 220 and record.close_tokens == 110
+    # three requests, each resending the run so far: the episode is learned once, as the scorer counts it
+    assert learner.counts() == {"requests": 3, "episodes": 1, "lessons": 1, "outcomes": 0}
+    assert episodes_in([record, record]) == 1
+    (lesson,) = memory.all()
+    assert "np.trapezoid" in lesson.text and "np.trapz" in lesson.text
+    # the retry was sampled and the closing request asked for one token; the first try was greedy
+    bodies = coder.state.requests
+    assert [b["temperature"] for b in bodies] == [0.0, 0.7, 0.0] and bodies[-1]["max_tokens"] == 1
+    assert bodies[-1]["messages"][-1]["content"] == PASSED
+    memory.close()
+
+
+def _record(task_id: str, passed: list[bool], tokens: int = 100, lessons: tuple = ()) -> RunRecord:
+    return RunRecord(task_id, 0, tuple(Try(p, "", tokens, lessons) for p in passed), 5, ())
+
+
+def test_a_row_counts_first_tries_solved_runs_and_tokens_per_solved_task_over_the_change_tasks():
+    passes = {"none": [[False, False, False], [True], [False, True], [True]],
+              "fleet": [[True], [True], [False, True], [True]]}
+    records = {c: [_record(f"t{i}", p, lessons=("p1",) if c == "fleet" and i == 0 else ())
+                   for i, p in enumerate(passes.get(c, passes["none"]))] for c in CONDITIONS}
+    control = np.array([False, False, False, True])
+    out = row("loop", "m", 3, records, control, poison_ids={"p1"})
+    assert out["n_eval"] == 3 and out["n_control"] == 1
+    assert out["first_try_none"] == pytest.approx(1 / 3, abs=1e-4)
+    assert out["first_try_fleet"] == pytest.approx(2 / 3, abs=1e-4)
+    assert out["solved_within_3_none"] == pytest.approx(2 / 3, abs=1e-4) and out["solved_within_3_fleet"] == 1.0
+    # none: 3 + 1 + 2 tries of 100 tokens for 2 solved; fleet: 1 + 1 + 2 for 3 solved
+    assert out["tokens_per_solved_none"] == 300 and out["tokens_per_solved_fleet"] == pytest.approx(400 / 3, abs=1e-3)
+    assert out["tries_per_solved_fleet"] == pytest.approx(4 / 3, abs=1e-3)
+    assert out["ci95_first_try_fleet"][1] > 0 and out["ci95_first_try_fleet_vs_own"][0] >= 0
+    assert out["poison_in_first_prompt"]["fleet"] == 0.25 and out["controls"]["none"]["first_try"] == 1.0
+    for key in ("first_try_own", "solved_within_3_poisoned_after_feedback", "ci95_solved_within_3_fleet"):
+        assert key in out
+
+
+class _Echo:
+    """An agent that records which agent solved a task (the bench's own would ask a model)."""
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def solve(self, task) -> RunRecord:
+        return RunRecord(task.id, self.index, (), 0, ())
+
+
+def test_held_out_task_i_is_solved_by_agent_i_mod_n_and_comes_back_in_the_tasks_order():
+    tasks = drift.instances(drift.FACTS_BY_ID["numpy-trapz"], 7, seed=0)
+    records = held_out([_Echo(k) for k in range(3)], tasks, "test")
+    assert [r.task_id for r in records] == [t.id for t in tasks]
+    assert [r.agent for r in records] == [i % 3 for i in range(7)]
+
+
+def test_the_default_plan_is_full_size_and_a_small_one_keeps_every_agent_in_feedback():
+    full = bench_agents.AgentsPlan()
+    assert full.agents >= 4 and full.tries == 3
+    splits = make_splits(full.drift(), 0)
+    assert sum(not drift.FACTS_BY_ID[t.entry["fact"]].control for t in splits.held_out) >= max(100, full.n_eval)
+    small = bench_agents.AgentsPlan(facts=2, n_eval=4, feedback_tasks=9)
+    splits = make_splits(small.drift(), 0)
+    jobs = bench_agents.feedback_jobs(splits, small.agents, small.feedback_tasks)
+    assert [len(j) for j in jobs] == [9] * small.agents  # the pool wraps round when it is smaller
+    assert not {t.id for t in splits.held_out} & {t.id for j in jobs for t in j}
