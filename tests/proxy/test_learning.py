@@ -25,8 +25,9 @@ TASK_B = SETUP.format(n=3, p=3) + "Write one line of Python that assigns to r th
 REFUSED = "Traceback (most recent call last):\nAttributeError: module 'numpy' has no attribute 'trapz'"
 
 
-def scripted_coder(codes: list[str]) -> FastAPI:
-    """Answers each chat completion with the next code of ``codes`` as a python tool call."""
+def recording_upstream(answer) -> FastAPI:
+    """A chat completions upstream that keeps every request (``app.state.requests``) and answers each with
+    ``answer(body, n)``, n its number from 1."""
     app = FastAPI()
     app.state.requests = []
 
@@ -34,7 +35,13 @@ def scripted_coder(codes: list[str]) -> FastAPI:
     async def chat(request: Request):
         body = await request.json()
         app.state.requests.append(body)
-        n = len(app.state.requests)
+        return answer(body, len(app.state.requests))
+    return app
+
+
+def scripted_coder(codes: list[str]) -> FastAPI:
+    """Answers each chat completion with the next code of ``codes`` as a python tool call."""
+    def answer(body: dict, n: int):
         call = {"id": f"call_{n}", "type": "function", "function": {"name": "python", "arguments": json.dumps({"code": codes[n - 1]})}}
         if body.get("stream"):
             delta = {"role": "assistant", "content": None, "tool_calls": [{"index": 0, **call}]}
@@ -44,7 +51,7 @@ def scripted_coder(codes: list[str]) -> FastAPI:
                 "choices": [{"index": 0, "finish_reason": "tool_calls",
                              "message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-    return app
+    return recording_upstream(answer)
 
 
 @pytest.fixture(scope="module")
@@ -142,18 +149,12 @@ BROADCAST = SETUP.format(n=1, p=2) + "Write one line of Python that assigns to r
 
 def reflecting_upstream(reply: str) -> FastAPI:
     """Answers the proxy's reflection with ``reply`` and an agent's request with a line of code."""
-    app = FastAPI()
-    app.state.requests = []
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request):
-        body = await request.json()
-        app.state.requests.append(body)
+    def answer(body: dict, n: int) -> dict:
         asked = body["messages"][-1]["content"]
         content = reply if asked.startswith("Several attempts") else "```python\nr = 0\n```"
-        return {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+        return {"id": f"c{n}", "object": "chat.completion", "created": 0, "model": body["model"],
                 "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}]}
-    return app
+    return recording_upstream(answer)
 
 
 @pytest.mark.parametrize("reply, kept", [
