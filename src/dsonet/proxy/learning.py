@@ -114,7 +114,8 @@ class TrafficLearner:
     def _store(self, text: str, episode: Episode) -> str | None:
         """The id of the lesson saying ``text`` (added, or one giving the same advice given more evidence),
         scoped by the lesson and ``episode``'s code where the agents' environment is known."""
-        said = self._advised.get(advice_key(text))
+        key = advice_key(text)
+        said = self._advised.get(key)
         if said is None:
             scope = Scope() if self.environment is None else \
                 self.environment.lesson_scope(text, episode.failed, episode.fixed)
@@ -123,7 +124,7 @@ class TrafficLearner:
             except DsoError as exc:  # refused by the memory (a node that is down, a lesson it rejects): go on
                 log.warning("a lesson learned from traffic was not stored: %s", exc)
                 return None
-        _remember(self._advised, advice_key(text), said)
+        _remember(self._advised, key, said)
         self.evidence[said] = self.evidence.get(said, 0) + 1
         return said
 
