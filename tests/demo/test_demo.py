@@ -102,9 +102,19 @@ SMALL = dict(facts=1, train_per_fact=1, eval_per_fact=4, eval_per_control=1, fee
              answer_cache=None)
 
 
+@pytest.fixture(scope="module")
+def small_fleet(tmp_path_factory):
+    """The shrunk demo in process, its answers generated into a fresh cache that the NATS run of the
+    same fleet then replays: that run is about the transport, and generating the same answers twice
+    would only double the suite's slowest test."""
+    answers = tmp_path_factory.mktemp("answers") / "answers.sqlite"
+    config = DemoConfig(nodes=3, byzantine=1, workdir=tmp_path_factory.mktemp("fleet"), **{**SMALL, "answer_cache": answers})
+    return asyncio.run(run_demo(config, echo=lambda _: None)), answers
+
+
 @pytest.mark.slow
-def test_small_fleet_learns_drift_shares_and_keeps_every_attack_but_poison_out(tmp_path):
-    report = asyncio.run(run_demo(DemoConfig(nodes=3, byzantine=1, workdir=tmp_path, **SMALL), echo=lambda _: None))
+def test_small_fleet_learns_drift_shares_and_keeps_every_attack_but_poison_out(small_fleet):
+    report, _ = small_fleet
 
     assert report.fleet == "in-process"
     assert [n.role for n in report.nodes].count("honest") == 2
@@ -138,10 +148,11 @@ def test_small_fleet_learns_drift_shares_and_keeps_every_attack_but_poison_out(t
 
 @pytest.mark.slow
 @pytest.mark.nats
-def test_the_same_fleet_runs_as_node_processes_over_a_nats_cluster(tmp_path):
+def test_the_same_fleet_runs_as_node_processes_over_a_nats_cluster(tmp_path, small_fleet):
     if shutil.which("nats-server") is None:
         pytest.skip("nats-server is not on PATH: `make test` installs it (apt-get install nats-server)")
-    config = DemoConfig(nodes=3, byzantine=1, nats=True, workdir=tmp_path, **SMALL)
+    in_process, answers = small_fleet
+    config = DemoConfig(nodes=3, byzantine=1, nats=True, workdir=tmp_path, **{**SMALL, "answer_cache": answers})
     report = asyncio.run(run_demo(config, echo=lambda _: None))
 
     assert report.fleet == "nats"
@@ -151,6 +162,9 @@ def test_the_same_fleet_runs_as_node_processes_over_a_nats_cluster(tmp_path):
     assert attacker.batches_rejected >= 2  # its forged batch, refused by both honest node processes
     assert len(report.feedback["passed"]) == 2 and len(report.poison.nodes) == 2
     assert [c.name for c in report.conditions] == ["without", "own", "fleet", "poisoned", "after_feedback"]
+    # the same prompts over another transport: every answer replayed, and the same accuracies
+    assert report.config["answers"]["generated"] == 0 and report.config["answers"]["from_cache"] > 0
+    assert [c.accuracy for c in report.conditions] == [c.accuracy for c in in_process.conditions]
     pids = [p.read_text().strip() for p in (tmp_path / "nats").glob("*.pid")]
     assert not any(pid and _alive(int(pid)) for pid in pids)  # the cluster is down
 

@@ -180,7 +180,8 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
     attackers = {b.node_id for b in byz}
     control = [scenario.fact_of(t).control for t in held.tasks]
     return DemoReport(
-        config=asdict(config) | {"workdir": str(workdir), "min_similarity_used": threshold, "agent": agent.name,
+        config=asdict(config) | {"workdir": str(workdir), "answer_cache": _path_or_none(config.answer_cache),
+                                 "min_similarity_used": threshold, "agent": agent.name,
                                  "reflector_used": reflector.name, "answers": _answers(agent, reflector)},
         fleet=fleet.kind,
         conditions=report.conditions(runs, half_rows, control, attackers),
@@ -197,6 +198,10 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
         fidelity=fidelity,
         seconds=clock.laps(),
     )
+
+
+def _path_or_none(path: Path | None) -> str | None:
+    return None if path is None else str(path)  # the report's dict stays JSON as it is
 
 
 def _cached(llm, path: Path | None):
