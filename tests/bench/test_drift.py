@@ -1,4 +1,4 @@
-"""`dso bench learn --family drift`: its rows, and one whole seed of the scenario shrunk to two facts, on
+"""`dso bench learn --family drift`: its rows, and one whole seed of the scenario shrunk to one change and one control, on
 real nodes, the real sandbox and the real embedded LLM (the 0.5B in every role, tiny budgets: this checks
 the plumbing, every condition answered, the poison published and judged, outcomes reported)."""
 
@@ -57,16 +57,16 @@ def test_one_seed_of_the_scenario_runs_every_condition_on_real_nodes(tmp_path):
     from dsonet.learn.llm import open_llm
 
     llm = open_llm(None, "qwen2.5-coder-0.5b")
-    plan = replace(bench_drift.QUICK, agents=1, other_agents=1, facts=2, train_per_fact=1, held_out_per_fact=1,
-                   held_out_per_control=1, feedback_tasks=2, group_size=2, candidates=1, answer_tokens=24)
+    plan = replace(bench_drift.QUICK, agents=1, other_agents=1, facts=1, train_per_fact=1, held_out_per_fact=1,
+                   held_out_per_control=1, feedback_tasks=1, group_size=2, candidates=1, answer_tokens=24)
     out = asyncio.run(bench_drift.run_seed(llm, llm, llm, plan, 0, tmp_path, log=lambda _: None))
     n = len(out["items"])
-    assert n == 2 + 1 and set(out["correct"]) == set(bench_drift.CONDITIONS)
+    assert n == 1 + 1 and set(out["correct"]) == set(bench_drift.CONDITIONS)
     assert all(len(v) == n for v in out["correct"].values())
     # the reference lesson is in every prompt of its condition; the poison in every change item's
-    assert np.all(out["injected"]["reference"]) and sum(out["injected"]["poison_only"]) == 2
+    assert np.all(out["injected"]["reference"]) and sum(out["injected"]["poison_only"]) == 1
     facts = out["facts"]
-    assert len(facts["poison"]) == 2 and facts["feedback"]["tasks_per_node"] == 2
+    assert len(facts["poison"]) == 1 and facts["feedback"]["tasks_per_node"] == 1
     assert len(facts["feedback"]["poisoners_convicted_after"]) == 2  # per honest node: after how many tasks, or None
     assert 0.0 <= facts["poison_rows_hidden"] <= 1.0 and len(facts["poison_rows_hidden_per_node"]) == 2
     trained = [len(part) for part in make_splits(plan, 0).train]
