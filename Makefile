@@ -9,6 +9,9 @@ PY     := $(VENV)/bin/python
 DSO    := $(VENV)/bin/dso
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# The suite on two workers, a test file to each at a time (a file's fixtures are built once): half its
+# time waits on servers, sandboxes and deadlines, which a second worker fills.
+PYTEST_WORKERS ?= 2
 
 .PHONY: install system demo test test-recipe test-fast test-core bench clean
 
@@ -64,7 +67,7 @@ demo: install system
 	$(DSO) demo
 
 test: install system test-core
-	$(PY) -m pytest -m "not recipe" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not recipe" -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The default head rebuilt by its whole CPU recipe and compared with the shipped one (6-8 min alone):
 # kept out of `make test`'s 20 minutes, run by CI right after it.
