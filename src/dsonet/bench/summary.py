@@ -118,7 +118,7 @@ def headline(results: Path) -> str:
                              f"{100 * worst['accuracy']:.1f}% (clean {100 * worst['clean_accuracy']:.1f}%)", other, "robustness"])
         if "round_seconds_100x100_7680" in robust:
             load = robust.get("timing", {}).get("load_average_1min")
-            rows.append(["verify + DeltaSoup round + store and merge in the node's library, 100 × 100 × 7680",
+            rows.append(["a node's round: verify, DeltaSoup, store, merge and refit, 100 × 100 × 7680 (target 2 s)",
                          "< 50 ms (one median alone)", f"{robust['round_seconds_100x100_7680']:.2f} s"
                          + (f" (load average {load:.0f} on 2 cores)" if load else ""), "–", "robustness"])
         attacks = robust.get("node_attacks", {}).get("rows", [])
