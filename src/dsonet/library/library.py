@@ -38,25 +38,25 @@ from dsonet.codec.reference import Reference
 from dsonet.errors import BatchError
 from dsonet.encoders.rescore import backbone_rescorer
 from dsonet.experience import Experience, Provenance, check_lesson
-from dsonet.library.eviction import standing_of
+from dsonet.library.store.eviction import standing_of
 from dsonet.library.hits import Hits
-from dsonet.library.merge import MergedView, MergeRule
-from dsonet.library.merged_hits import MergedHits
-from dsonet.library import history, quarantine
-from dsonet.library import tags as tags_table
-from dsonet.library.decoded import DecodedRows
+from dsonet.library.view.merge import MergedView, MergeRule
+from dsonet.library.view.merged_hits import MergedHits
+from dsonet.library.store import history, quarantine
+from dsonet.library.store import tags as tags_table
+from dsonet.library.view.decoded import DecodedRows
 from dsonet.library.policy import (MAX_TOKENS, K, RetrievalPolicy, calibrated, default_min_similarity,
                                    env_min_similarity)
-from dsonet.library.reference import ReferencePool
-from dsonet.library.rescored import CANDIDATES, Rescorer, rescored
+from dsonet.library.view.reference import ReferencePool
+from dsonet.library.index.rescored import CANDIDATES, Rescorer, rescored
 from dsonet.library.retrievals import Retrievals
 from dsonet.library.errors import DamagedFile, LibraryError, MissingLibrary
-from dsonet.library.file import damaged
-from dsonet.library.rows import ANY_SIGNER, Copy, IngestResult, RowStore, row_code, row_experience
-from dsonet.library.saved_fit import restore_clusters
-from dsonet.library.scoped import ScopedLessons
+from dsonet.library.store.file import damaged
+from dsonet.library.store.rows import ANY_SIGNER, Copy, IngestResult, RowStore, row_code, row_experience
+from dsonet.library.view.saved_clusters import restore_clusters
+from dsonet.library.view.scoped import ScopedLessons
 from dsonet.library.steps import DeferredSteps
-from dsonet.library.row_index import RowIndex
+from dsonet.library.index.row_index import RowIndex
 from dsonet.scope import Scope
 
 __all__ = ["Library"]
@@ -71,7 +71,7 @@ class Library(DeferredSteps, ScopedLessons):
                  trusted: float | None = None, create: bool = True, owner: str | None = None,
                  rescore: bool | Rescorer = True):
         """``rescore``: a text search with the calibrated threshold scores its first-stage candidates
-        again (`dsonet.library.rescored`): True, in the encoder's backbone space where a threshold was
+        again (`dsonet.library.index.rescored`): True, in the encoder's backbone space where a threshold was
         calibrated for it; or by the `Rescorer` given; False: one stage. ``owner``:
         the node this file belongs to; the rows added to it before it had one become its own
         (`RowStore.adopt`). ``create``: False refuses a path that holds no library yet (a read must not
@@ -80,7 +80,7 @@ class Library(DeferredSteps, ScopedLessons):
         ``trust``: a signer's weight in the merged view (a node passes its reputation); every signer weighs
         1 without it. ``trusted``: past ``capacity``, signers ``trust`` puts at this or above keep a fair
         share each, the others one share between them, those it puts at 0 go first (this library's own rows
-        always last; see `dsonet.library.eviction`). ``defer_merge``: writes leave the merged view and the
+        always last; see `dsonet.library.store.eviction`). ``defer_merge``: writes leave the merged view and the
         index's refits to their steps instead of the next read (a node that searches while it ingests; see
         `dsonet.library.steps`)."""
         self.path = Path(path).expanduser()
@@ -185,7 +185,7 @@ class Library(DeferredSteps, ScopedLessons):
     def add(self, text: str, domain: str = "general", confidence: float = 0.5, tags: tuple[str, ...] = (),
             scope: Scope = Scope(), provenance: Provenance | None = None) -> Experience:
         """Encode one experience and store it with its float vector and code (ADD), as the file's
-        `owner`'s unless ``provenance`` says otherwise, with this library's ``tags`` (`dsonet.library.tags`)
+        `owner`'s unless ``provenance`` says otherwise, with this library's ``tags`` (`dsonet.library.store.tags`)
         and the ``scope`` it holds in (`dsonet.scope`; signed with it when published)."""
         check_lesson(text)
         scopes = tags_table.checked(tags)
@@ -235,7 +235,7 @@ class Library(DeferredSteps, ScopedLessons):
         the caller's statements on this file, run in the rows' transaction (a node's ledger records
         the batch's hash there, `dsonet.network.ledger`). ``decoded``: ê of the admitted rows,
         (admitted, d), as the caller's round decoded them (`RoundResult.vectors`): the merge
-        clusters by them instead of decoding the codes again (`dsonet.library.decoded`).
+        clusters by them instead of decoding the codes again (`dsonet.library.view.decoded`).
         """
         rows = self._admitted(batch, keep)
         exps = [batch.experiences[i] for i in rows]
@@ -415,7 +415,7 @@ class Library(DeferredSteps, ScopedLessons):
         return out
 
     def merged(self, rep_id: str) -> tuple[Experience, np.ndarray]:
-        """A cluster as one experience (its representative) and its vector (see `dsonet.library.merge`)."""
+        """A cluster as one experience (its representative) and its vector (see `dsonet.library.view.merge`)."""
         row = self._preferred_row(rep_id)
         cluster = self.view.cluster(row)
         shown = self.merged_hits.cluster(cluster)
@@ -436,7 +436,7 @@ class Library(DeferredSteps, ScopedLessons):
         signers: this node's own (the newest), then, where it holds fewer than ``limit`` and
         ``min_trust`` is given, the newest rows of signers the library's ``trust`` puts at
         ``min_trust`` or more (their ê), each such signer a quarter of ``limit`` at most
-        (`dsonet.library.reference`). None when there are none."""
+        (`dsonet.library.view.reference`). None when there are none."""
         trusted = None if min_trust is None or self.trust is None else (lambda s: self.trust(s) >= min_trust)
         return self._reference.pick(limit, trusted)
 
@@ -449,7 +449,7 @@ class Library(DeferredSteps, ScopedLessons):
         """Top experiences for a text query (`RetrievalPolicy`: k = 5, scored at or above the
         calibrated threshold unless ``min_similarity`` says otherwise, ≤ 2048 tokens), of
         those carrying every one of ``tags``, with a retrieval id to report their `outcome` under.
-        ``environment``: the asker's; lessons whose scope contradicts it are held back (`dsonet.library.scoped`)."""
+        ``environment``: the asker's; lessons whose scope contradicts it are held back (`dsonet.library.view.scoped`)."""
         hits = self.search_vector(self.encoder.encode([query], kind="query")[0], k, min_similarity, domain, max_tokens,
                                   tags, environment, text=query)
         hits.retrieval_id = self.retrievals.issue(hits)
@@ -511,7 +511,7 @@ class Library(DeferredSteps, ScopedLessons):
         return RowIndex(self.rows, self.profile, support, defer_refit=defer_refit)
 
     def heal(self) -> list[int]:
-        """Quarantine rows damaged since the file was opened (`dsonet.library.quarantine`) and stop
+        """Quarantine rows damaged since the file was opened (`dsonet.library.store.quarantine`) and stop
         serving them; returns their seqs (none: the failure that called for it was not a row's)."""
         seqs = quarantine.sweep(self.rows.db, self.profile)
         if seqs:

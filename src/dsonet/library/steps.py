@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from dsonet.library.code_index import Fitted, Refit
-from dsonet.library.decoded import DecodedRows
-from dsonet.library.merge import MergedView
-from dsonet.library.row_index import RowIndex
-from dsonet.library.rows import RowStore
-from dsonet.library.saved_fit import keep_clusters, keep_fits
+from dsonet.library.index.code_index import Fitted, Refit
+from dsonet.library.view.decoded import DecodedRows
+from dsonet.library.view.merge import MergedView
+from dsonet.library.index.row_index import RowIndex
+from dsonet.library.store.rows import RowStore
+from dsonet.library.index.saved_fit import keep_fits
+from dsonet.library.view.saved_clusters import keep_clusters
 
 
 class DeferredSteps:
@@ -35,7 +36,7 @@ class DeferredSteps:
         return {domain: self.view.build(rows) for domain, rows in jobs.items()}
 
     def install_merged(self, jobs: dict[str, np.ndarray], built: dict[str, list[np.ndarray]]) -> None:
-        """Show built clusters, and keep them for the next open (`dsonet.library.saved_fit`)."""
+        """Show built clusters, and keep them for the next open (`dsonet.library.view.saved_clusters`)."""
         self.view.install(built)
         for domain, clusters in built.items():
             self._built(domain, jobs[domain], clusters)

@@ -43,12 +43,12 @@ from dsonet.experience import Experience, Provenance, check_lesson
 from dsonet.identity import NodeIdentity
 from dsonet.library import Hit, Hits, Library, MergeRule
 from dsonet.library.errors import DamagedFile
-from dsonet.library.file import damaged
-from dsonet.library.merge import THETA_DUP
-from dsonet.library.quarantine import row_damage
+from dsonet.library.store.file import damaged
+from dsonet.library.view.merge import THETA_DUP
+from dsonet.library.store.quarantine import row_damage
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import OutcomeError, Retrievals
-from dsonet.library.tags import checked as checked_tags
+from dsonet.library.store.tags import checked as checked_tags
 from dsonet.network.access import FairLock, SerialEncoder
 from dsonet.network.ingest import Ingest, Peer
 from dsonet.network.journal import Journal
@@ -85,7 +85,7 @@ class NodeConfig:
     # BitDelta codes (MiniLM, g = d: each ê is ē + α·s, so per-coordinate MADs are tiny); "median"
     # (distance to the coordinate median, robust z-score) keeps ~95 % and still drops random rows.
     rule: str = "median"
-    theta_dup: float = THETA_DUP  # the merged view's duplicate threshold (`dsonet.library.merge`)
+    theta_dup: float = THETA_DUP  # the merged view's duplicate threshold (`dsonet.library.view.merge`)
     model: str = ""  # recorded in provenance
     # Encode peers' texts too and keep the floats on disk: exact ranking of their experiences
     # (recall@10 1.0 instead of ~0.93 from codes alone) for the encoder's time and 30 KB a row.
@@ -233,7 +233,7 @@ class Node:
 
     def _healing(self, fn: Callable, *args, **kwargs):
         """``fn``, called again once the rows damaged since open are quarantined, if that is why it
-        failed (`dsonet.library.quarantine`): the node serves the rest, without a traceback."""
+        failed (`dsonet.library.store.quarantine`): the node serves the rest, without a traceback."""
         try:
             return fn(*args, **kwargs)
         except (sqlite3.OperationalError, ValueError) as exc:
@@ -258,7 +258,7 @@ class Node:
                      vector: np.ndarray | list | None = None, tags: tuple[str, ...] = (),
                      scope: Scope = Scope()) -> Experience:
         """Store one experience now (encoding its text unless a vector in the profile's space is given),
-        with this node's ``tags`` (`dsonet.library.tags`: kept here, never published) and the ``scope`` it
+        with this node's ``tags`` (`dsonet.library.store.tags`: kept here, never published) and the ``scope`` it
         holds in (`dsonet.scope`: published, signed)."""
         check_lesson(text)
         tags = checked_tags(tags)
@@ -285,7 +285,7 @@ class Node:
                      domain: str | None = None, tags: tuple[str, ...] = (), environment: Scope | None = None) -> Hits:
         """The library's hits for a query (encoded here) or a vector; ``min_similarity`` None: the
         threshold calibrated for the library's space; ``tags``: only lessons carrying all of them;
-        ``environment``: the asker's, lessons whose scope contradicts it held back (`dsonet.library.scoped`)."""
+        ``environment``: the asker's, lessons whose scope contradicts it held back (`dsonet.library.view.scoped`)."""
         if (query is None) == (vector is None):
             raise NodeError("query/vector: give exactly one of them")
         t = time.perf_counter()
@@ -415,7 +415,7 @@ class Node:
         return {"node_id": key, "banned": False, "ban_lifted": lifted, "reputation": self.soup.reputation.get(key)}
 
     async def quarantined(self, limit: int = 1000) -> list[dict]:
-        """Rows set aside as damaged (`dsonet.library.quarantine`)."""
+        """Rows set aside as damaged (`dsonet.library.store.quarantine`)."""
         return [q.to_dict() for q in await self._locked(self.library.quarantine_list, limit)]
 
     async def drop_quarantined(self, seqs: list[int] | None = None) -> int:

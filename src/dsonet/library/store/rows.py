@@ -12,7 +12,7 @@ different codes, this node's own row wins (it holds the float), then the higher 
 then the smaller code digest. A tombstone wins over its (id, signer) forever; a local delete
 tombstones the id for every signer. Capacity eviction drops rows and remembers them, so a
 re-delivery does not bring them back. Peers' rows are cut in fair shares (``standing``,
-`dsonet.library.eviction`: the largest holders first, keys not trusted by outcomes sharing one
+`dsonet.library.store.eviction`: the largest holders first, keys not trusted by outcomes sharing one
 share, so no key's volume pushes out another author's rows beyond its share), this node's own rows
 last; within a signer, lowest quality first.
 
@@ -20,7 +20,7 @@ Every write is one transaction: a crash loses nothing acknowledged and leaves no
 a caller can add its own statements to it (``within``: a node records the batch's hash there,
 `dsonet.network.ledger`, whose tables share this file).
 
-The file itself (its schema, creation, a damaged file told apart): `dsonet.library.file`.
+The file itself (its schema, creation, a damaged file told apart): `dsonet.library.store.file`.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from dsonet.codec.profile import baseline_digest
 from dsonet.experience import Experience, Provenance
 from dsonet.scope import Scope
 from dsonet.library.errors import LibraryError, StorageError
-from dsonet.library.eviction import TRUSTED, fair_cuts
-from dsonet.library.file import ANY_SIGNER, COLUMNS, StoredRow, connect
+from dsonet.library.store.eviction import TRUSTED, fair_cuts
+from dsonet.library.store.file import ANY_SIGNER, COLUMNS, StoredRow, connect
 
 _QUALITY = "confidence * (helped + 1.0) / (uses + 2.0) ASC, id DESC, signer DESC"  # eviction's order in a signer
 _MAX_BOUND = 400  # values bound in one `IN (...)` list: under SQLite's bound-parameter limit
@@ -49,7 +49,7 @@ PREFERRED = "received ASC, confidence DESC, signer ASC"
 
 
 class IndexRow(NamedTuple):
-    """What the in-memory index holds of a row (`dsonet.library.row_index`)."""
+    """What the in-memory index holds of a row (`dsonet.library.index.row_index`)."""
 
     seq: int
     id: str
@@ -111,7 +111,7 @@ class Written:
 
 class RowStore:
     def __init__(self, path: Path, capacity: int | None = None, standing: Callable[[str], int] | None = None):
-        """``standing``: a peer's standing at capacity, HIDDEN, STRANGER or TRUSTED (`dsonet.library.eviction`)."""
+        """``standing``: a peer's standing at capacity, HIDDEN, STRANGER or TRUSTED (`dsonet.library.store.eviction`)."""
         self.path, self.capacity, self.standing = path, capacity, standing
         self.db = connect(path)
 
@@ -268,7 +268,7 @@ class RowStore:
         return {(i, s) for i, s in keys if (i, s) in found or (i, ANY_SIGNER) in found}
 
     def _evict_over_capacity(self) -> list[tuple[str, int]]:
-        """Past capacity, fair shares (`dsonet.library.eviction`): peers' rows cut per signer, the
+        """Past capacity, fair shares (`dsonet.library.store.eviction`): peers' rows cut per signer, the
         largest holders first, own rows last; within a signer, lowest quality first."""
         if self.capacity is None:
             return []

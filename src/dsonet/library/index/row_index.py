@@ -2,7 +2,7 @@
 the last stage, exact rescoring from the floats the file holds.
 
 Stages 1–3 (coarse sketch, asymmetric estimate over the codes, optional support refinement)
-are `dsonet.library.code_index.CodeIndex`; this module adds stage 4: the best `RESCORE`
+are `dsonet.library.index.code_index.CodeIndex`; this module adds stage 4: the best `RESCORE`
 candidates whose float vector this node holds (its own experiences, or peers' with
 ``encode_texts``) are rescored exactly, reading those floats from the file (30 KB each at
 d = 7680, so they are not kept in memory).
@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 from dsonet.codec.batch import Profile
-from dsonet.library.eigen import matvec
-from dsonet.library.code_index import CodeIndex
-from dsonet.library.rows import IndexRow, RowStore, row_code
-from dsonet.library.saved_fit import fit_on_open
+from dsonet.library.index.eigen import matvec
+from dsonet.library.index.code_index import CodeIndex
+from dsonet.library.store.rows import IndexRow, RowStore, row_code
+from dsonet.library.index.saved_fit import fit_on_open
 
 OVERSAMPLE = 2048  # coarse candidates per query rescored by the asymmetric estimate (about 2 ms)
 RESCORE = 64  # best candidates rescored exactly where this node holds the float vector

@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from dsonet.library.dedup import THETA_DUP, duplicate_clusters_by_rows
+from dsonet.library.view.dedup import THETA_DUP, duplicate_clusters_by_rows
 
 __all__ = ["THETA_DUP", "Member", "MergeRule", "MergedView"]
 
@@ -70,7 +70,7 @@ class MergedView:
                  live: Callable[[np.ndarray], np.ndarray] | None = None,
                  on_build: Callable[[str, np.ndarray, list[np.ndarray]], None] | None = None):
         """``on_build(domain, rows, clusters)``: told of each domain a read rebuilt (the library
-        keeps them in its file, so the next open need not rebuild: `dsonet.library.saved_fit`)."""
+        keeps them in its file, so the next open need not rebuild: `dsonet.library.view.saved_clusters`)."""
         self.rule, self._reconstruct, self._key, self._domain_rows, self.dim = rule, reconstruct, key, domain_rows, dim
         self._live, self._on_build = live, on_build
         self._clusters: dict[str, list[np.ndarray]] = {}  # domain -> clusters (index rows, sorted by key)

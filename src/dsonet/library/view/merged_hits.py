@@ -11,10 +11,10 @@ from typing import Callable
 import numpy as np
 
 from dsonet.library.hits import Hit, Hits
-from dsonet.library.merge import Member, MergedView
+from dsonet.library.view.merge import Member, MergedView
 from dsonet.library.policy import RetrievalPolicy
-from dsonet.library.row_index import RowIndex
-from dsonet.library.rows import RowStore
+from dsonet.library.index.row_index import RowIndex
+from dsonet.library.store.rows import RowStore
 
 # A merged cluster's vector can score a little above its best member (the mean of near-duplicates);
 # the walk over candidates stops this far under the threshold.
