@@ -4,7 +4,7 @@ from dsonet.library.view.dedup import duplicate_clusters
 from dsonet.library.errors import LibraryError, StorageError
 from dsonet.library.view.merge import MergeRule
 from dsonet.library.policy import RetrievalPolicy, default_min_similarity, estimate_tokens
-from dsonet.library.store.rows import IngestResult
+from dsonet.library.store.records import IngestResult
 from dsonet.library.hits import Hit, Hits
 from dsonet.library.library import Library
 

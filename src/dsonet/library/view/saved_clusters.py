@@ -18,11 +18,27 @@ import sqlite3
 import numpy as np
 
 from dsonet.library.index.code_index import CodeIndex
-from dsonet.library.view.merge import MergedView
+from dsonet.library.index.row_index import RowIndex
+from dsonet.library.view.decoded import DecodedRows
+from dsonet.library.view.merge import MergedView, MergeRule
 
 _CLUSTERS = ("CREATE TABLE IF NOT EXISTS merged_clusters (domain TEXT PRIMARY KEY, fingerprint TEXT NOT NULL,"
              " labels BLOB NOT NULL)")
 MERGE_FORMAT = 1  # raise when the clustering changes (dedup's LSH, the rule): kept clusters are then rebuilt
+
+
+def opened_view(index: RowIndex, rule: MergeRule, decoded: DecodedRows, db: sqlite3.Connection) -> MergedView:
+    """The merged view of an opened file's rows: the clusters it keeps for unchanged domains shown, the
+    others built at their first read; each build kept in the file, and its rows' ê let go (`DecodedRows`)."""
+    def built(domain: str, rows: np.ndarray, clusters: list[np.ndarray]) -> None:
+        keep_clusters(db, index.index, view, domain, rows, clusters)
+        decoded.merged(rows, index.index.live)
+
+    view = MergedView(rule, decoded, lambda r: (index.ids[r], index.signers[r]), index.domain_rows,
+                      index.profile.dim, live=lambda rows: index.index.live[rows], on_build=built)
+    domains = set(index.domains)
+    view.touch(domains - restore_clusters(view, index.index, db, domains))
+    return view
 
 
 def restore_clusters(view: MergedView, index: CodeIndex, db: sqlite3.Connection, domains: set[str]) -> set[str]:

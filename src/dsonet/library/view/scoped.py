@@ -29,12 +29,11 @@ _ORDER = {"fits": 0, "unknown": 1}
 
 
 class ScopedLessons:
-    """`dsonet.library.Library`'s calls about scopes, over the library's own parts (declared here, set by it)."""
+    """The library's lessons by their scopes: a search in an environment, outcomes per environment."""
 
-    rows: RowStore
-    search_index: RowIndex
-    merged_hits: MergedHits
-    get: Callable[[str], Experience | None]
+    def __init__(self, rows: RowStore, index: RowIndex, merged_hits: MergedHits):
+        self.rows, self.search_index, self.merged_hits = rows, index, merged_hits
+        self.get: Callable[[str], Experience | None] = rows.get
 
     def scopes(self, ids: list[str] | None = None) -> dict[str, Scope]:
         """id -> the scope of each lesson of ``ids`` (None: of every scoped lesson held; `dsonet.scope`)."""
