@@ -8,6 +8,7 @@
              `MergedHits`     that view read as hits: a cluster as one `Hit`, a search's walk
              `ScopedLessons`  lessons' scopes: a search in an environment, outcomes per environment
              `ReferencePool`  the rows a node's round of received batches is judged beside
+    writes   `Writes`         the write path: rows into the file, then the index and the view follow
 
     lib = Library("lib.sqlite")                     # the default encoder, loaded on first use
     lib.add("When a ratio is asked, simplify the fraction first.", domain="math")
