@@ -44,7 +44,7 @@ from tqdm.auto import tqdm
 
 from dsonet.experience import Provenance
 from dsonet.learn import code_lessons, parse, prompts
-from dsonet.learn.chat import ChatLLM, user
+from dsonet.learn.chat import ChatLLM, Prefills, user
 from dsonet.learn.config import LearnConfig
 from dsonet.learn.context import inject, messages
 from dsonet.learn.control import neutral_notes
@@ -141,7 +141,8 @@ class Learner:
         summaries = self._summaries(reflect)
         # A back end that can continue a started reply gets "When" as the reply's start and writes one
         # lesson line: a 0.5B model asked for free text rambles past its budget and restates the problem.
-        prefill = [{"role": "assistant", "content": "When"}] if getattr(self.reflector, "supports_prefill", False) else []
+        prefills = isinstance(self.reflector, Prefills) and self.reflector.supports_prefill
+        prefill = [{"role": "assistant", "content": "When"}] if prefills else []
         n = self.config.candidates
         replies = self._generate([user((prompts.ADVANTAGE_CODE if g.feedback else prompts.ADVANTAGE).format(
             problem=g.query, reference=g.reference or "unknown", max_lessons=self.config.max_lessons,
