@@ -52,7 +52,7 @@ from dsonet.network.journal import Journal
 from dsonet.network.ledger import Ledger
 from dsonet.network.metrics import NodeMetrics
 from dsonet.network.node_config import NodeConfig, NodeError
-from dsonet.network.publish import Publisher
+from dsonet.network.publish import Publisher, Schedule
 from dsonet.network.standing import Bans, Standings, check_key
 from dsonet.network.transport import Message, Transport
 from dsonet.scope import Scope
@@ -130,9 +130,9 @@ class Node:
         self.ingest = Ingest(self.node_id, self.library, self.ledger, self.soup, self.bans, self._state, self._worker,
                              self.metrics, self.config.encode_texts, self._round_done, self.journal)
         c = self.config
+        schedule = Schedule(c.subject_prefix, self.durable, c.batch_interval_s, c.batch_size, c.max_batch_experiences)
         self.publisher = Publisher(self.identity, self.profile, self.transport, self.library, self.ledger, self.metrics,
-                                   c.subject_prefix, self.durable, c.batch_interval_s, c.batch_size,
-                                   c.max_batch_experiences, self._locked, self._aside)
+                                   schedule, self._locked, self._aside)
 
     def _round_done(self, result: RoundResult) -> None:
         self._save_standing()
