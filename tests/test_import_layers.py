@@ -90,6 +90,37 @@ def test_a_nodes_rooms_import_only_rooms_below_them():
     assert not bad
 
 
+# The library's rooms, lowest first (see `dsonet.library.library`): a room imports only rooms below it. Its
+# top-level modules are the words every room speaks (errors, the retrieval policy, the hit types: below
+# the rooms, importing none) or the façade over them.
+LIBRARY_ROOMS = {"words": 0, "store": 1, "index": 2, "view": 3, "facade": 4}
+LIBRARY_WORDS = {"errors", "policy", "hits"}
+LIBRARY_FACADE = {"library", "writes", "contract", "retrievals", "transfer"}
+
+
+def _library_room(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["dsonet", "library"] or len(parts) < 3:
+        return None
+    if parts[2] in ("store", "index", "view"):
+        return parts[2]
+    return "words" if parts[2] in LIBRARY_WORDS else "facade"
+
+
+def test_the_librarys_rooms_import_only_rooms_below_them():
+    graph = import_graph(SRC, "dsonet")
+    bad = sorted(f"{module} imports {other}" for module, edges in graph.items() for other in edges
+                 if (room := _library_room(module)) and (theirs := _library_room(other)) and theirs != room
+                 and LIBRARY_ROOMS[theirs] > LIBRARY_ROOMS[room])
+    assert not bad
+
+
+def test_every_library_module_sits_in_a_room_or_is_named_a_word_or_the_facade():
+    top = {path.stem for path in (SRC / "library").glob("*.py")} - {"__init__"}
+    rooms = {path.name for path in (SRC / "library").iterdir() if (path / "__init__.py").exists()}
+    assert (rooms, top) == ({"store", "index", "view"}, LIBRARY_WORDS | LIBRARY_FACADE)
+
+
 def test_the_library_takes_no_lock_from_its_caller():
     """The node's turns on its lock are the node's (`dsonet.network.ingest`): the library offers steps."""
     takes_lock = [name for name, fn in inspect.getmembers(Library, inspect.isfunction)

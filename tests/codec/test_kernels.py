@@ -109,7 +109,7 @@ _SCALAR_CHECK = """
 import numpy as np, sys
 from dsonet.codec import _kernels, compress, decompress
 from dsonet.aggregate.robust import mad_scores
-from dsonet.library.code_index import CodeIndex
+from dsonet.library.index.code_index import CodeIndex
 rng = np.random.default_rng(0)
 x = rng.standard_normal((300, 768)).astype(np.float32)
 codes = compress(x, 128, rotation_seed=5)

@@ -5,7 +5,7 @@ import hashlib
 import numpy as np
 
 from dsonet.experience import Experience, Provenance
-from dsonet.library import code_index, index_stages
+from dsonet.library.index import code_index, stages as index_stages
 
 DIM = 384
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from dsonet.codec import compress, decompress
-from dsonet.library.code_index import CodeIndex
+from dsonet.library.index.code_index import CodeIndex
 from lib_helpers import unit
 
 
@@ -106,7 +106,7 @@ def _low_rank(n: int, seed: int, lift: np.ndarray) -> np.ndarray:
 def test_stage_2b_runs_where_the_deltas_lie_in_few_directions_and_not_in_a_flat_space():
     """The consistency step is only as good as the directions learned from the codes: it turns on
     where the top `SUBSPACE_DIM` hold nearly all of the deltas' signal, not where they hold a fraction."""
-    from dsonet.library.index_stages import SUBSPACE_DIM, SUBSPACE_SHARE
+    from dsonet.library.index.stages import SUBSPACE_DIM, SUBSPACE_SHARE
 
     lift = np.linalg.qr(np.random.default_rng(1).standard_normal((2048, 48)))[0].T.astype(np.float32)
     for x, on in ((_low_rank(2100, 2, lift), True), (unit(2100, 3, dim=2048), False)):

@@ -11,7 +11,7 @@ from lib_helpers import experiences, small_index_thresholds, subspace_vectors
 
 from dsonet.codec import Profile
 from dsonet.library import Library
-from dsonet.library.code_index import CodeIndex
+from dsonet.library.index.code_index import CodeIndex
 
 PROFILE = Profile(96, 32, "test:fits", rotation_seed=7)
 OLD_FILE = Path(__file__).parent / "data" / "library-v1.sqlite"
@@ -103,7 +103,7 @@ def test_the_schema_1_file_still_opens_and_searches(tmp_path):
 
 
 def test_the_merged_views_clusters_are_kept_and_rebuilt_only_for_a_changed_domain(tmp_path, monkeypatch):
-    from dsonet.library.merge import MergedView
+    from dsonet.library.view.merge import MergedView
 
     x = subspace_vectors(300, 4)
     near = x[:5] + 0.01 * subspace_vectors(5, 5)  # five near-duplicates: five clusters of two
@@ -127,7 +127,7 @@ def test_the_merged_views_clusters_are_kept_and_rebuilt_only_for_a_changed_domai
 
 
 def test_a_nodes_deferred_rebuild_and_refit_are_kept_too(tmp_path, monkeypatch):
-    from dsonet.library.merge import MergedView
+    from dsonet.library.view.merge import MergedView
 
     with Library(tmp_path / "lib.sqlite", profile=PROFILE, defer_merge=True) as lib:
         lib.add_vectors(experiences(1200, seed=1), subspace_vectors(1200, 1))

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from dsonet.codec import compress
-from dsonet.library import Library, code_index
-from dsonet.library.code_index import CodeIndex
+from dsonet.library import Library
+from dsonet.library.index import code_index
+from dsonet.library.index.code_index import CodeIndex
 from lib_helpers import experiences, small_index_thresholds, subspace_vectors, unit
 
 

@@ -8,8 +8,8 @@ from dsonet.codec import decompress, make_batch
 from dsonet.experience import Experience
 from dsonet.identity import NodeIdentity
 from dsonet.library import Library, LibraryError
-from dsonet.library.code_index import CodeIndex
-from dsonet.library.decoded import RECENT
+from dsonet.library.index.code_index import CodeIndex
+from dsonet.library.view.decoded import RECENT
 
 from lib_helpers import unit
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from dsonet.library.dedup import DedupError, _row_medians, _transposed, duplicate_clusters
+from dsonet.library.view.dedup import DedupError, _row_medians, _transposed, duplicate_clusters
 
 
 def brute_force(vectors, domains, threshold):
@@ -97,7 +97,7 @@ def test_ten_thousand_vectors_at_d7680_find_every_planted_duplicate():
 
 
 def test_rows_on_demand_gives_the_same_clusters_holding_small_blocks():
-    from dsonet.library.dedup import duplicate_clusters_by_rows
+    from dsonet.library.view.dedup import duplicate_clusters_by_rows
 
     x = planted(1200, 1024, 6)
     domains = [["a", "b", "c"][i // 2 % 3] for i in range(1200)]

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from dsonet.library.eigen import top_eigh
+from dsonet.library.index.eigen import top_eigh
 
 
 def test_top_eigh_finds_the_top_eigenpairs_a_full_eigh_finds():

@@ -1,7 +1,7 @@
-"""Fair shares as pure arithmetic (`dsonet.library.eviction`): the largest holders lose rows first,
+"""Fair shares as pure arithmetic (`dsonet.library.store.eviction`): the largest holders lose rows first,
 down to one level; strangers share one share."""
 
-from dsonet.library.eviction import HIDDEN, STRANGER, TRUSTED, fair_cuts, standing_of, water_fill
+from dsonet.library.store.eviction import HIDDEN, STRANGER, TRUSTED, fair_cuts, standing_of, water_fill
 
 
 def test_water_filling_takes_from_the_largest_holders_down_to_one_level():

@@ -37,7 +37,7 @@ def test_library_persists_and_reloads_index_and_floats(tmp_path, encoder, profil
 
 
 def test_held_floats_are_read_from_the_file_to_rescore_only_the_best_candidates(tmp_path, encoder, profile):
-    from dsonet.library.row_index import RESCORE
+    from dsonet.library.index.row_index import RESCORE
 
     exps, vecs = experiences(300), unit(300, seed=3)
     q = vecs[11] + 0.5 * vecs[12]

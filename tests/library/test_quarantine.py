@@ -36,7 +36,7 @@ def test_damaged_rows_are_quarantined_counted_and_the_rest_served(tmp_path, enco
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.close()
     _flip_in_file(path, exps[3].text.encode())  # a flipped byte inside a text, in the file's pages
-    with caplog.at_level(logging.WARNING, logger="dsonet.library.quarantine"):
+    with caplog.at_level(logging.WARNING, logger="dsonet.library.store.quarantine"):
         # before: opening raised ValueError (buffer size must be a multiple of element size), and
         # reading the text raised sqlite3.OperationalError (Could not decode to UTF-8)
         with Library(path, encoder=encoder, profile=profile) as lib:

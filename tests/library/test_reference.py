@@ -5,7 +5,7 @@ from dsonet.codec import make_batch
 from dsonet.experience import Experience
 from dsonet.identity import NodeIdentity
 from dsonet.library import Library
-from dsonet.library.reference import SIGNER_SHARE, capped_per_signer
+from dsonet.library.view.reference import SIGNER_SHARE, capped_per_signer
 from lib_helpers import experiences, unit
 
 COPIER, AUTHOR, STRANGER = (NodeIdentity.from_seed(s) for s in (b"ref-copier", b"ref-author", b"ref-stranger"))

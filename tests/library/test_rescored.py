@@ -7,7 +7,7 @@ import pytest
 from dsonet.library import Library
 from dsonet.library.hits import Hit, Hits
 from dsonet.library.policy import ENV_MIN_SIMILARITY, MIN_SIMILARITY, RetrievalPolicy
-from dsonet.library.rescored import CANDIDATES, rescored
+from dsonet.library.index.rescored import CANDIDATES, rescored
 from lib_helpers import HashEncoder
 
 LESSONS = [f"When case {i} happens, do step {i}." for i in range(30)]

@@ -2,7 +2,7 @@ import numpy as np
 
 from dsonet.codec import Profile, make_batch
 from dsonet.library import Library
-from dsonet.library.row_index import OVERSAMPLE
+from dsonet.library.index.row_index import OVERSAMPLE
 from lib_helpers import experiences
 
 DIM = 2048

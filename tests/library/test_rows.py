@@ -2,8 +2,8 @@
 read in chunks, every row found once, none lost at a chunk's edge."""
 
 from dsonet.codec import compress
-from dsonet.library.file import StoredRow
-from dsonet.library.rows import _MAX_BOUND, RowStore
+from dsonet.library.store.file import StoredRow
+from dsonet.library.store.rows import _MAX_BOUND, RowStore
 from lib_helpers import experiences, unit
 
 N = 2 * _MAX_BOUND + 3  # two whole chunks and a partial one

@@ -10,7 +10,7 @@ from dsonet.codec import make_batch
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
 from dsonet.library import Library, MergeRule
-from dsonet.library.merge import Member
+from dsonet.library.view.merge import Member
 from lib_helpers import HashEncoder, unit
 
 V1_FILE = Path(__file__).parent / "data" / "library-v1.sqlite"

@@ -7,8 +7,9 @@ import threading
 from pathlib import Path
 
 from dsonet.codec import Profile
-from dsonet.library import Library, code_index as index_module
-from dsonet.library.code_index import CodeIndex
+from dsonet.library import Library
+from dsonet.library.index import code_index as index_module
+from dsonet.library.index.code_index import CodeIndex
 from dsonet.network.ingest import rebuild_merged, refit_index
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "library"))

@@ -11,8 +11,8 @@ import numpy as np
 from dsonet.codec import make_batch
 from dsonet.experience import Experience
 from dsonet.identity import NodeIdentity
-from dsonet.library import code_index as index_module
-from dsonet.library.code_index import CodeIndex
+from dsonet.library.index import code_index as index_module
+from dsonet.library.index.code_index import CodeIndex
 from dsonet.network import ingest as ingest_module
 from dsonet.network.node import Node, NodeConfig
 from dsonet.network.transport import InProcessHub, subject_for

@@ -10,7 +10,7 @@ import numpy as np
 from dsonet.codec import make_batch
 from dsonet.experience import Experience
 from dsonet.identity import NodeIdentity
-from dsonet.library.rows import RowStore
+from dsonet.library.store.rows import RowStore
 from dsonet.network.api import create_app
 from dsonet.network.ingest import MAX_ROUND_ROWS
 from dsonet.network.node import Node, NodeConfig

@@ -14,7 +14,7 @@ from dsonet.experience import Experience
 from dsonet.identity import NodeIdentity
 from dsonet.library import Library
 from dsonet.library.errors import StorageError
-from dsonet.library.rows import RowStore
+from dsonet.library.store.rows import RowStore
 from dsonet.network.ledger import Ledger
 from dsonet.network.node import Node, NodeConfig
 from dsonet.network.transport import InProcessHub, subject_for

@@ -4,7 +4,7 @@ import torch
 from dsonet.codec import compress, decompress
 from dsonet.codec.batch import DEFAULT_ROTATION_SEED
 from dsonet.codec.rotation import get_rotation
-from dsonet.library.code_index import CodeIndex
+from dsonet.library.index.code_index import CodeIndex
 from dsonet.train.codes import code_similarities, delta_cosine, reconstruction_cosine
 from dsonet.train.rotation import TorchRotation
 

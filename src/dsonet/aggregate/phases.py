@@ -1,5 +1,5 @@
 """Phase 2 of DeltaSoup as a pure function (phase 1 is `verify`, phase 3 is `rules`; phase 4,
-the dedup merge, is the library's merged view, `dsonet.library.merge`, the one merge a node runs).
+the dedup merge, is the library's merged view, `dsonet.library.view.merge`, the one merge a node runs).
 
     decompress_batches  every batch's codes -> one (n, d) matrix with each row's origin
 """

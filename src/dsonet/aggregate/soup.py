@@ -14,7 +14,7 @@
     release(batches) the receiver could not store them: a redelivery is admitted again
 
 Phase 4, the dedup merge, is not here: the admitted rows go into the node's library, whose
-merged view (`dsonet.library.merge`) is the one merge rule, with this soup's reputation as trust.
+merged view (`dsonet.library.view.merge`) is the one merge rule, with this soup's reputation as trust.
 
 Reputation (rep ← 0.9·rep + 0.1·r, one model for every caller: `Reputation`): `record_outcome`
 (an agent's verdict on a key's lesson, r = helped) is the only way to `trusted`. After each round

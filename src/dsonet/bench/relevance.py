@@ -39,7 +39,7 @@ from dsonet.encoders.default import default_head_dir
 from dsonet.encoders.minilm_numpy import minilm_dir
 from dsonet.encoders.rescore import BackboneRescorer
 from dsonet.library import Library
-from dsonet.library.rescored import CANDIDATES as RESCORE_CANDIDATES
+from dsonet.library.index.rescored import CANDIDATES as RESCORE_CANDIDATES
 from dsonet.library.policy import CALIBRATION_NAME, MIN_SIMILARITY, calibrations
 
 K = 5

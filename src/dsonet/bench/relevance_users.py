@@ -36,7 +36,7 @@ from dsonet.bench.report import format_table
 from dsonet.encoders.rescore import BackboneRescorer, when_clause
 from dsonet.library import Library
 from dsonet.library.policy import RESCORE_NAME, calibrated, calibrations, default_min_similarity
-from dsonet.library.rescored import CANDIDATES
+from dsonet.library.index.rescored import CANDIDATES
 
 USERS = DATA / "relevance_users.toml"
 HALVES = ("tune", "held_out")

@@ -17,7 +17,7 @@ Indexes, measured in the same run, one query at a time:
                    384 do not): the best 20 re-decoded consistently with their signs inside the
                    128 principal directions learned from the codes. `CodeIndex.search`, what
                    `Library.rank` runs for a node's search. Nothing is decompressed in full.
-  dsonet-support   the same, plus stage 3 (`library.index_stages.Support`): the best 20 candidates
+  dsonet-support   the same, plus stage 3 (`library.index.stages.Support`): the best 20 candidates
                    decoded again knowing the subspace the encoder's outputs lie in (here the
                    lift's 384 dimensions; the Zen head's lie in d_hidden + 2). Codes only; its
                    bytes include the 11.8 MB basis, which is the encoder's, spread over n.
@@ -65,7 +65,7 @@ from dsonet.encoders.cache import cached_encode
 from dsonet.experience import Experience
 from dsonet.identity import NodeIdentity
 from dsonet.library import Library
-from dsonet.library.code_index import CodeIndex
+from dsonet.library.index.code_index import CodeIndex
 
 DIM = 7680
 BATCH = 1000

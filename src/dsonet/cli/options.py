@@ -54,7 +54,7 @@ max_tokens_option = click.option("--max-tokens", type=click.IntRange(1), default
 
 
 def tag_option(help: str):
-    """--tag, repeatable: scopes such as agent:NAME and project:NAME (`dsonet.library.tags`)."""
+    """--tag, repeatable: scopes such as agent:NAME and project:NAME (`dsonet.library.store.tags`)."""
     return click.option("--tag", "tags", multiple=True, metavar="TAG", help=help)
 
 

@@ -1,5 +1,5 @@
 """The rows a round's received batches are judged beside, as the aggregation reads them: here, below
-both the library that chooses them (`dsonet.library.reference`) and the rules that read them
+both the library that chooses them (`dsonet.library.view.reference`) and the rules that read them
 (`dsonet.aggregate`), so the maths does not import the storage."""
 
 from __future__ import annotations

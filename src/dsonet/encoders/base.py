@@ -10,6 +10,8 @@ and what some encoders offer besides, each its own protocol (`isinstance` says w
     Split:      encoder.cache_parts() -> (base, map)   a frozen base plus a cheap map (a Zen head,
                                                        an adapter): only the base's vectors are cached
     Configured: encoder.config() -> dict               rebuilt by name (`backbones.backbone_from_config`)
+    OverBackbone: encoder.backbone -> Encoder          a head over a sentence encoder: the backbone
+                                                       scores a text search's second stage (`rescore`)
     `dsonet.codec.profile.ShipsBaseline`: encoder.baseline   the space's fixed BitDelta baseline
 """
 
@@ -48,6 +50,11 @@ class Split(Protocol):
 @runtime_checkable
 class Configured(Protocol):
     def config(self) -> dict: ...
+
+
+@runtime_checkable
+class OverBackbone(Protocol):
+    backbone: Encoder
 
 
 def check_texts(texts: Sequence[str], kind: str) -> list[str]:

@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dsonet.encoders.base import Encoder
+from dsonet.encoders.base import Encoder, OverBackbone
 
 _WHEN = re.compile(r"^\s*when\s+(?P<condition>.+?)[,;:]\s", re.IGNORECASE | re.DOTALL)
 CACHE = 4096  # lessons whose two backbone vectors are kept (1.5 KB each at 384 dims)
@@ -72,5 +72,5 @@ class BackboneRescorer:
 def backbone_rescorer(encoder: Encoder) -> BackboneRescorer | None:
     """The second stage for ``encoder``: over its backbone when it has one (a Zen head on a
     sentence encoder), else None (an encoder with no backbone is scored in its own space only)."""
-    backbone = getattr(encoder, "backbone", None)
+    backbone = encoder.backbone if isinstance(encoder, OverBackbone) else None
     return None if backbone is None else BackboneRescorer(backbone)

@@ -82,7 +82,7 @@ class ZenHead(nn.Module):
     def support(self) -> np.ndarray:
         """(d_hidden + 2, d_out) vectors spanning every output's subspace. LN(z) = γ ⊙ C z / σ(z) + β
         (C subtracts the mean) and z = W2 z2 + b2, so e lies in span(γ ⊙ C W2, γ ⊙ C b2, β) whatever
-        the input: a code's decoder can use that (`dsonet.library.index_stages.Support`)."""
+        the input: a code's decoder can use that (`dsonet.library.index.stages.Support`)."""
         w2, b2 = self.w2.weight.double(), self.w2.bias.double()
         gamma, beta = self.ln2.weight.double(), self.ln2.bias.double()
         centred = torch.cat([w2, b2[:, None]], dim=1)

@@ -44,6 +44,14 @@ class ChatLLM(Protocol):
                  seed: int | None = None) -> list[Completion]: ...
 
 
+@runtime_checkable
+class Prefills(Protocol):
+    """A `ChatLLM` that continues a chat ending in an assistant message from that text (where
+    ``supports_prefill`` is True)."""
+
+    supports_prefill: bool
+
+
 def user(text: str, system: str | None = None) -> list[Message]:
     """A one-turn conversation."""
     return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]

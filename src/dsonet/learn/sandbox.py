@@ -69,6 +69,7 @@ from typing import Self
 from dsonet.errors import DsoError
 
 WORKER = Path(__file__).with_name("_sandbox_worker.py")
+CANONICAL = WORKER.with_name("_sandbox_canonical.py")  # the worker imports it from its own folder
 REPO_DRIFT_PYTHON = Path(__file__).resolve().parents[3] / ".venv-drift" / "bin" / "python"
 RESULT_BYTES = 1 << 20  # a canonical value's JSON; a drift answer is a scalar, a small array or frame
 TMPFS_BYTES = 256 << 20  # the sandbox's whole /tmp: held in RAM, so small
@@ -299,6 +300,7 @@ class Sandbox:
             argv += ["--ro-bind", path, path]
         argv += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
                  "--ro-bind", str(WORKER), "/sandbox/worker.py",
+                 "--ro-bind", str(CANONICAL), f"/sandbox/{CANONICAL.name}",
                  "--proc", "/proc", "--dev", "/dev",
                  "--perms", "1777", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
                  # the root and /dev tmpfs have no size cap: nothing may write there (device nodes still work)

@@ -1,10 +1,10 @@
 """The node's local experience library: storage, retrieval over compressed codes, merge."""
 
-from dsonet.library.dedup import duplicate_clusters
+from dsonet.library.view.dedup import duplicate_clusters
 from dsonet.library.errors import LibraryError, StorageError
-from dsonet.library.merge import MergeRule
+from dsonet.library.view.merge import MergeRule
 from dsonet.library.policy import RetrievalPolicy, default_min_similarity, estimate_tokens
-from dsonet.library.rows import IngestResult
+from dsonet.library.store.records import IngestResult
 from dsonet.library.hits import Hit, Hits
 from dsonet.library.library import Library
 

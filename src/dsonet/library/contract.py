@@ -27,7 +27,7 @@ class Store(Protocol):
     def add(self, text: str, domain: str = "general", confidence: float = 0.5,
             tags: tuple[str, ...] = (), scope: Scope = Scope()) -> Experience:
         """Store one lesson ("When X, do Y") with the store's own ``tags`` (scopes such as agent:NAME,
-        project:NAME; `dsonet.library.tags`) and the ``scope`` it holds in (`dsonet.scope`); returns it
+        project:NAME; `dsonet.library.store.tags`) and the ``scope`` it holds in (`dsonet.scope`); returns it
         with its id."""
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,

@@ -16,7 +16,7 @@ __all__ = ["HeldBack", "Hit", "Hits"]
 
 @dataclass(frozen=True)
 class Hit:
-    experience: Experience  # the cluster's representative (see `dsonet.library.merge`)
+    experience: Experience  # the cluster's representative (see `dsonet.library.view.merge`)
     score: float  # cosine of the query and the cluster's vector; in a text search, its second stage's (`rescored`)
     members: tuple[str, ...] = ()  # ids of every experience merged into this one (provenance kept)
     sources: tuple[str, ...] = ()  # signers of the merged rows: whose reputation an outcome moves

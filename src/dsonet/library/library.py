@@ -1,27 +1,22 @@
-"""The node's local experience library: a thin façade over its parts.
+"""The node's local experience library: one door to three rooms, each importing only those below it.
 
-    rows         `RowStore`       the SQLite file: one row per (experience id, signer), the CRDT
-                                  rules, tombstones, eviction, outcome counters
-    row_index    `RowIndex`       the in-memory code index (`code_index.CodeIndex`) kept in step
-                                  with the file, and exact rescoring
-    merge        `MergedView`     near-duplicates shown as one experience (DeltaSoup's phase 4)
-    merged_hits  `MergedHits`     that view read as hits: a cluster as one `Hit`, a search's walk
-    scoped       `ScopedLessons`  lessons' scopes: a search in an environment, outcomes per environment
-    reference    `ReferencePool`  the rows a node's round of received batches is judged beside
-    steps        `DeferredSteps`  the merge and the index's refits, in steps for a node
+    store/   `RowStore`       the SQLite file: one row per (experience id, signer), the CRDT rules,
+                              tombstones, eviction, outcome counters; quarantine, history, tags
+    index/   `RowIndex`       the in-memory code index (`CodeIndex`) kept in step with the file,
+                              exact rescoring, the fitted stages kept in the file
+    view/    `MergedView`     near-duplicates shown as one experience (DeltaSoup's phase 4)
+             `MergedHits`     that view read as hits: a cluster as one `Hit`, a search's walk
+             `ScopedLessons`  lessons' scopes: a search in an environment, outcomes per environment
+             `ReferencePool`  the rows a node's round of received batches is judged beside
+    writes   `Writes`         the write path: rows into the file, then the index and the view follow
 
     lib = Library("lib.sqlite")                     # the default encoder, loaded on first use
     lib.add("When a ratio is asked, simplify the fraction first.", domain="math")
     hits = lib.search("ratio of two numbers")       # k = 5, two stages, ≥ the calibrated threshold, ≤ 2048 tokens
-
-This node's own experiences keep their float vectors in the file and are coded against the
-library's local baseline; `unpublished` hands back those stored codes, so a node publishes what
-it stored instead of compressing the floats a second time.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 import time
@@ -32,31 +27,32 @@ import numpy as np
 
 import dsonet.encoders  # through the module, so the default can be swapped (tests do) after this import
 from dsonet.codec import CompressedBatch, Profile, profile_of
-from dsonet.codec.batch import check_unit
-from dsonet.codec.bitdelta import BitDeltaCodes, compress
+from dsonet.codec.bitdelta import BitDeltaCodes
 from dsonet.codec.reference import Reference
-from dsonet.errors import BatchError
 from dsonet.encoders.rescore import backbone_rescorer
 from dsonet.experience import Experience, Provenance, check_lesson
-from dsonet.library.eviction import standing_of
-from dsonet.library.hits import Hits
-from dsonet.library.merge import MergedView, MergeRule
-from dsonet.library.merged_hits import MergedHits
-from dsonet.library import history, quarantine
-from dsonet.library import tags as tags_table
-from dsonet.library.decoded import DecodedRows
-from dsonet.library.policy import (MAX_TOKENS, K, RetrievalPolicy, calibrated, default_min_similarity,
-                                   env_min_similarity)
-from dsonet.library.reference import ReferencePool
-from dsonet.library.rescored import CANDIDATES, Rescorer, rescored
-from dsonet.library.retrievals import Retrievals
 from dsonet.library.errors import DamagedFile, LibraryError, MissingLibrary
-from dsonet.library.file import damaged
-from dsonet.library.rows import ANY_SIGNER, Copy, IngestResult, RowStore, row_code, row_experience
-from dsonet.library.saved_fit import restore_clusters
-from dsonet.library.scoped import ScopedLessons
-from dsonet.library.steps import DeferredSteps
-from dsonet.library.row_index import RowIndex
+from dsonet.library.hits import Hit, Hits
+from dsonet.library.index.code_index import Fitted, Refit
+from dsonet.library.index.rescored import Rescorer
+from dsonet.library.index.row_index import open_index
+from dsonet.library.policy import MAX_TOKENS, K, calibrated
+from dsonet.library.retrievals import Retrievals
+from dsonet.library.store import history, quarantine
+from dsonet.library.store import tags as tags_table
+from dsonet.library.store.eviction import standing_of
+from dsonet.library.store.file import ANY_SIGNER, damaged
+from dsonet.library.store.profile import bind_profile
+from dsonet.library.store.records import Copy, IngestResult, row_experience, stored_codes
+from dsonet.library.store.rows import RowStore
+from dsonet.library.view.decoded import DecodedRows
+from dsonet.library.view.merge import MergeRule
+from dsonet.library.view.merged_hits import MergedHits
+from dsonet.library.view.reference import ReferencePool
+from dsonet.library.view.saved_clusters import opened_view
+from dsonet.library.view.scoped import ScopedLessons
+from dsonet.library.view.search import Search
+from dsonet.library.writes import Writes
 from dsonet.scope import Scope
 
 __all__ = ["Library"]
@@ -64,14 +60,14 @@ __all__ = ["Library"]
 log = logging.getLogger(__name__)
 
 
-class Library(DeferredSteps, ScopedLessons):
+class Library:
     def __init__(self, path: str | Path, encoder=None, profile: Profile | None = None, capacity: int | None = None,
                  support: np.ndarray | None = None, merge: MergeRule = MergeRule(),
                  trust: Callable[[str], float] | None = None, defer_merge: bool = False,
                  trusted: float | None = None, create: bool = True, owner: str | None = None,
                  rescore: bool | Rescorer = True):
         """``rescore``: a text search with the calibrated threshold scores its first-stage candidates
-        again (`dsonet.library.rescored`): True, in the encoder's backbone space where a threshold was
+        again (`dsonet.library.index.rescored`): True, in the encoder's backbone space where a threshold was
         calibrated for it; or by the `Rescorer` given; False: one stage. ``owner``:
         the node this file belongs to; the rows added to it before it had one become its own
         (`RowStore.adopt`). ``create``: False refuses a path that holds no library yet (a read must not
@@ -80,9 +76,9 @@ class Library(DeferredSteps, ScopedLessons):
         ``trust``: a signer's weight in the merged view (a node passes its reputation); every signer weighs
         1 without it. ``trusted``: past ``capacity``, signers ``trust`` puts at this or above keep a fair
         share each, the others one share between them, those it puts at 0 go first (this library's own rows
-        always last; see `dsonet.library.eviction`). ``defer_merge``: writes leave the merged view and the
-        index's refits to their steps instead of the next read (a node that searches while it ingests; see
-        `dsonet.library.steps`)."""
+        always last; see `dsonet.library.store.eviction`). ``defer_merge``: writes leave the merged view and the
+        index's refits to their steps instead of the next read (a node that searches while it ingests;
+        `merge_jobs`, `refit_due`)."""
         self.path = Path(path).expanduser()
         if not create and not self.path.exists():
             raise MissingLibrary(self.path)
@@ -100,9 +96,9 @@ class Library(DeferredSteps, ScopedLessons):
         try:  # reads the profile and every row's code: where the file's pages are broken, SQLite says so here
             self.profile = self._bind_profile(profile)
             quarantine.ensure_table(self.rows.db)  # rows whose bytes were damaged are set aside, not fatal
-            self.quarantined = quarantine.count(self.rows.db)
             self.damage: DamagedFile | None = None  # a page found broken while serving (`broken_page`)
-            self.search_index = self._index(support, defer_merge)
+            self.search_index = open_index(self.rows, self.profile, support, defer_merge)
+            self.quarantined = quarantine.count(self.rows.db)  # with what the open swept, if it did
         except sqlite3.DatabaseError as exc:
             self.rows.close()
             if damaged(exc):
@@ -113,11 +109,11 @@ class Library(DeferredSteps, ScopedLessons):
             raise
         idx = self.search_index
         self._decoded = DecodedRows(idx.index.reconstruct, self.profile.dim)  # ê a round decoded (`ingest`)
-        self.view = MergedView(merge, self._decoded, lambda r: (idx.ids[r], idx.signers[r]), idx.domain_rows,
-                               self.profile.dim, live=lambda rows: idx.index.live[rows], on_build=self._built)
-        # the clusters the file keeps for unchanged domains; the others are built at their first read
-        self.view.touch(set(idx.domains) - restore_clusters(self.view, idx.index, self.rows.db, set(idx.domains)))
+        self.view = opened_view(idx, merge, self._decoded, self.rows.db)
         self.merged_hits = MergedHits(idx, self.view, self.rows, trust)
+        self.scoped = ScopedLessons(self.rows, idx, self.merged_hits)
+        self.writes = Writes(self.rows, idx, self._decoded, self.profile, self._view_changed)
+        self._search = Search(self.rows, idx, self.merged_hits, self.scoped, self.profile, lambda: self.rescorer)
         self._reference = ReferencePool(idx, self._decoded)
 
     # ------------------------------------------------------------------ setup
@@ -133,23 +129,11 @@ class Library(DeferredSteps, ScopedLessons):
                 )
         return self._encoder
 
+    def _encode_documents(self, texts: list[str]) -> np.ndarray:
+        return self.encoder.encode(texts, kind="document")
+
     def _bind_profile(self, profile: Profile | None) -> Profile:
-        raw = self.rows.meta("profile")
-        stored = None
-        if raw:
-            described = json.loads(raw)
-            digest = described.get("baseline_hash")
-            stored = Profile.from_dict(described, None if digest is None else self.rows.baseline_named(digest))
-        if profile is None:
-            profile = stored or profile_of(self.encoder)
-        if stored is None:
-            self.rows.add_baseline(profile.baseline)
-            self.rows.set_meta("profile", json.dumps(profile.to_dict()))
-        elif stored != profile:
-            raise LibraryError(
-                f"profile: {self.path} was created for {stored.to_dict()}, opened with {profile.to_dict()}; "
-                "open it with the same encoder and profile, or use another --db file"
-            )
+        profile = bind_profile(self.rows, profile, lambda: profile_of(self.encoder))
         if self._encoder is not None and self._encoder.dim != profile.dim:
             raise LibraryError(f"encoder: {self._encoder.id} gives {self._encoder.dim} dims, the profile has {profile.dim}")
         return profile
@@ -185,14 +169,12 @@ class Library(DeferredSteps, ScopedLessons):
     def add(self, text: str, domain: str = "general", confidence: float = 0.5, tags: tuple[str, ...] = (),
             scope: Scope = Scope(), provenance: Provenance | None = None) -> Experience:
         """Encode one experience and store it with its float vector and code (ADD), as the file's
-        `owner`'s unless ``provenance`` says otherwise, with this library's ``tags`` (`dsonet.library.tags`)
+        `owner`'s unless ``provenance`` says otherwise, with this library's ``tags`` (`dsonet.library.store.tags`)
         and the ``scope`` it holds in (`dsonet.scope`; signed with it when published)."""
         check_lesson(text)
-        scopes = tags_table.checked(tags)
-        prov = provenance or Provenance(self.owner, timestamp_ms=int(time.time() * 1000))
-        exp = Experience(text, domain, confidence, prov, scope)
-        self.add_vectors([exp], self.encoder.encode([exp.text], kind="document"))
-        self.tag(exp.id, scopes)
+        exp = Experience(text, domain, confidence,
+                         provenance or Provenance(self.owner, timestamp_ms=int(time.time() * 1000)), scope)
+        self.writes.lesson(exp, tags, self._encode_documents)
         return exp
 
     def tag(self, exp_id: str, tags: tuple[str, ...]) -> None:
@@ -204,21 +186,7 @@ class Library(DeferredSteps, ScopedLessons):
 
     def add_vectors(self, experiences: list[Experience], vectors: np.ndarray) -> list[str]:
         """Store experiences this node encoded itself (vectors in the profile's space). Returns ids stored."""
-        vectors = np.asarray(vectors, np.float32)
-        if vectors.shape != (len(experiences), self.profile.dim):
-            raise LibraryError(f"vectors: shape {vectors.shape}, expected ({len(experiences)}, {self.profile.dim})")
-        try:
-            check_unit(vectors)
-        except BatchError as exc:
-            raise LibraryError(f"{exc}; nothing was stored") from None
-        if not experiences:
-            return []
-        codes = self._compress(vectors)
-        return self._write(experiences, None, codes.signs, codes.scales, codes.baseline, vectors, received=False).added
-
-    def _compress(self, vectors: np.ndarray) -> BitDeltaCodes:
-        p = self.profile
-        return compress(vectors, p.group_size, baseline=p.baseline, rotation_seed=p.rotation_seed)
+        return self.writes.own(experiences, vectors)
 
     def ingest(self, batch: CompressedBatch, keep: np.ndarray | None = None, encode_texts: bool = False,
                vectors: list[np.ndarray | None] | None = None,
@@ -235,77 +203,55 @@ class Library(DeferredSteps, ScopedLessons):
         the caller's statements on this file, run in the rows' transaction (a node's ledger records
         the batch's hash there, `dsonet.network.ledger`). ``decoded``: ê of the admitted rows,
         (admitted, d), as the caller's round decoded them (`RoundResult.vectors`): the merge
-        clusters by them instead of decoding the codes again (`dsonet.library.decoded`).
+        clusters by them instead of decoding the codes again (`dsonet.library.view.decoded`).
         """
-        rows = self._admitted(batch, keep)
-        exps = [batch.experiences[i] for i in rows]
-        if encode_texts and vectors is None:
-            wanted = self.floats_wanted(batch, keep)
-            vectors = [None] * len(exps)
-            if wanted:
-                for i, v in zip(wanted, self.encoder.encode([exps[i].text for i in wanted], kind="document")):
-                    vectors[i] = v
-        if vectors is not None and len(vectors) != len(exps):
-            raise LibraryError(f"vectors: {len(vectors)} for {len(exps)} admitted rows; give one (or None) per row")
-        if decoded is not None and np.shape(decoded) != (len(exps), self.profile.dim):
-            raise LibraryError(f"decoded: shape {np.shape(decoded)}, expected ({len(exps)}, {self.profile.dim}): "
-                               "the round's ê of the admitted rows only")
-        result = self._write(exps, batch.node_id, batch.codes.signs[rows], batch.codes.scales[rows],
-                             batch.codes.baseline, vectors if exps else None, received=True,
-                             within=within, decoded=decoded)
-        return IngestResult(result.added, result.duplicates, result.rejected + len(batch) - len(rows), result.evicted)
-
-    def _admitted(self, batch: CompressedBatch, keep: np.ndarray | None) -> np.ndarray:
-        """The rows of a batch ``keep`` admits, once the batch is known to fit this library."""
-        if batch.profile != self.profile:
-            raise LibraryError(f"batch.profile: {batch.profile.to_dict()} is not this library's {self.profile.to_dict()}")
-        if keep is not None and len(keep) != len(batch):
-            raise LibraryError(f"keep: {len(keep)} entries for a batch of {len(batch)}; give one boolean per row")
-        return np.arange(len(batch)) if keep is None else np.flatnonzero(np.asarray(keep, bool))
+        return self.writes.received(batch, keep, self._encode_documents if encode_texts else None, vectors, within,
+                                    decoded)
 
     def floats_wanted(self, batch: CompressedBatch, keep: np.ndarray | None) -> list[int]:
         """Which admitted rows of a batch (positions among them) want our encoding of their text, for
         `ingest`'s ``vectors``: not where the row's float is held already (a stream replay), nor
         where the row is tombstoned or evicted."""
-        exps = [batch.experiences[i] for i in self._admitted(batch, keep)]
-        signer = batch.node_id
-        blocked = self.rows.blocked((e.id, signer) for e in exps)
-        idx = self.search_index
-        held = {(e.id, signer) for e in exps for r in idx.rows_of(e.id) if idx.signers[r] == signer and idx.held[r]}
-        return [i for i, e in enumerate(exps) if (e.id, signer) not in blocked and (e.id, signer) not in held]
-
-    def _write(self, exps, signer, signs, scales, baseline, vectors, received: bool,
-               within: Callable[[], None] | None = None, decoded: np.ndarray | None = None) -> IngestResult:
-        written = self.rows.write(exps, signer, signs, scales, baseline, vectors, received, within)
-        self._view_changed(self.search_index.refresh(written.rows, written.removed))
-        if decoded is not None and written.rows:  # each written row's code is the one its ê was decoded from
-            at = {e.id: i for i, e in enumerate(exps)}
-            self._decoded.keep([self.search_index.row(w.seq) for w in written.rows],
-                               np.asarray(decoded, np.float32)[[at[w.id] for w in written.rows]])
-        return written.result
+        return self.writes.floats_wanted(batch, keep)
 
     def _view_changed(self, domains: set[str]) -> None:
         (self.view.defer if self.defer_merge else self.view.touch)(domains)
 
+    # ------------------------------------------------------------------ steps, for a node
+    # The merged view and the index's fit, for an owner that writes while it searches (``defer_merge``):
+    # ask what is due and show the result under the lock every other call on the library holds; compute in
+    # between without it (seconds at tens of thousands of rows). Rows are only ever appended or masked, so
+    # the rows present when a job fell due can be read without the lock (`dsonet.network.ingest` takes turns).
+
+    def merge_jobs(self) -> dict[str, np.ndarray]:
+        """The domains writes changed since the last rebuild, with the rows to cluster (they count as
+        built from now on)."""
+        return self.view.pending()
+
+    def build_merged(self, jobs: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
+        """Each job's clusters (reads only its rows)."""
+        return {domain: self.view.build(rows) for domain, rows in jobs.items()}
+
+    def install_merged(self, jobs: dict[str, np.ndarray], built: dict[str, list[np.ndarray]]) -> None:
+        """Show built clusters, and keep them for the next open (`dsonet.library.view.saved_clusters`)."""
+        self.view.install(built, jobs)
+
+    def refit_due(self) -> Refit | None:
+        """The index stages (coarse sketch, subspace) the library has outgrown, or None."""
+        return self.search_index.refit_due()
+
+    def fit_index(self, due: Refit) -> Fitted:
+        """Fit them again on the rows present when they fell due; searches meanwhile use the previous fit."""
+        return self.search_index.fit(due)
+
+    def install_fit(self, due: Refit, fitted: Fitted) -> None:
+        """Show the new fit and keep it for the next open (`dsonet.library.index.saved_fit`)."""
+        self.search_index.install_fit(due, fitted)
+
     def update(self, exp_id: str, text: str, domain: str | None = None) -> Experience:
         """New text (and ``domain``, where given) for an experience (UPDATE): a new version, re-encoded,
         same lineage; the old id is tombstoned and kept in the file's history (`versions`)."""
-        old = self.get(exp_id)
-        if old is None:
-            raise LibraryError(f"exp_id: {exp_id!r} is not in the library (or was deleted); add it instead")
-        check_lesson(text)
-        lineage = self.rows.lineage(exp_id)
-        new = Experience(text, old.domain if domain is None else domain, old.confidence,
-                         Provenance(old.provenance.node_id, old.provenance.model, int(time.time() * 1000),
-                                    old.provenance.iteration), old.scope)
-        if new.id == exp_id:
-            return old
-        self.add_vectors([new], self.encoder.encode([new.text], kind="document"))
-        self.rows.set_lineage(new.id, lineage)
-        history.record(self.rows.db, old, new.id)
-        self.tag(new.id, tuple(self.tags(exp_id)))  # a new version keeps its scopes
-        self.delete(exp_id)
-        return new
+        return self.writes.new_version(exp_id, text, domain, self._encode_documents)
 
     def versions(self, exp_id: str) -> list[history.Version]:
         """The versions an experience replaced (`update`), newest first; [] for one never edited."""
@@ -319,7 +265,7 @@ class Library(DeferredSteps, ScopedLessons):
         """Record tombstones and drop the rows they cover: ``signer``'s rows only (a peer's signed
         tombstone), or every row (`ANY_SIGNER`, a local delete). Returns the ids that had a row."""
         held, removed = self.rows.tombstone(ids, signer)
-        self._view_changed(self.search_index.refresh([], removed))
+        self.writes.removed(removed)
         return held
 
     def tombstones(self) -> list[str]:
@@ -327,9 +273,9 @@ class Library(DeferredSteps, ScopedLessons):
 
     def record_outcome(self, exp_id: str, helped: bool, environment: Scope | None = None) -> None:
         """One use of an experience and whether it helped (feeds eviction by usefulness); for a scoped
-        lesson, counted too under the asker's ``environment`` (`ScopedLessons.count_in`)."""
+        lesson, counted too under the asker's ``environment`` (`dsonet.library.view.scoped`)."""
         self.rows.record_outcome(exp_id, helped)
-        self.count_in(exp_id, helped, environment)
+        self.scoped.count_in(exp_id, helped, environment)
 
     def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None,
                 environment: Scope | None = None) -> int:
@@ -348,21 +294,15 @@ class Library(DeferredSteps, ScopedLessons):
         """(uses, helped) of an experience."""
         return self.rows.outcomes(exp_id)
 
-
-
     def unpublished(self, limit: int | None = None) -> tuple[list[Experience], BitDeltaCodes | None]:
-        """This node's experiences not yet published, oldest first, with the codes stored for them
-        (coded again from their floats only where a file from protocol v1 coded them against
-        another baseline than the profile's)."""
+        """This node's experiences not yet published, oldest first, with the codes stored for them, so a
+        node publishes what it stored instead of compressing the floats a second time (coded again from
+        them only where a file from protocol v1 coded them against another baseline than the profile's)."""
         rows = self.rows.unpublished(limit)
         if not rows:
             return [], None
-        signs, scales, bids = row_code(rows, self.profile.group_size, self.profile.dim)
-        p = self.profile
-        codes = BitDeltaCodes(signs, scales, p.baseline, p.group_size, p.rotation_seed)
-        if set(bids) != {self.rows.baseline_id(p.baseline_hash)}:
-            codes = self._compress(np.stack([np.frombuffer(r.vector, "<f4") for r in rows]))
-        return [row_experience(r) for r in rows], codes
+        return [row_experience(r) for r in rows], stored_codes(rows, self.profile,
+                                                               self.rows.baseline_id(self.profile.baseline_hash))
 
     def count_unpublished(self) -> int:
         return self.rows.count_unpublished()
@@ -393,63 +333,35 @@ class Library(DeferredSteps, ScopedLessons):
 
     def resolve(self, prefix: str) -> str:
         """The one experience id that begins with ``prefix`` (8 characters of an id or more)."""
-        if len(prefix) < 8:
-            raise LibraryError(f"exp_id: {prefix!r} is {len(prefix)} characters; give at least 8 characters of the id")
-        found = self.rows.ids_starting(prefix, 2)
-        edited = history.replaced(self.rows.db, prefix) if not found else None
-        if edited is not None:
-            raise LibraryError(f"exp_id: {prefix!r} was edited: its new version is {edited.replaced_by} "
-                               f"(dso show {edited.replaced_by[:12]} shows it with its history)")
-        if len(found) != 1:
-            raise LibraryError(f"exp_id: {prefix!r}: " + ("no such experience (no id begins with it)" if not found else
-                                                          "ambiguous, more than one id begins with it; give more characters"))
-        return found[0]
+        return history.resolve(self.rows, prefix)
 
     def clusters(self, domain: str | None = None) -> dict[str, list[str]]:
         """The merged view: representative id -> member ids (sorted, distinct), for one domain or all."""
-        out = {}
-        for rows in self.view.clusters(domain):
-            shown = self.merged_hits.cluster(rows)
-            if shown is not None:
-                out[shown[0].experience.id] = list(shown[0].members)
-        return out
+        return self.merged_hits.clusters(domain)
 
     def merged(self, rep_id: str) -> tuple[Experience, np.ndarray]:
-        """A cluster as one experience (its representative) and its vector (see `dsonet.library.merge`)."""
-        row = self._preferred_row(rep_id)
-        cluster = self.view.cluster(row)
-        shown = self.merged_hits.cluster(cluster)
-        if shown is None:
-            raise LibraryError(f"exp_id: {rep_id!r} is held only from signers trusted 0")
-        hit, members = shown
-        return hit.experience, self.merged_hits.vector(members)
-
-    def _preferred_row(self, exp_id: str) -> int:
-        exp = self.get(exp_id)
-        if exp is None:
-            raise LibraryError(f"exp_id: {exp_id!r} is not in the library")
-        rows = self.search_index.rows_of(exp_id)
-        return next((r for r in rows if self.search_index.signers[r] == exp.provenance.node_id), rows[0])
+        """A cluster as one experience (its representative) and its vector (see `dsonet.library.view.merge`)."""
+        return self.merged_hits.merged(rep_id)
 
     def reference_vectors(self, limit: int, min_trust: float | None = None) -> Reference | None:
         """Up to ``limit`` trusted rows a round of received batches is judged beside, with their
         signers: this node's own (the newest), then, where it holds fewer than ``limit`` and
         ``min_trust`` is given, the newest rows of signers the library's ``trust`` puts at
         ``min_trust`` or more (their ê), each such signer a quarter of ``limit`` at most
-        (`dsonet.library.reference`). None when there are none."""
+        (`dsonet.library.view.reference`). None when there are none."""
         trusted = None if min_trust is None or self.trust is None else (lambda s: self.trust(s) >= min_trust)
         return self._reference.pick(limit, trusted)
 
     def vectors(self, ids: list[str]) -> np.ndarray:
         """Each id's vector: the float where held, else its reconstruction ê, (len(ids), d)."""
-        return self.search_index.vectors(np.array([self._preferred_row(i) for i in ids], np.int64))
+        return self.search_index.vectors(np.array([self.merged_hits.preferred_row(i) for i in ids], np.int64))
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
                domain: str | None = None, tags: tuple[str, ...] = (), environment: Scope | None = None) -> Hits:
         """Top experiences for a text query (`RetrievalPolicy`: k = 5, scored at or above the
         calibrated threshold unless ``min_similarity`` says otherwise, ≤ 2048 tokens), of
         those carrying every one of ``tags``, with a retrieval id to report their `outcome` under.
-        ``environment``: the asker's; lessons whose scope contradicts it are held back (`dsonet.library.scoped`)."""
+        ``environment``: the asker's; lessons whose scope contradicts it are held back (`dsonet.library.view.scoped`)."""
         hits = self.search_vector(self.encoder.encode([query], kind="query")[0], k, min_similarity, domain, max_tokens,
                                   tags, environment, text=query)
         hits.retrieval_id = self.retrievals.issue(hits)
@@ -463,27 +375,7 @@ class Library(DeferredSteps, ScopedLessons):
         first stage's best candidates are scored again by the `rescorer`; an explicit
         ``min_similarity`` (or ``DSONET_MIN_SIMILARITY``) is a cosine in the profile's space, and a
         search by vector alone has no text to score: both are one stage."""
-        if min_similarity is None:
-            min_similarity = env_min_similarity()  # given in the environment: as explicit as an argument
-        stage = self.rescorer if text is not None and min_similarity is None else None
-        if stage is not None:
-            candidates = self.search_vector(q, max(k, CANDIDATES), -1.0, domain, 10**9, tags, environment)
-            policy = RetrievalPolicy(k, default_min_similarity(stage.id), max_tokens)
-            hits = rescored(candidates, stage.score(text, [h.experience.text for h in candidates]), policy)
-            hits.sort(key=lambda h: h.fit == "unknown")  # stable: the fitting first, each part by its score
-            hits.environment, hits.held_back = candidates.environment, candidates.held_back
-            return hits
-        policy = RetrievalPolicy(k, min_similarity, max_tokens).resolved(self.profile)
-        scopes = tags_table.checked(tags)
-        within = tags_table.ids_with(self.rows.db, scopes) if scopes else None
-        q = np.asarray(q, np.float32).reshape(-1)
-        if q.shape != (self.profile.dim,) or not np.isfinite(q).all():
-            raise LibraryError(f"q: shape {q.shape} (finite values expected), expected ({self.profile.dim},)")
-        q = q / max(float(np.linalg.norm(q)), 1e-12)
-        if environment is not None:
-            return self.search_in(q, policy, domain, within, environment)
-        rows, scores = self.search_index.rank(q, policy.k, domain, within)
-        return self.merged_hits.walk(q, rows, scores, policy)
+        return self._search(q, k, min_similarity, domain, max_tokens, tags, environment, text)
 
     @property
     def rescorer(self) -> Rescorer | None:
@@ -494,28 +386,28 @@ class Library(DeferredSteps, ScopedLessons):
             self._rescorer = stage if stage is not None and calibrated(stage.id) else False
         return self._rescorer or None
 
+    def scopes(self, ids: list[str] | None = None) -> dict[str, Scope]:
+        """id -> the scope of each lesson of ``ids`` (None: of every scoped lesson held; `dsonet.scope`)."""
+        return self.scoped.scopes(ids)
+
+    def outcomes_by_environment(self, exp_id: str) -> dict[str, tuple[int, int]]:
+        """A scoped lesson's (uses, helped) per environment it was used in ('': not told)."""
+        return self.scoped.outcomes_by_environment(exp_id)
+
+    def accountable(self, hit: Hit, environment: Scope | None) -> tuple[str, ...]:
+        """The signers an outcome of ``hit`` in ``environment`` speaks for (`ScopedLessons.accountable`)."""
+        return self.scoped.accountable(hit, environment)
+
     def rank(self, q: np.ndarray, k: int, domain: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Index rows and scores for a unit query, best first, before merging (see `RowIndex.rank`)."""
         return self.search_index.rank(q, k, domain)
 
-    def _index(self, support: np.ndarray | None, defer_refit: bool) -> RowIndex:
-        """The index over every row's code: where a code is damaged, its row is quarantined first (a
-        full sweep costs ~0.1 s at 10k rows, so a healthy open does not pay for it; a node sweeps
-        once at start, `heal`, for damage in what the index does not read)."""
-        try:
-            return RowIndex(self.rows, self.profile, support, defer_refit=defer_refit)
-        except (sqlite3.OperationalError, ValueError) as exc:
-            if not quarantine.row_damage(exc) or not quarantine.sweep(self.rows.db, self.profile):
-                raise
-        self.quarantined = quarantine.count(self.rows.db)
-        return RowIndex(self.rows, self.profile, support, defer_refit=defer_refit)
-
     def heal(self) -> list[int]:
-        """Quarantine rows damaged since the file was opened (`dsonet.library.quarantine`) and stop
+        """Quarantine rows damaged since the file was opened (`dsonet.library.store.quarantine`) and stop
         serving them; returns their seqs (none: the failure that called for it was not a row's)."""
         seqs = quarantine.sweep(self.rows.db, self.profile)
         if seqs:
-            self._view_changed(self.search_index.refresh([], seqs))
+            self.writes.removed(seqs)
         self.quarantined = quarantine.count(self.rows.db)
         return seqs
 
@@ -536,7 +428,7 @@ class Library(DeferredSteps, ScopedLessons):
         returns their seqs (`quarantine.set_aside`)."""
         seqs = quarantine.set_aside(self.rows.db, keys, why)
         if seqs:
-            self._view_changed(self.search_index.refresh([], seqs))
+            self.writes.removed(seqs)
             self.quarantined = quarantine.count(self.rows.db)
         return seqs
 

@@ -4,7 +4,7 @@
     batches a turn (the library, its hash in the ledger) ─ merge the new rows ─ refit the index
 
 The round decodes each row once: its ê goes on with the admitted rows to the library, whose merge
-clusters by it (`dsonet.library.decoded`). Rows a trusted key got in on a re-encoding sample's word
+clusters by it (`dsonet.library.view.decoded`). Rows a trusted key got in on a re-encoding sample's word
 are marked in the ledger; when a later sample catches the key lying, they are set aside
 (`_set_aside_sampled`) before the next round.
 
@@ -36,7 +36,7 @@ from dsonet.codec import CompressedBatch
 from dsonet.codec.batch import MAX_EXPERIENCES
 from dsonet.errors import BatchError, DsoError
 from dsonet.library import Library, LibraryError
-from dsonet.library.quarantine import row_damage
+from dsonet.library.store.quarantine import row_damage
 from dsonet.network.access import FairLock
 from dsonet.network.journal import Journal
 from dsonet.network.ledger import Ledger

@@ -29,9 +29,7 @@ import logging
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -43,18 +41,18 @@ from dsonet.experience import Experience, Provenance, check_lesson
 from dsonet.identity import NodeIdentity
 from dsonet.library import Hit, Hits, Library, MergeRule
 from dsonet.library.errors import DamagedFile
-from dsonet.library.file import damaged
-from dsonet.library.merge import THETA_DUP
-from dsonet.library.quarantine import row_damage
+from dsonet.library.store.file import damaged
+from dsonet.library.store.quarantine import row_damage
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import OutcomeError, Retrievals
-from dsonet.library.tags import checked as checked_tags
+from dsonet.library.store.tags import checked as checked_tags
 from dsonet.network.access import FairLock, SerialEncoder
 from dsonet.network.ingest import Ingest, Peer
 from dsonet.network.journal import Journal
 from dsonet.network.ledger import Ledger
 from dsonet.network.metrics import NodeMetrics
-from dsonet.network.publish import Publisher
+from dsonet.network.node_config import NodeConfig, NodeError
+from dsonet.network.publish import Publisher, Schedule
 from dsonet.network.standing import Bans, Standings, check_key
 from dsonet.network.transport import Message, Transport
 from dsonet.scope import Scope
@@ -62,44 +60,6 @@ from dsonet.scope import Scope
 log = logging.getLogger(__name__)
 
 READERS = 4  # threads answering agents' calls; library calls take turns, query encoding may overlap them
-
-
-class NodeError(DsoError, ValueError):
-    """A request the node refuses (wrong vector dimension, non-finite values, unknown id...)."""
-
-
-@dataclass
-class NodeConfig:
-    data_dir: Path
-    encoder: str | None = "default"  # an encoder spec (default = MiniLM + Zen head, 7680 dims), or None: vectors must be given
-    dim: int | None = None  # the profile's dimension when there is no encoder
-    encoder_id: str = "none"  # names the space when there is no encoder (peers must agree on it)
-    batch_interval_s: float = 60.0  # the paper: broadcast every 60 s ...
-    batch_size: int = 10  # ... or after 10 new experiences
-    max_batch_experiences: int = 100  # a long outage is published in batches of at most this many
-    subject_prefix: str = "dso"
-    # rows kept (those of signers not yet trusted evicted first, own rows last): a flood cannot fill the disk
-    capacity: int | None = 200_000
-    soup: dict[str, Any] = field(default_factory=dict)  # DeltaSoupConfig overrides
-    # The paper's coordinate-wise MAD rule ("deltasoup") drops 90-100 % of honest rows on real
-    # BitDelta codes (MiniLM, g = d: each ê is ē + α·s, so per-coordinate MADs are tiny); "median"
-    # (distance to the coordinate median, robust z-score) keeps ~95 % and still drops random rows.
-    rule: str = "median"
-    theta_dup: float = THETA_DUP  # the merged view's duplicate threshold (`dsonet.library.merge`)
-    model: str = ""  # recorded in provenance
-    # Encode peers' texts too and keep the floats on disk: exact ranking of their experiences
-    # (recall@10 1.0 instead of ~0.93 from codes alone) for the encoder's time and 30 KB a row.
-    encode_texts: bool = False
-
-    def __post_init__(self) -> None:
-        self.data_dir = Path(self.data_dir)
-        if self.encoder is None and self.dim is None:
-            raise NodeError("dim: a node without an encoder needs the profile's dimension (--dim)")
-        if self.encode_texts and self.encoder is None:
-            raise NodeError("encode_texts: a node without an encoder cannot encode peers' texts; give --encoder")
-        if self.batch_interval_s <= 0 or self.batch_size < 1:
-            raise NodeError(f"batch_interval_s ({self.batch_interval_s}) must be > 0 and batch_size "
-                            f"({self.batch_size}) >= 1")
 
 
 class Node:
@@ -170,9 +130,9 @@ class Node:
         self.ingest = Ingest(self.node_id, self.library, self.ledger, self.soup, self.bans, self._state, self._worker,
                              self.metrics, self.config.encode_texts, self._round_done, self.journal)
         c = self.config
+        schedule = Schedule(c.subject_prefix, self.durable, c.batch_interval_s, c.batch_size, c.max_batch_experiences)
         self.publisher = Publisher(self.identity, self.profile, self.transport, self.library, self.ledger, self.metrics,
-                                   c.subject_prefix, self.durable, c.batch_interval_s, c.batch_size,
-                                   c.max_batch_experiences, self._locked, self._aside)
+                                   schedule, self._locked, self._aside)
 
     def _round_done(self, result: RoundResult) -> None:
         self._save_standing()
@@ -233,7 +193,7 @@ class Node:
 
     def _healing(self, fn: Callable, *args, **kwargs):
         """``fn``, called again once the rows damaged since open are quarantined, if that is why it
-        failed (`dsonet.library.quarantine`): the node serves the rest, without a traceback."""
+        failed (`dsonet.library.store.quarantine`): the node serves the rest, without a traceback."""
         try:
             return fn(*args, **kwargs)
         except (sqlite3.OperationalError, ValueError) as exc:
@@ -258,7 +218,7 @@ class Node:
                      vector: np.ndarray | list | None = None, tags: tuple[str, ...] = (),
                      scope: Scope = Scope()) -> Experience:
         """Store one experience now (encoding its text unless a vector in the profile's space is given),
-        with this node's ``tags`` (`dsonet.library.tags`: kept here, never published) and the ``scope`` it
+        with this node's ``tags`` (`dsonet.library.store.tags`: kept here, never published) and the ``scope`` it
         holds in (`dsonet.scope`: published, signed)."""
         check_lesson(text)
         tags = checked_tags(tags)
@@ -285,7 +245,7 @@ class Node:
                      domain: str | None = None, tags: tuple[str, ...] = (), environment: Scope | None = None) -> Hits:
         """The library's hits for a query (encoded here) or a vector; ``min_similarity`` None: the
         threshold calibrated for the library's space; ``tags``: only lessons carrying all of them;
-        ``environment``: the asker's, lessons whose scope contradicts it held back (`dsonet.library.scoped`)."""
+        ``environment``: the asker's, lessons whose scope contradicts it held back (`dsonet.library.view.scoped`)."""
         if (query is None) == (vector is None):
             raise NodeError("query/vector: give exactly one of them")
         t = time.perf_counter()
@@ -415,7 +375,7 @@ class Node:
         return {"node_id": key, "banned": False, "ban_lifted": lifted, "reputation": self.soup.reputation.get(key)}
 
     async def quarantined(self, limit: int = 1000) -> list[dict]:
-        """Rows set aside as damaged (`dsonet.library.quarantine`)."""
+        """Rows set aside as damaged (`dsonet.library.store.quarantine`)."""
         return [q.to_dict() for q in await self._locked(self.library.quarantine_list, limit)]
 
     async def drop_quarantined(self, seqs: list[int] | None = None) -> int:

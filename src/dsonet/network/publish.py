@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from dsonet.codec import Profile, sign_batch
@@ -31,17 +32,25 @@ log = logging.getLogger(__name__)
 BATCH, TOMBSTONE = "batch", "tombstone"
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """When and where a node publishes (`NodeConfig`'s fields of the same names)."""
+
+    subject_prefix: str
+    durable: str  # the node's name on the stream (its subjects')
+    batch_interval_s: float
+    batch_size: int
+    max_batch_experiences: int
+
+
 class Publisher:
     def __init__(self, identity: NodeIdentity, profile: Profile, transport: Transport, library: Library, ledger: Ledger,
-                 metrics: NodeMetrics, subject_prefix: str, durable: str, batch_interval_s: float, batch_size: int,
-                 max_batch_experiences: int, locked: Callable[..., Awaitable], aside: Callable[..., Awaitable]):
+                 metrics: NodeMetrics, schedule: Schedule, locked: Callable[..., Awaitable],
+                 aside: Callable[..., Awaitable]):
         """``locked``: runs a library call holding the node's lock; ``aside``: runs work that touches no
-        shared state off the event loop. ``durable``: the node's name on the stream (its subjects')."""
+        shared state off the event loop."""
         self.identity, self.node_id, self.profile, self.transport = identity, identity.node_id, profile, transport
-        self.library, self.ledger, self.metrics = library, ledger, metrics
-        self.subject_prefix, self.durable = subject_prefix, durable
-        self.batch_interval_s, self.batch_size, self.max_batch_experiences = \
-            batch_interval_s, batch_size, max_batch_experiences
+        self.library, self.ledger, self.metrics, self.schedule = library, ledger, metrics, schedule
         self._locked, self._aside = locked, aside
         self.pending = library.count_unpublished()  # own experiences waiting (an estimate between flushes)
         self._wake = asyncio.Event()
@@ -63,13 +72,13 @@ class Publisher:
     def submitted(self) -> None:
         """One more own experience waits: a batch is due once ``batch_size`` of them do."""
         self.pending += 1
-        if self.pending >= self.batch_size:
+        if self.pending >= self.schedule.batch_size:
             self._wake.set()
 
     async def _loop(self, before_flush: Callable[[], Awaitable]) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self.batch_interval_s)
+                await asyncio.wait_for(self._wake.wait(), timeout=self.schedule.batch_interval_s)
             except asyncio.TimeoutError:
                 pass
             self._wake.clear()
@@ -79,7 +88,7 @@ class Publisher:
             except Exception as exc:  # not acknowledged (or a bug): everything stays pending; retry soon
                 log.warning("publish failed: %s", exc, exc_info=not isinstance(exc, DsoError))
                 self.metrics.publish_failures.inc()
-                await asyncio.sleep(min(1.0, self.batch_interval_s))
+                await asyncio.sleep(min(1.0, self.schedule.batch_interval_s))
                 self._wake.set()
 
     async def flush(self) -> int:
@@ -88,7 +97,7 @@ class Publisher:
             await self._send_outgoing()
             done = 0
             while True:
-                exps, codes = await self._locked(self.library.unpublished, self.max_batch_experiences)
+                exps, codes = await self._locked(self.library.unpublished, self.schedule.max_batch_experiences)
                 if not exps:
                     self.pending = 0
                     return done
@@ -122,7 +131,7 @@ class Publisher:
     def subject(self, kind: str) -> str:
         """This node's subject for ``kind``, named like its NATS user (`dsonet.network.auth`): the
         stream's per-subject limits then hold it alone."""
-        return subject_for(self.subject_prefix, kind, self.durable)
+        return subject_for(self.schedule.subject_prefix, kind, self.schedule.durable)
 
     async def _send_outgoing(self) -> None:
         """Publish the outbox (signed tombstones), each under an id derived from its signed bytes:

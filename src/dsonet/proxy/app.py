@@ -66,7 +66,7 @@ from dsonet.library.contract import Store
 from dsonet.library.policy import MAX_TOKENS, K
 from dsonet.library.retrievals import PENDING, UnknownRetrieval
 from dsonet.learn.episodes import Episode, reflection, responses_messages
-from dsonet.library.tags import checked as checked_tags
+from dsonet.library.store.tags import checked as checked_tags
 from dsonet.proxy.inject import RequestShapeError, chat_query, inject_chat, inject_responses, responses_query
 from dsonet.proxy.learning import TrafficLearner
 from dsonet.scope import MAX_ENVIRONMENT_PINS, Scope, ScopeError

@@ -1,7 +1,7 @@
 """The default profile's codes, seen from training: what a peer's 964 bytes let a node estimate.
 
 A node scores a query q against a peer's code (rotated BitDelta, g = d: signs s = sign(R(e − ē))
-and one scale α = ‖R(e − ē)‖₁ / d) without decompressing it (`dsonet.library.code_index`):
+and one scale α = ‖R(e − ē)‖₁ / d) without decompressing it (`dsonet.library.index.code_index`):
 
     ŝ(q, e) = q·ē + κ α ⟨Rq, s⟩,   κ = (1 − ‖ē‖²) / (d α² + 2 α ⟨Rē, s⟩)
 

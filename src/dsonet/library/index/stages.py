@@ -1,4 +1,4 @@
-"""The fitted and refining stages of `dsonet.library.code_index.CodeIndex`'s search (see its module doc).
+"""The fitted and refining stages of `dsonet.library.index.code_index.CodeIndex`'s search (see its module doc).
 
 `Sketch` (stage 1, the coarse int8 sketch) and `Subspace` (stage 2b, the candidates re-decoded in
 the principal directions of the library's deltas) are fitted to the library's own codes and
@@ -14,7 +14,7 @@ import numpy as np
 
 from dsonet.codec import kernels
 from dsonet.codec.rotation import Rotation
-from dsonet.library.eigen import matvec, one_blas_thread, top_eigh
+from dsonet.library.index.eigen import matvec, one_blas_thread, top_eigh
 
 GROW = 1.125  # capacity growth of the row arrays: amortised O(1) appends, at most 12.5% slack
 SKETCH_DIM = 64  # principal directions in the coarse sketch
@@ -33,7 +33,7 @@ REFINE_STEP = 1.5  # measured at 10k: 1.0 converges slower, 2.5 oscillates
 
 
 class IndexRows(Protocol):
-    """What a stage reads of the index that holds it (`dsonet.library.code_index.CodeIndex`, which
+    """What a stage reads of the index that holds it (`dsonet.library.index.code_index.CodeIndex`, which
     imports this module: the stages sit below it)."""
 
     dim: int

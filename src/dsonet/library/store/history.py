@@ -14,6 +14,8 @@ import time
 from typing import NamedTuple
 
 from dsonet.experience import Experience
+from dsonet.library.errors import LibraryError
+from dsonet.library.store.rows import RowStore
 
 _TABLE = """CREATE TABLE IF NOT EXISTS history (id TEXT PRIMARY KEY, text TEXT NOT NULL, domain TEXT NOT NULL,
             confidence REAL NOT NULL, replaced_by TEXT NOT NULL, replaced_ms INTEGER NOT NULL)"""
@@ -59,3 +61,20 @@ def versions(db: sqlite3.Connection, exp_id: str) -> list[Version]:
         seen.add(row[0])
         current = row[0]
     return out
+
+
+def resolve(rows: RowStore, prefix: str) -> str:
+    """The one experience id that begins with ``prefix`` (8 characters of an id or more), or an error that
+    says why there is none: too short a prefix, an edited experience (and its new version), no such id, or
+    more than one."""
+    if len(prefix) < 8:
+        raise LibraryError(f"exp_id: {prefix!r} is {len(prefix)} characters; give at least 8 characters of the id")
+    found = rows.ids_starting(prefix, 2)
+    edited = replaced(rows.db, prefix) if not found else None
+    if edited is not None:
+        raise LibraryError(f"exp_id: {prefix!r} was edited: its new version is {edited.replaced_by} "
+                           f"(dso show {edited.replaced_by[:12]} shows it with its history)")
+    if len(found) != 1:
+        raise LibraryError(f"exp_id: {prefix!r}: " + ("no such experience (no id begins with it)" if not found else
+                                                      "ambiguous, more than one id begins with it; give more characters"))
+    return found[0]

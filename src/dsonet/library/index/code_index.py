@@ -42,7 +42,7 @@ sketched as they arrive) and stays exact, only less sharp.
 
 A fit is a function of the rows it read: `fitted_states` hands each stage's arrays out with the
 rows it was fitted on, and `restore` takes them back where `fingerprint` of those rows is
-unchanged, so a library file keeps its fit and an open skips it (`dsonet.library.saved_fit`).
+unchanged, so a library file keeps its fit and an open skips it (`dsonet.library.index.saved_fit`).
 """
 
 from __future__ import annotations
@@ -57,9 +57,9 @@ from dsonet.codec import kernels
 from dsonet.codec.bitdelta import words_per_group
 from dsonet.codec.rotation import get_rotation
 from dsonet.codec.threads import run_chunks
-from dsonet.library import index_stages as stages
-from dsonet.library.eigen import matvec
-from dsonet.library.index_stages import GROW, Sketch, Subspace, Support
+from dsonet.library.index import stages
+from dsonet.library.index.eigen import matvec
+from dsonet.library.index.stages import GROW, Sketch, Subspace, Support
 
 SKETCH_MIN_ROWS = 16384  # below this a full scan (≤ 16 MB of codes, a few ms on two cores) needs no sketch
 _LUT_CHUNK_ROWS = 4096  # rows per core in a lookup-table scan: smaller scans are not worth a thread hand-off

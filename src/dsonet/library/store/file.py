@@ -4,7 +4,7 @@ The file is readable by its owner only (0600, and SQLite gives its -wal and -shm
 A new file is created whole, under a temporary name renamed into place, so an existing file
 of 0 bytes is never one this code left: it is refused as damaged like a file whose header or
 pages are broken (`DamagedFile`), never opened as a new, empty library. What the rows mean and
-how they are written: `dsonet.library.rows`.
+how they are written: `dsonet.library.store.rows`.
 """
 
 from __future__ import annotations

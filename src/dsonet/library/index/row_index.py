@@ -2,7 +2,7 @@
 the last stage, exact rescoring from the floats the file holds.
 
 Stages 1–3 (coarse sketch, asymmetric estimate over the codes, optional support refinement)
-are `dsonet.library.code_index.CodeIndex`; this module adds stage 4: the best `RESCORE`
+are `dsonet.library.index.code_index.CodeIndex`; this module adds stage 4: the best `RESCORE`
 candidates whose float vector this node holds (its own experiences, or peers' with
 ``encode_texts``) are rescored exactly, reading those floats from the file (30 KB each at
 d = 7680, so they are not kept in memory).
@@ -10,13 +10,17 @@ d = 7680, so they are not kept in memory).
 
 from __future__ import annotations
 
+import sqlite3
+
 import numpy as np
 
 from dsonet.codec.batch import Profile
-from dsonet.library.eigen import matvec
-from dsonet.library.code_index import CodeIndex
-from dsonet.library.rows import IndexRow, RowStore, row_code
-from dsonet.library.saved_fit import fit_on_open
+from dsonet.library.index.eigen import matvec
+from dsonet.library.index.code_index import CodeIndex, Fitted, Refit
+from dsonet.library.store import quarantine
+from dsonet.library.store.records import IndexRow, row_code
+from dsonet.library.store.rows import RowStore
+from dsonet.library.index.saved_fit import fit_on_open, keep_fits
 
 OVERSAMPLE = 2048  # coarse candidates per query rescored by the asymmetric estimate (about 2 ms)
 RESCORE = 64  # best candidates rescored exactly where this node holds the float vector
@@ -146,3 +150,30 @@ class RowIndex:
 
     def memory_bytes(self) -> int:
         return self.index.memory_bytes() + len(self.held) + len(self.own)
+
+    # the refit in steps, for an owner that writes while it searches (`Library.refit_due`)
+
+    def refit_due(self) -> Refit | None:
+        """The stages (coarse sketch, subspace) the rows have outgrown, or None."""
+        return self.index.refit_due()
+
+    def fit(self, due: Refit) -> Fitted:
+        """Fit them again on the rows present when they fell due; searches meanwhile use the previous fit."""
+        return self.index.fit(due)
+
+    def install_fit(self, due: Refit, fitted: Fitted) -> None:
+        """Show the new fit (the sketch catching up on rows added since) and keep it for the next open."""
+        self.index.install(fitted)
+        keep_fits(self.store.db, self.index, {name for name in ("subspace", "sketch") if getattr(due, name)})
+
+
+def open_index(store: RowStore, profile: Profile, support: np.ndarray | None, defer_refit: bool) -> RowIndex:
+    """The index over every row's code: where a code is damaged, its row is quarantined first (a full
+    sweep costs ~0.1 s at 10k rows, so a healthy open does not pay for it; a node sweeps once at start,
+    `Library.heal`, for damage in what the index does not read)."""
+    try:
+        return RowIndex(store, profile, support, defer_refit=defer_refit)
+    except (sqlite3.OperationalError, ValueError) as exc:
+        if not quarantine.row_damage(exc) or not quarantine.sweep(store.db, profile):
+            raise
+    return RowIndex(store, profile, support, defer_refit=defer_refit)

@@ -1,5 +1,5 @@
 """What an open would otherwise recompute, kept in the library file: the code index's fitted
-stages and the merged view's clusters.
+stages (the merged view's clusters are kept beside them, `dsonet.library.view.saved_clusters`).
 
 Fitting stage 2b (and, past 16k rows, the sketch) is most of an open's time at d = 7680: about a
 second at 10k rows, redone by every `dso search`. A fit is a function of the rows it read, so
@@ -16,17 +16,6 @@ removed or reordered under the saved fit changes the fingerprint, and the stage 
 Files from before this table have none: they fit once on open and keep the fit from then on
 (the table is created on open, the migration). Saving is best effort: a file that cannot be
 written (read-only, locked past the timeout) is searched with the fit made in memory.
-
-The merged view's clusters (`dsonet.library.merge`) are the other cost of a first search: every
-row of the domain reconstructed and clustered, 1.9 s at 10k rows, redone by every `dso search`.
-They are a function of the domain's rows in key order (their codes and baselines) and θ_dup, so
-each domain's cluster labels are kept with that fingerprint, saved when a read (or a node's
-deferred rebuild, `Library.install_merged`) builds them:
-
-    merged_clusters (domain TEXT PRIMARY KEY, fingerprint TEXT, labels BLOB)   -- int64 per row, key order
-
-On open a domain whose rows are unchanged shows its kept clusters; any other is rebuilt at its
-first read, as before. A write to a domain changes its fingerprint: the next read rebuilds it.
 """
 
 from __future__ import annotations
@@ -36,14 +25,10 @@ import sqlite3
 
 import numpy as np
 
-from dsonet.library.code_index import CodeIndex
-from dsonet.library.merge import MergedView
+from dsonet.library.index.code_index import CodeIndex
 
 _TABLE = ("CREATE TABLE IF NOT EXISTS index_fits (stage TEXT PRIMARY KEY, rows INTEGER NOT NULL,"
           " fingerprint TEXT NOT NULL, state BLOB NOT NULL)")
-_CLUSTERS = ("CREATE TABLE IF NOT EXISTS merged_clusters (domain TEXT PRIMARY KEY, fingerprint TEXT NOT NULL,"
-             " labels BLOB NOT NULL)")
-MERGE_FORMAT = 1  # raise when the clustering changes (dedup's LSH, the rule): kept clusters are then rebuilt
 
 
 def fit_on_open(index: CodeIndex, db: sqlite3.Connection) -> dict[str, str]:
@@ -91,41 +76,3 @@ def _pack(state: dict[str, np.ndarray]) -> bytes:
 def _unpack(blob: bytes) -> dict[str, np.ndarray]:
     with np.load(io.BytesIO(blob), allow_pickle=False) as arrays:
         return {name: arrays[name] for name in arrays.files}
-
-
-def restore_clusters(view: MergedView, index: CodeIndex, db: sqlite3.Connection, domains: set[str]) -> set[str]:
-    """Show the kept clusters of the ``domains`` whose rows are unchanged; returns those domains."""
-    try:
-        saved = {d: (f, labels) for d, f, labels in db.execute("SELECT domain, fingerprint, labels FROM merged_clusters")}
-    except sqlite3.DatabaseError:  # no such table (a file from before kept clusters), or unreadable: rebuild
-        return set()
-    restored = {}
-    for domain in sorted(domains & saved.keys()):
-        rows = view.sorted_rows(domain)
-        fingerprint, blob = saved[domain]
-        labels = np.frombuffer(blob, "<i8")
-        if len(labels) == len(rows) and _cluster_fingerprint(index, view, rows) == fingerprint:
-            order = np.argsort(labels, kind="stable")  # as `MergedView.build` lays its clusters out
-            bounds = np.r_[0, np.cumsum(np.bincount(labels))]
-            restored[domain] = [rows[order[a:b]] for a, b in zip(bounds[:-1], bounds[1:])]
-    view.install(restored)
-    return set(restored)
-
-
-def keep_clusters(db: sqlite3.Connection, index: CodeIndex, view: MergedView, domain: str, rows: np.ndarray,
-                  clusters: list[np.ndarray]) -> None:
-    """Save one domain's clusters as built from ``rows`` (`MergedView`'s ``on_build``); best effort."""
-    position = {r: i for i, r in enumerate(rows.tolist())}
-    labels = np.zeros(len(rows), "<i8")
-    for number, members in enumerate(clusters):
-        labels[[position[r] for r in members.tolist()]] = number
-    try:
-        db.execute(_CLUSTERS)
-        db.execute("INSERT OR REPLACE INTO merged_clusters VALUES (?, ?, ?)",
-                   (domain, _cluster_fingerprint(index, view, rows), labels.tobytes()))
-    except sqlite3.OperationalError:  # read-only or locked: the next open rebuilds them
-        pass
-
-
-def _cluster_fingerprint(index: CodeIndex, view: MergedView, rows: np.ndarray) -> str:
-    return index.fingerprint(rows, f"merge:{MERGE_FORMAT}:{view.rule.theta_dup!r}")

@@ -17,24 +17,23 @@ from typing import Callable
 import numpy as np
 
 from dsonet.experience import Experience
-from dsonet.library import used_in
+from dsonet.library.store import used_in
 from dsonet.library.hits import HeldBack, Hit, Hits
-from dsonet.library.merged_hits import MergedHits
+from dsonet.library.view.merged_hits import MergedHits
 from dsonet.library.policy import RetrievalPolicy
-from dsonet.library.row_index import RowIndex
-from dsonet.library.rows import RowStore
+from dsonet.library.index.row_index import RowIndex
+from dsonet.library.store.rows import RowStore
 from dsonet.scope import Fit, Scope
 
 _ORDER = {"fits": 0, "unknown": 1}
 
 
 class ScopedLessons:
-    """`dsonet.library.Library`'s calls about scopes, over the library's own parts (declared here, set by it)."""
+    """The library's lessons by their scopes: a search in an environment, outcomes per environment."""
 
-    rows: RowStore
-    search_index: RowIndex
-    merged_hits: MergedHits
-    get: Callable[[str], Experience | None]
+    def __init__(self, rows: RowStore, index: RowIndex, merged_hits: MergedHits):
+        self.rows, self.search_index, self.merged_hits = rows, index, merged_hits
+        self.get: Callable[[str], Experience | None] = rows.get
 
     def scopes(self, ids: list[str] | None = None) -> dict[str, Scope]:
         """id -> the scope of each lesson of ``ids`` (None: of every scoped lesson held; `dsonet.scope`)."""
@@ -55,7 +54,7 @@ class ScopedLessons:
                               held)
 
     def count_in(self, exp_id: str, helped: bool, environment: Scope | None) -> None:
-        """A scoped lesson's outcome, counted under the asker's environment (`dsonet.library.used_in`)."""
+        """A scoped lesson's outcome, counted under the asker's environment (`dsonet.library.store.used_in`)."""
         scope = self.scopes([exp_id]).get(exp_id)
         if scope:
             used_in.record(self.rows.db, exp_id, scope.used_in(environment or Scope()), helped)

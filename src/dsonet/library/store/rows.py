@@ -12,7 +12,7 @@ different codes, this node's own row wins (it holds the float), then the higher 
 then the smaller code digest. A tombstone wins over its (id, signer) forever; a local delete
 tombstones the id for every signer. Capacity eviction drops rows and remembers them, so a
 re-delivery does not bring them back. Peers' rows are cut in fair shares (``standing``,
-`dsonet.library.eviction`: the largest holders first, keys not trusted by outcomes sharing one
+`dsonet.library.store.eviction`: the largest holders first, keys not trusted by outcomes sharing one
 share, so no key's volume pushes out another author's rows beyond its share), this node's own rows
 last; within a signer, lowest quality first.
 
@@ -20,7 +20,8 @@ Every write is one transaction: a crash loses nothing acknowledged and leaves no
 a caller can add its own statements to it (``within``: a node records the batch's hash there,
 `dsonet.network.ledger`, whose tables share this file).
 
-The file itself (its schema, creation, a damaged file told apart): `dsonet.library.file`.
+The file itself (its schema, creation, a damaged file told apart): `dsonet.library.store.file`; what a
+row is read as: `dsonet.library.store.records`.
 """
 
 from __future__ import annotations
@@ -28,43 +29,23 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 
 from dsonet.codec.profile import baseline_digest
-from dsonet.experience import Experience, Provenance
-from dsonet.scope import Scope
+from dsonet.experience import Experience
 from dsonet.library.errors import LibraryError, StorageError
-from dsonet.library.eviction import TRUSTED, fair_cuts
-from dsonet.library.file import ANY_SIGNER, COLUMNS, StoredRow, connect
+from dsonet.library.store.eviction import TRUSTED, fair_cuts
+from dsonet.library.store.file import ANY_SIGNER, COLUMNS, StoredRow, connect
+from dsonet.library.store.records import INDEX_COLUMNS, Copy, IndexRow, IngestResult, Written, row_experience
 
 _QUALITY = "confidence * (helped + 1.0) / (uses + 2.0) ASC, id DESC, signer DESC"  # eviction's order in a signer
 _MAX_BOUND = 400  # values bound in one `IN (...)` list: under SQLite's bound-parameter limit
 
 # An id's own row first (it holds the float), then the most confident: the row that speaks for an id.
 PREFERRED = "received ASC, confidence DESC, signer ASC"
-
-
-class IndexRow(NamedTuple):
-    """What the in-memory index holds of a row (`dsonet.library.row_index`)."""
-
-    seq: int
-    id: str
-    signer: str
-    domain: str
-    signs: bytes
-    scales: bytes
-    baseline_id: int
-    held: int  # 1 where the file holds this node's float vector
-    own: int  # 1 for this node's own experience
-    confidence: float
-
-
-# each field's SQL, where it is not the column of its name
-INDEX_COLUMNS = ", ".join({"held": "vector IS NOT NULL", "own": "received = 0"}.get(f, f) for f in IndexRow._fields)
 
 
 class _Present(NamedTuple):
@@ -77,41 +58,9 @@ class _Present(NamedTuple):
     held: int  # the row holds a float vector
 
 
-class Copy(NamedTuple):
-    """One signer's stored row of an experience, as `dso show` lists it."""
-
-    code_digest: str
-    sign_bytes: int
-    scale_bytes: int
-    baseline_id: int
-    float_held: bool
-    received: bool
-    published: bool
-    uses: int
-    helped: int
-
-
-@dataclass(frozen=True)
-class IngestResult:
-    added: list[str] = field(default_factory=list)
-    duplicates: int = 0  # already held (idempotent re-delivery)
-    rejected: int = 0  # tombstoned, evicted, or left out by `keep`
-    evicted: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Written:
-    """What one write changed, for the in-memory parts to follow: the rows to (re)index in seq
-    order (what was just written: the index need not read it back), and the seqs gone."""
-
-    result: IngestResult
-    rows: list[IndexRow]
-    removed: list[int]
-
-
 class RowStore:
     def __init__(self, path: Path, capacity: int | None = None, standing: Callable[[str], int] | None = None):
-        """``standing``: a peer's standing at capacity, HIDDEN, STRANGER or TRUSTED (`dsonet.library.eviction`)."""
+        """``standing``: a peer's standing at capacity, HIDDEN, STRANGER or TRUSTED (`dsonet.library.store.eviction`)."""
         self.path, self.capacity, self.standing = path, capacity, standing
         self.db = connect(path)
 
@@ -268,7 +217,7 @@ class RowStore:
         return {(i, s) for i, s in keys if (i, s) in found or (i, ANY_SIGNER) in found}
 
     def _evict_over_capacity(self) -> list[tuple[str, int]]:
-        """Past capacity, fair shares (`dsonet.library.eviction`): peers' rows cut per signer, the
+        """Past capacity, fair shares (`dsonet.library.store.eviction`): peers' rows cut per signer, the
         largest holders first, own rows last; within a signer, lowest quality first."""
         if self.capacity is None:
             return []
@@ -446,22 +395,6 @@ class RowStore:
 
     def file_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*"))
-
-
-def row_experience(row: StoredRow) -> Experience:
-    """An experience from a full row; its provenance's node id is the row's signer."""
-    return Experience(row.text, row.domain, row.confidence, Provenance(row.signer, row.model, row.timestamp_ms,
-                                                                       row.iteration), Scope.parse(row.scope))
-
-
-def row_code(rows: list[StoredRow] | list[IndexRow], group_size: int,
-             dim: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """(signs (m, G, W), scales (m, G), baseline ids) of rows."""
-    n_words = -(-group_size // 32)
-    g = dim // group_size
-    signs = np.frombuffer(b"".join(r.signs for r in rows), "<u4").reshape(len(rows), g, n_words)
-    scales = np.frombuffer(b"".join(r.scales for r in rows), "<f4").reshape(len(rows), g)
-    return signs, scales, [r.baseline_id for r in rows]
 
 
 def _code_digest(signs: bytes, scales: bytes, baseline: bytes) -> str:

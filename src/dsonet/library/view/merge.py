@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from dsonet.library.dedup import THETA_DUP, duplicate_clusters_by_rows
+from dsonet.library.view.dedup import THETA_DUP, duplicate_clusters_by_rows
 
 __all__ = ["THETA_DUP", "Member", "MergeRule", "MergedView"]
 
@@ -70,7 +70,7 @@ class MergedView:
                  live: Callable[[np.ndarray], np.ndarray] | None = None,
                  on_build: Callable[[str, np.ndarray, list[np.ndarray]], None] | None = None):
         """``on_build(domain, rows, clusters)``: told of each domain a read rebuilt (the library
-        keeps them in its file, so the next open need not rebuild: `dsonet.library.saved_fit`)."""
+        keeps them in its file, so the next open need not rebuild: `dsonet.library.view.saved_clusters`)."""
         self.rule, self._reconstruct, self._key, self._domain_rows, self.dim = rule, reconstruct, key, domain_rows, dim
         self._live, self._on_build = live, on_build
         self._clusters: dict[str, list[np.ndarray]] = {}  # domain -> clusters (index rows, sorted by key)
@@ -118,11 +118,16 @@ class MergedView:
         members, bounds = rows[order], np.r_[0, np.cumsum(np.bincount(labels))]
         return [members[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
-    def install(self, built: dict[str, list[np.ndarray]]) -> None:
-        """Show built clusters (under the lock); a domain touched meanwhile is rebuilt at the next read anyway."""
+    def install(self, built: dict[str, list[np.ndarray]], jobs: dict[str, np.ndarray] | None = None) -> None:
+        """Show built clusters (under the lock); a domain touched meanwhile is rebuilt at the next read anyway.
+        ``jobs``: the rows each was built from (`pending`'s), told to ``on_build`` as a read's build is
+        (clusters restored from the file are shown without them: nothing new to keep)."""
         for domain, clusters in built.items():
             if domain not in self._dirty:
                 self._set(domain, clusters)
+        if jobs is not None and self._on_build is not None:
+            for domain, clusters in built.items():
+                self._on_build(domain, jobs[domain], clusters)
 
     def sorted_rows(self, domain: str) -> np.ndarray:
         """A domain's live rows in the order `build` takes them (by key: the set decides, not the arrival order)."""

@@ -10,11 +10,13 @@ from typing import Callable
 
 import numpy as np
 
+from dsonet.experience import Experience
+from dsonet.library.errors import LibraryError
 from dsonet.library.hits import Hit, Hits
-from dsonet.library.merge import Member, MergedView
+from dsonet.library.view.merge import Member, MergedView
 from dsonet.library.policy import RetrievalPolicy
-from dsonet.library.row_index import RowIndex
-from dsonet.library.rows import RowStore
+from dsonet.library.index.row_index import RowIndex
+from dsonet.library.store.rows import RowStore
 
 # A merged cluster's vector can score a little above its best member (the mean of near-duplicates);
 # the walk over candidates stops this far under the threshold.
@@ -41,6 +43,31 @@ class MergedHits:
         (exp,) = self.rows.by_seq([idx.seqs[rep.row]]).values()
         return Hit(exp, 0.0, tuple(sorted({m.key[0] for m in members})), tuple(sorted({m.key[1] for m in members}))), \
             members
+
+    def clusters(self, domain: str | None = None) -> dict[str, list[str]]:
+        """Representative id -> member ids (sorted, distinct), for one domain or all."""
+        out = {}
+        for rows in self.view.clusters(domain):
+            shown = self.cluster(rows)
+            if shown is not None:
+                out[shown[0].experience.id] = list(shown[0].members)
+        return out
+
+    def merged(self, rep_id: str) -> tuple[Experience, np.ndarray]:
+        """The cluster of ``rep_id`` as one experience (its representative) and its vector."""
+        shown = self.cluster(self.view.cluster(self.preferred_row(rep_id)))
+        if shown is None:
+            raise LibraryError(f"exp_id: {rep_id!r} is held only from signers trusted 0")
+        hit, members = shown
+        return hit.experience, self.vector(members)
+
+    def preferred_row(self, exp_id: str) -> int:
+        """The index row that speaks for an experience: its author's where held, else its first."""
+        exp = self.rows.get(exp_id)
+        if exp is None:
+            raise LibraryError(f"exp_id: {exp_id!r} is not in the library")
+        rows = self.index.rows_of(exp_id)
+        return next((r for r in rows if self.index.signers[r] == exp.provenance.node_id), rows[0])
 
     def vector(self, members: list[Member]) -> np.ndarray:
         """(d,) the cluster's vector: its members' weighted mean (`MergeRule.vector`)."""

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from dsonet.codec.reference import Reference
-from dsonet.library.row_index import RowIndex
+from dsonet.library.index.row_index import RowIndex
 
 # Each peer signer's most of the pool: four keys needed to fill it. A quarter keeps one trusted
 # peer's rows enough to judge a lone far batch on a node that has written nothing itself (64 of
@@ -47,7 +47,7 @@ class ReferencePool:
     never changes (a changed row is appended again)."""
 
     def __init__(self, index: RowIndex, decoded: Callable[[np.ndarray], np.ndarray]):
-        """``decoded``: ê of index rows (`dsonet.library.decoded`: as the round that stored them decoded them)."""
+        """``decoded``: ê of index rows (`dsonet.library.view.decoded`: as the round that stored them decoded them)."""
         self.index, self.decoded = index, decoded
         self._vectors: dict[int, np.ndarray] = {}  # index row -> vector, of the last pool only (≤ limit rows)
 

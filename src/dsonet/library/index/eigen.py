@@ -1,7 +1,7 @@
 """The top eigenpairs of a fit's Gram matrix, numpy's BLAS held to one thread for short windows, and a
 small matrix-vector product that skips BLAS.
 
-The index's fitted stages (`dsonet.library.index_stages`: the coarse sketch, the subspace stage) need the
+The index's fitted stages (`dsonet.library.index.stages`: the coarse sketch, the subspace stage) need the
 top 64 or 128 principal directions of a 2,048-row sample at d = 7680: from its (s × s) Gram, whose
 full `np.linalg.eigh` was most of a fit. `top_eigh` finds only those, by seeded subspace iteration.
 """
