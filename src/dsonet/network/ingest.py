@@ -1,7 +1,8 @@
 """The ingest room: what a node receives, from the stream's chunk to the merged view a search reads.
 
     chunk of messages ─ verify (DeltaSoup's gate) ─ round (judge beside trusted rows) ─ store a few
-    batches a turn (the library, its hash in the ledger) ─ merge the new rows ─ refit the index
+    batches a turn (the library, its hash in the ledger) ─ merge the new rows once the reader's backlog
+    is read ─ refit the index
 
 The round decodes each row once: its ê goes on with the admitted rows to the library, whose merge
 clusters by it (`dsonet.library.view.decoded`). Rows a trusted key got in on a re-encoding sample's word
@@ -59,6 +60,9 @@ DEFERRED_KEY_BYTES = 32 * 2**20  # one key admitted before, not yet trusted
 DEFERRED_NEW_KEYS_BYTES = 32 * 2**20  # all keys never admitted, together: Sybil keys share one share
 NEW_KEYS = "(new keys)"  # the share those count against
 DEFERRED_PAGE = 8  # payloads read at a time (at most 8 × 4 MiB): the queue is never read whole
+# Rows stored unmerged while a reader's backlog is read (searches show them unmerged meanwhile):
+# past this, a merge runs before the backlog is through.
+MERGE_BACKLOG_ROWS = 20_000
 TURN_ROWS = MAX_EXPERIENCES  # rows stored per turn on the library's lock: a search waits for at most this many
 
 
@@ -84,6 +88,7 @@ class Ingest:
         self.journal = journal  # what each round admitted and refused, and reputation over time, for people
         self.peers: dict[str, Peer] = {}
         self._merge_queued = False
+        self._unmerged_rows = 0  # stored since the last merge, while a backlog was read
         # replay protection outlives a restart: the batches stored within the freshness window (with
         # the gate's margin for clock skew) are refused again; older ones are stale anyway
         self._seen_pruned_ms = int(time.time() * 1000)  # when the ledger last forgot hashes (stream time)
@@ -134,7 +139,8 @@ class Ingest:
         self.round(last_ms)
         with self.state:
             self.ledger.undefer(resubmitted)  # only once their round is stored
-        self.merge()
+        if chunk[-1].pending == 0 or self._unmerged_rows >= MERGE_BACKLOG_ROWS:
+            self.merge()  # a backlog is merged once it is read: each merge reclusters its domains whole
 
     # ------------------------------------------------------------------ batches held back
 
@@ -192,12 +198,14 @@ class Ingest:
         return True
 
     def drain_deferred(self) -> None:
-        """A round of held-back batches alone, for when no new message comes to carry them."""
+        """A round of held-back batches alone, for when no new message comes to carry them; and the
+        merge a backlog still owes, should the stream have promised messages that never came."""
         resubmitted = self._submit_deferred(int(time.time() * 1000))
         if resubmitted:
             self.round(int(time.time() * 1000))
             with self.state:
                 self.ledger.undefer(resubmitted)
+        if resubmitted or self._unmerged_rows:
             self.merge()
 
     # ------------------------------------------------------------------ a round
@@ -273,6 +281,7 @@ class Ingest:
             self._reject(batch.node_id, exc)
             return
         self.journal.stored(batch.node_id, len(ingested.added), ingested.duplicates)
+        self._unmerged_rows += len(ingested.added)
         peer = self._peer(batch.node_id)
         peer.accepted += 1
         peer.last_seen_ms = batch.timestamp_ms
@@ -303,6 +312,7 @@ class Ingest:
         """Cluster what the last writes changed, then refit the index where it is due (`rebuild_merged`,
         `refit_index`): searches meanwhile show new rows unmerged."""
         self._merge_queued = False  # first: a write from now on queues another merge
+        self._unmerged_rows = 0
         rebuild_merged(self.library, self.state)
         refit_index(self.library, self.state)
 

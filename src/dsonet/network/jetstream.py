@@ -308,7 +308,7 @@ class NatsTransport:
                     break
             chunk = [
                 Message(m.data, m.subject, m.metadata.sequence.stream, int(m.metadata.timestamp.timestamp() * 1000),
-                        dict(m.headers or {}))
+                        dict(m.headers or {}), m.metadata.num_pending or 0)
                 for m in msgs
             ]
             try:

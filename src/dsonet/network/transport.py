@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Awaitable, Callable, Protocol
 
 from dsonet.errors import DsoError
@@ -39,6 +39,7 @@ class Message:
     seq: int  # position in the log, from 1
     timestamp_ms: int  # when the log stored it: the clock freshness is judged against on replay
     headers: dict[str, str] = field(default_factory=dict)
+    pending: int = 0  # messages after this one in the log when the reader took it: its backlog
 
 
 Handler = Callable[[list[Message]], Awaitable[None]]
@@ -164,6 +165,8 @@ class InProcessTransport:
             if not chunk:
                 await self.hub._event().wait()
                 continue
+            behind = len(self.hub.log) - pos - len(chunk)
+            chunk = [replace(m, pending=behind + len(chunk) - 1 - i) for i, m in enumerate(chunk)]
             try:
                 await handler(chunk)
             except Exception:  # a handler bug must not kill the reader; the chunk is read again
