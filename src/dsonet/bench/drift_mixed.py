@@ -233,7 +233,8 @@ def run(plan: MixedPlan, quick: bool = False, model: str = "qwen2.5-coder-0.5b",
     rows, targets = summarise(seeds, env_pins)
     print(table(rows))
     for name, t in targets.items():
-        log(f"  target {name}: {t['value']} -> {'met' if t['met'] else 'NOT met'}")
+        verdict = {True: "met", False: "NOT met", None: "not measured here"}[t["met"]]
+        log(f"  target {name}: {t['value']} -> {verdict}")
     return write_results("learn-drift-mixed", {"llm": model, "reflector": teacher.name, "plan": asdict(plan),
                                                "quick": quick, "rows": rows, "targets": targets,
                                                "facts": {f.id: classes[f.id] for f in facts}, "seeds": seeds,
