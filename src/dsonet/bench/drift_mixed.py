@@ -235,12 +235,12 @@ def run(plan: MixedPlan, quick: bool = False, model: str = "qwen2.5-coder-0.5b",
     for name, t in targets.items():
         verdict = {True: "met", False: "NOT met", None: "not measured here"}[t["met"]]
         log(f"  target {name}: {t['value']} -> {verdict}")
+    llms = {agent, teacher}  # one object where the agent is its own reflector (--quick)
+    answers = {"generated": sum(m.misses for m in llms), "from_cache": sum(m.hits for m in llms)}
     return write_results("learn-drift-mixed", {"llm": model, "reflector": teacher.name, "plan": asdict(plan),
                                                "quick": quick, "rows": rows, "targets": targets,
                                                "facts": {f.id: classes[f.id] for f in facts}, "seeds": seeds,
-                                               "answers": {"generated": agent.misses + (teacher.misses if teacher is not agent else 0),
-                                                           "from_cache": agent.hits + (teacher.hits if teacher is not agent else 0)}},
-                         quick=quick)
+                                               "answers": answers}, quick=quick)
 
 
 def main(quick: bool, seeds: str | None, model: str, reflector: str | None) -> None:
