@@ -80,8 +80,8 @@ def test_the_quick_plan_runs_a_scoped_fleet_through_every_step_on_real_nodes(tmp
     from dsonet.scope import probe
 
     llm = open_llm(None, "qwen2.5-coder-0.5b")
-    plan = replace(drift_mixed.QUICK, old_form_only=1, new_form_only=1, controls=0, feedback_tasks=2, group_size=2,
-                   answer_tokens=24)
+    plan = replace(drift_mixed.QUICK, per_env=1, old_form_only=1, new_form_only=1, controls=0, feedback_tasks=2,
+                   group_size=2, answer_tokens=24)
     with Sandbox(preload=drift.PRELOAD) as new, Sandbox(python=drift_mixed.OLD_PYTHON, preload=drift.PRELOAD) as old:
         boxes = {"new": new, "old": old}
         probes = {e: probe(str(b.python)) for e, b in boxes.items()}
@@ -92,7 +92,7 @@ def test_the_quick_plan_runs_a_scoped_fleet_through_every_step_on_real_nodes(tmp
     assert [it["class"] for it in out["items"]] == ["old_form_only", "new_form_only"]
     assert set(out["correct"]) == {"without", "fleet", "poisoned", "after_feedback"}
     assert all(len(v[e]) == 2 for v in out["correct"].values() for e in ("new", "old"))
-    assert [n["env"] for n in out["nodes"]] == ["new", "new", "old", "old"]
+    assert [n["env"] for n in out["nodes"]] == ["new", "old"]
     assert out["wrong_scope"]["old"] == [0, 0]  # scoped searches never inject a contradicting lesson
     assert out["feedback"]["tasks_per_node"] == 2
     assert all(s for _, s in out["poison"])  # each poison lesson claims a scope

@@ -224,11 +224,10 @@ class Scenario:
         return learned
 
     async def answer(self, label: str, items: TaskSet | None = None, stores: bool = True, notes=None,
-                     exclude: Callable[[Hit], bool] | None = None, nodes: list[int] | None = None,
-                     scoped: bool = True) -> Run:
+                     exclude: Callable[[Hit], bool] | None = None, nodes: list[int] | None = None) -> Run:
         """Held-out item i (of ``items``, every held-out instance by default) answered by the i mod n-th
         of the n honest ``nodes`` (the first ``plan.agents`` by default) from its library, or with fixed
-        ``notes`` (or none: ``stores=False``); its search in its environment unless not ``scoped``."""
+        ``notes`` (or none: ``stores=False``); each node searches in its environment (`environment`)."""
         held, fleet = self.held if items is None else items, self.fleet
         nodes = list(range(self.plan.agents)) if nodes is None else nodes
         n = len(held.tasks)
@@ -239,7 +238,7 @@ class Scenario:
             store = fleet.stores[k] if stores and notes is None else None
             parts.append((rows, await asyncio.to_thread(answer, self.llms[0], part, store, self.retrieval, notes,
                                                         self.plan.answer_tokens, fleet.node_ids[k], None, False,
-                                                        exclude, self.environment(k) if scoped else None)))
+                                                        exclude, self.environment(k))))
         correct, parsed, injected = np.zeros(n), np.zeros(n, bool), np.zeros(n, bool)
         texts, hits, tokens, wall = [""] * n, [[] for _ in range(n)], 0, 0.0
         for rows, run in parts:
