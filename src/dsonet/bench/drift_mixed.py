@@ -65,7 +65,9 @@ class MixedPlan(DriftPlan):
         return 2 * self.per_env
 
 
-# ~55 minutes on 2 cores with a cold answer cache; QUICK: every step on 4 facts, for the test
+# FULL: sized for about an hour on 2 free cores with a cold answer cache (the newer environment's nodes learn
+# from scratch, ~13 min each; the older ones and the unscoped fleet replay most generations); QUICK: every step
+# on 4 facts
 FULL = MixedPlan(agents=4, other_agents=0)
 QUICK = MixedPlan(agents=4, other_agents=0, old_form_only=2, new_form_only=1, either=0, controls=1,
                   held_out_per_fact=1, feedback_tasks=3, gate_items=1)
