@@ -49,7 +49,7 @@ import click
 import numpy as np
 
 from dsonet.aggregate import DeltaSoup, DeltaSoupConfig
-from dsonet.bench import drift
+from dsonet.bench import drift, drift_mixed
 from dsonet.bench.learn_pilot import KEPT, write_pilot
 from dsonet.bench.report import RESULTS_DIR, format_table, write_results
 from dsonet.codec.batch import make_batch, sign_batch
@@ -346,12 +346,15 @@ def plot(rows: list[dict], path: Path) -> None:
                    "libraries in turn (default: every fact).")
 @click.option("--feedback-tasks", type=int, default=None,
               help="With --family drift: feedback tasks per honest node after the poison (default 30).")
+@click.option("--mixed", is_flag=True,
+              help="With --family drift: a fleet split between drift.lock's environment and an older one "
+                   "(`dsonet.bench.drift_mixed`), lessons scoped and not; writes learn-drift-mixed.json.")
 @click.option("--out", "out_name", default=None,
               help="Results name under bench/results (default learn / learn-quick, and learn-pilot with --pilot).")
 @click.option("--combine", default=None, metavar="NAME,NAME",
               help="Only merge the rows of earlier runs' results (e.g. one per family) into learn.json and its plot.")
 def cli(quick, families, seeds, held_out, url, model, reflector, reflector_url, pilot_n, probe_practice, n_facts,
-        feedback_tasks, out_name, combine):
+        feedback_tasks, mixed, out_name, combine):
     """Held-out accuracy per task family without lessons, with the node's own lessons, with neutral
     text of the same length, with the fleet's (through DeltaSoup), with a poisoned fleet, with the
     poison alone, and with the family's hand-written correct lesson alone (can any lesson help?);
@@ -368,6 +371,7 @@ def cli(quick, families, seeds, held_out, url, model, reflector, reflector_url, 
       dso bench learn --family drift --quick
       dso bench learn --family drift --seeds 0,1,2
       dso bench learn --family drift --facts 16 --feedback-tasks 20
+      dso bench learn --family drift --mixed
       dso bench learn --family drift --model qwen2.5-coder-1.5b --seeds 0
       dso bench learn --combine learn-drift-qwen2.5-coder-0.5b-seed0,learn-drift-qwen2.5-coder-1.5b-seed0
       dso bench learn --quick
@@ -378,6 +382,10 @@ def cli(quick, families, seeds, held_out, url, model, reflector, reflector_url, 
       dso bench learn --pilot 30 --probe 32 --family aiw --reflector-llm http://localhost:8000/v1 --reflector Qwen/Qwen3-8B
       dso bench learn --llm http://localhost:8000/v1 --model Qwen/Qwen3-8B
     """
+    if mixed:
+        if list(families) != ["drift"] or url or reflector_url or pilot_n or combine:
+            raise click.UsageError("--mixed runs with --family drift alone, on the embedded models")
+        return drift_mixed.main(quick, seeds, model, reflector)
     if "drift" in families or (combine and combine.startswith("learn-drift")):
         return _drift(quick, families, seeds, held_out, url, model, reflector, reflector_url, pilot_n, combine, out_name,
                       n_facts, feedback_tasks)

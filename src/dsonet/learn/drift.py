@@ -379,9 +379,11 @@ def reference_value(runner: Runner, task: Task) -> object:
     return _REFERENCE_VALUES[key]
 
 
-def check(runner: Runner, task: Task, reply: str) -> Check:
-    """Run setup + the reply's code; passed when it runs and its r equals the reference's r."""
-    expected = reference_value(runner, task)
+def check(runner: Runner, task: Task, reply: str, reference: Runner | None = None) -> Check:
+    """Run setup + the reply's code; passed when it runs and its r equals the reference's r, run in
+    ``reference`` (another environment, whose value is the one asked for: an older release where the
+    reference line does not run) or else in ``runner``."""
+    expected = reference_value(reference or runner, task)
     code = extract_code(reply, task.entry["setup"])
     if not code:
         return Check(False, "no Python code found in the reply", code)
@@ -400,15 +402,16 @@ def _short(value: object, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def drift_taskset(tasks: Sequence[Task], runner: Runner, name: str = "drift") -> TaskSet:
+def drift_taskset(tasks: Sequence[Task], runner: Runner, name: str = "drift", reference: Runner | None = None) -> TaskSet:
     """A task set over code tasks (drift instances, or a user's own: any Task whose entry holds its setup
     and reference) whose verifier runs each reply in `runner` (a Sandbox), and whose ``explain`` tells
-    the learner what running it showed. Each (task, reply) runs once."""
+    the learner what running it showed. Each (task, reply) runs once. ``reference``: where the value
+    asked for is computed (`check`)."""
     seen: dict[tuple[str, str], Check] = {}
 
     def run(task: Task, reply: str) -> Check:
         if (task.id, reply) not in seen:
-            seen[task.id, reply] = check(runner, task, reply)
+            seen[task.id, reply] = check(runner, task, reply, reference)
         return seen[task.id, reply]
 
     return TaskSet(name, list(tasks), lambda t, r: float(run(t, r).passed), INSTRUCTION, "text",

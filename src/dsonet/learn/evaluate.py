@@ -138,12 +138,12 @@ class Run:
 
 def answer(llm: ChatLLM, tasks: TaskSet, store=None, retrieval: Retrieval = Retrieval(), notes=None,
            max_tokens: int = 32, node_id: str | None = None, vectors=None, record: bool = False,
-           exclude=None) -> Run:
+           exclude=None, environment: Scope | None = None) -> Run:
     """Greedy answers to every task. Notes come from ``store`` (retrieved per question; with
     ``vectors``, the questions' encodings, so nothing is encoded twice) or from ``notes``: a function
     task -> (own, peers) lists of fixed texts (the neutral control, the poison). ``exclude``: a
     predicate on hits (e.g. lessons from authors the node distrusts). ``record``: write each
-    lesson's outcome to the store."""
+    lesson's outcome to the store. ``environment``: the asker's, for the retrieval (`retrieve`)."""
     t0 = time.perf_counter()
     chats, hits, injected = [], [], []
     for i, t in enumerate(tasks.tasks):
@@ -154,7 +154,7 @@ def answer(llm: ChatLLM, tasks: TaskSet, store=None, retrieval: Retrieval = Retr
             injected.append(bool(own or peers))
         else:
             vec = None if vectors is None else vectors[i]
-            inj = inject(store, t.question, tasks.prompt(t), retrieval, node_id, t.domain, vec)
+            inj = inject(store, t.question, tasks.prompt(t), retrieval, node_id, t.domain, vec, environment)
             kept = [h for h in inj.hits if exclude is None or not exclude(h)]
             if len(kept) != len(inj.hits):
                 own, peers = split_own(kept, node_id)

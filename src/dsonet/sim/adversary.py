@@ -25,6 +25,7 @@ from dsonet.codec.batch import claims
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
 from dsonet.network.transport import MSG_ID, SENDER, Message, Transport, subject_for
+from dsonet.scope import Scope
 from dsonet.sim.attacks import SimNode, View, attack
 from dsonet.sim.plan import Attack
 from dsonet.sim.nodes import is_batch
@@ -97,14 +98,19 @@ async def strike(transport: Transport, plan: list[tuple[SimNode, Attack]], seen:
     return sent
 
 
-async def publish_poison(fleet, byz: list[SimNode], facts: list, model: str, domain: str) -> list[str]:
-    """Each Byzantine node signs and publishes its share of the facts' wrong lessons, honestly encoded."""
-    texts = sorted({f.poison for f in facts if f.poison})
+async def publish_poison(fleet, byz: list[SimNode], facts: list, model: str, domain: str,
+                         lessons: list[tuple[str, Scope]] | None = None) -> list[str]:
+    """Each Byzantine node signs and publishes its share of the facts' wrong lessons, honestly encoded;
+    or of ``lessons`` (text, the scope it claims), where an attacker aims each at one environment."""
+    if lessons is None:
+        lessons = [(t, Scope()) for t in {f.poison for f in facts if f.poison}]
+    lessons = sorted(set(lessons), key=lambda lesson: (lesson[0], str(lesson[1])))
+    texts = [t for t, _ in lessons]
     vectors = fleet.encoder.encode(texts, kind="document")
     now = int(time.time() * 1000)
     for j, node in enumerate(byz):
         rows = list(range(j, len(texts), len(byz)))
-        exps = [Experience(texts[r], domain, 0.9, Provenance(node.node_id, model, now, 0)) for r in rows]
+        exps = [Experience(texts[r], domain, 0.9, Provenance(node.node_id, model, now, 0), lessons[r][1]) for r in rows]
         payload = make_batch(exps, vectors[rows], fleet.profile, node.identity, timestamp_ms=now).to_msgpack()
         await fleet.attacker.publish(payload, subject_for("dso", "batch", domain),
                                      {SENDER: node.node_id, MSG_ID: f"byz{j}-poison-{now}"})

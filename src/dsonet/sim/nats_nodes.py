@@ -25,6 +25,7 @@ from dsonet.network.client import NodeClient
 from dsonet.network.jetstream import NatsConfig, NatsTransport
 from dsonet.network.procs import NodeProcess
 from dsonet.network.transport import Message
+from dsonet.scope import Scope
 
 OBSERVER = "demo-observer"
 READY_S = 600.0  # a node process loads the encoder before it answers /health: minutes on a busy 2-core machine
@@ -68,8 +69,9 @@ class NatsFleet:
             cluster.down(spec.state_dir)
             raise
 
-    async def recall(self, i: int, query: str, k: int, min_similarity: float) -> tuple[str, list]:
-        return await asyncio.to_thread(self.stores[i].recall, query, k, min_similarity)
+    async def recall(self, i: int, query: str, k: int, min_similarity: float,
+                     environment: Scope | None = None) -> tuple[str, list]:
+        return await asyncio.to_thread(self.stores[i].recall, query, k, min_similarity, environment=environment)
 
     async def outcome(self, i: int, retrieval_id: str, helped: bool | None = None,
                       lessons: dict[str, bool] | None = None) -> int:

@@ -28,6 +28,7 @@ from dsonet.identity import NodeIdentity
 from dsonet.library.contract import LessonStore
 from dsonet.network.node import Node, NodeConfig
 from dsonet.network.transport import InProcessHub, Message, Transport, parse_subject
+from dsonet.scope import Scope
 
 HOLD_INTERVAL_S = 3600.0  # nodes publish only when the scenario says so (see the module docstring)
 HOLD_BATCH = 1_000_000
@@ -65,8 +66,10 @@ class Fleet(Protocol):
     async def settle(self, timeout_s: float = 300.0) -> None:
         """Wait until every reader of the log has processed all of it."""
 
-    async def recall(self, i: int, query: str, k: int, min_similarity: float) -> tuple[str, list]:
-        """Honest node i's lessons for ``query`` and the retrieval id to report their outcome under."""
+    async def recall(self, i: int, query: str, k: int, min_similarity: float,
+                     environment: Scope | None = None) -> tuple[str, list]:
+        """Honest node i's lessons for ``query`` (in the asker's ``environment``) and the retrieval id to
+        report their outcome under."""
 
     async def outcome(self, i: int, retrieval_id: str, helped: bool | None = None,
                       lessons: dict[str, bool] | None = None) -> int:
@@ -134,8 +137,9 @@ class InProcessFleet:
     def wire(self) -> list[Message]:
         return list(self.hub.log)
 
-    async def recall(self, i: int, query: str, k: int, min_similarity: float) -> tuple[str, list]:
-        return await self.nodes[i].recall(query, k=k, min_similarity=min_similarity)
+    async def recall(self, i: int, query: str, k: int, min_similarity: float,
+                     environment: Scope | None = None) -> tuple[str, list]:
+        return await self.nodes[i].recall(query, k=k, min_similarity=min_similarity, environment=environment)
 
     async def outcome(self, i: int, retrieval_id: str, helped: bool | None = None,
                       lessons: dict[str, bool] | None = None) -> int:

@@ -48,6 +48,7 @@ from dsonet.learn.grpo import LearnConfig, Learner
 from dsonet.learn.sandbox import Sandbox
 from dsonet.learn.tasks import Task, TaskSet
 from dsonet.library import Hit
+from dsonet.scope import Probe, Scope
 from dsonet.sim import adversary
 from dsonet.sim.attacks import SimNode
 from dsonet.sim.nats_nodes import NatsFleet
@@ -181,22 +182,37 @@ def poison_notes(task: Task) -> tuple[list[str], list[str]]:
 
 class Scenario:
     """One run of the scenario on a started fleet: honest node i's agent is ``llms[i]``; the first
-    ``plan.agents`` of them run the evaluated model, which answers every held-out condition."""
+    ``plan.agents`` of them run the evaluated model, which answers every held-out condition.
+
+    A fleet of different machines (`dsonet.bench.drift_mixed`): ``node_tasks[i]``, the tasks as honest
+    node i's environment checks them (``tasks`` for every node by default), and ``probes[i]``, what that
+    environment has: node i's lessons are scoped to it and its searches carry it (None: today's
+    unscoped lessons and searches)."""
 
     def __init__(self, fleet: Fleet, tasks: TaskSet, splits: Splits, plan: DriftPlan, llms: list, reflector,
-                 retrieval: Retrieval, workdir: Path, log: Log = print):
+                 retrieval: Retrieval, workdir: Path, log: Log = print, node_tasks: list[TaskSet] | None = None,
+                 probes: list[Probe | None] | None = None):
         self.fleet, self.tasks, self.splits, self.plan = fleet, tasks, splits, plan
         self.llms, self.reflector, self.retrieval, self.workdir, self.log = llms, reflector, retrieval, workdir, log
         self.held = tasks.subset(splits.held_out, "drift:held-out")
+        self.node_tasks = node_tasks or [tasks] * len(llms)
+        self.probes = probes or [None] * len(llms)
+
+    def environment(self, i: int) -> Scope | None:
+        """Honest node i's environment as its searches state it (None: they state none)."""
+        probe = self.probes[i]
+        return None if probe is None else probe.environment
 
     async def learn(self, config: LearnConfig) -> list[dict]:
         """Honest node i's agent learns on its own training instances into its node's library, with the
         reflector writing the lessons and every node gating on the shared validation instances."""
-        fleet, tasks, splits = self.fleet, self.tasks, self.splits
-        validation = tasks.subset(splits.validation, "drift:validation")
+        fleet, splits = self.fleet, self.splits
         learned = []
         for i, (store, node_id, llm) in enumerate(zip(fleet.stores, fleet.node_ids, self.llms)):
-            learner = Learner(llm, store, config, self.workdir / f"node{i}.run", node_id, self.reflector, fleet.encoder)
+            tasks = self.node_tasks[i]
+            validation = tasks.subset(splits.validation, "drift:validation")
+            learner = Learner(llm, store, config, self.workdir / f"node{i}.run", node_id, self.reflector, fleet.encoder,
+                              self.probes[i])
             s = await asyncio.to_thread(learner.run, tasks.subset(splits.train[i], f"drift:node{i}"), False, validation)
             kept = [e.text for e in store.all()]
             learned.append({"node": i, "agent": llm.name, "rollouts": s.rollouts,
@@ -208,19 +224,21 @@ class Scenario:
         return learned
 
     async def answer(self, label: str, items: TaskSet | None = None, stores: bool = True, notes=None,
-                     exclude: Callable[[Hit], bool] | None = None) -> Run:
-        """Held-out item i (of ``items``, every held-out instance by default) answered by honest node
-        i mod ``plan.agents`` from its library, or with fixed ``notes`` (or none: ``stores=False``)."""
-        held, fleet, agents = self.held if items is None else items, self.fleet, self.plan.agents
+                     exclude: Callable[[Hit], bool] | None = None, nodes: list[int] | None = None) -> Run:
+        """Held-out item i (of ``items``, every held-out instance by default) answered by the i mod n-th
+        of the n honest ``nodes`` (the first ``plan.agents`` by default) from its library, or with fixed
+        ``notes`` (or none: ``stores=False``); each node searches in its environment (`environment`)."""
+        held, fleet = self.held if items is None else items, self.fleet
+        nodes = list(range(self.plan.agents)) if nodes is None else nodes
         n = len(held.tasks)
         parts = []
-        for k in range(agents):
-            rows = list(range(k, n, agents))
+        for j, k in enumerate(nodes):
+            rows = list(range(j, n, len(nodes)))
             part = held.subset([held.tasks[i] for i in rows])
             store = fleet.stores[k] if stores and notes is None else None
             parts.append((rows, await asyncio.to_thread(answer, self.llms[0], part, store, self.retrieval, notes,
                                                         self.plan.answer_tokens, fleet.node_ids[k], None, False,
-                                                        exclude)))
+                                                        exclude, self.environment(k))))
         correct, parsed, injected = np.zeros(n), np.zeros(n, bool), np.zeros(n, bool)
         texts, hits, tokens, wall = [""] * n, [[] for _ in range(n)], 0, 0.0
         for rows, run in parts:
@@ -264,14 +282,15 @@ class Scenario:
         ``convicted_after``: per node, after how many tasks its outcomes convicted each signer they
         convict, by the reputation model's sign test). (Crediting every lesson of a retrieval with its
         task's result cannot tell a wrong lesson from the right one beside it.)"""
-        fleet, tasks, splits, plan, retrieval = self.fleet, self.tasks, self.splits, self.plan, self.retrieval
+        fleet, splits, plan, retrieval = self.fleet, self.splits, self.plan, self.retrieval
         passed, reported, harmed, by_signer, convicted_after = [], [], 0, [], []
         for i, (node_id, llm) in enumerate(zip(fleet.node_ids, self.llms)):
+            tasks, environment = self.node_tasks[i], self.environment(i)
             judged: dict[str, list[int]] = {}  # peer signer -> [helped, harmed] outcomes this node's agent reported
             mirror, convicted = Reputation(conviction_p=DeltaSoupConfig().conviction_p), {}
             start = i * plan.feedback_tasks % len(splits.feedback)
             part = tasks.subset((splits.feedback * 2)[start:start + plan.feedback_tasks])
-            recalled = {t.id: await fleet.recall(i, t.question, retrieval.k, retrieval.min_similarity)
+            recalled = {t.id: await fleet.recall(i, t.question, retrieval.k, retrieval.min_similarity, environment)
                         for t in part.tasks}
             notes = lambda t: split_own(recalled[t.id][1], node_id)  # noqa: E731
             run = await asyncio.to_thread(answer, llm, part, None, retrieval, notes, plan.answer_tokens)
@@ -292,7 +311,9 @@ class Scenario:
                     n += await fleet.outcome(i, rid, lessons=verdicts)
                     harmed += sum(not v for v in verdicts.values())
                     for h in hits:
-                        for signer in set(h.sources) - {node_id} if h.experience.id in verdicts else ():
+                        # the signers the node holds to account (harm outside a lesson's scope convicts none)
+                        signers = h.sources if environment is None else fleet.stores[i].accountable(h, environment)
+                        for signer in set(signers) - {node_id} if h.experience.id in verdicts else ():
                             judged.setdefault(signer, [0, 0])[not verdicts[h.experience.id]] += 1
                             mirror.outcome(signer, verdicts[h.experience.id])
                 convicted |= {signer: number for signer in judged if signer not in convicted and mirror.convicted(signer)}
