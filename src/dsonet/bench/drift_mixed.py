@@ -32,13 +32,14 @@ from dsonet.bench.drift_mixed_report import summarise, table
 from dsonet.bench.report import write_results
 from dsonet.encoders.cache import cache_dir
 from dsonet.learn import drift
-from dsonet.learn.cache import CachedLLM
+from dsonet.learn.cache import CachedLLM, answer_counts
 from dsonet.learn.context import Retrieval
 from dsonet.learn.llm import open_llm
 from dsonet.learn.sandbox import REPO_DRIFT_PYTHON, Sandbox, same
 from dsonet.library.policy import default_min_similarity
 from dsonet.scope import Probe, Scope, probe
 from dsonet.sim import adversary
+from dsonet.sim.report import hidden
 from dsonet.sim.scenario import DOMAIN, REFLECTOR, DriftPlan, Scenario, Splits, learn_config, running
 
 OLD_PYTHON = REPO_DRIFT_PYTHON.parents[2] / ".venv-drift-old" / "bin" / "python"
@@ -188,12 +189,13 @@ async def run_fleet(scoped: bool, agent, reflector, plan: MixedPlan, seed: int, 
     wrong_scope = {e: [_wrong_scope(hits, e, author_env, probes) for hits in runs["fleet"][e].hits] for e in ENVS}
     skipped = [{p["node_id"] for p in st.peers if p["skipped"]} for st in states]
     byz_ids = {b.node_id for b in byz}
+    poison_hidden = hidden(states, byz_ids)["poison_rows_hidden_per_node"]
     return {"items": [{"id": t.id, "fact": t.entry["fact"], "class": classes[t.entry["fact"]]} for t in held["new"].tasks],
             "correct": {c: {e: r[e].correct.astype(int).tolist() for e in ENVS} for c, r in runs.items()},
             "wrong_scope": wrong_scope,
             "nodes": [{"env": env_of[i], "honest_signers_hidden": len(skipped[i] & set(author_env) - {st.node_id}),
                        "poisoner_hidden": bool(skipped[i] & byz_ids),
-                       "poison_rows_hidden": _share_hidden(st, byz_ids, skipped[i])} for i, st in enumerate(states)],
+                       "poison_rows_hidden": poison_hidden[i]} for i, st in enumerate(states)],
             "learning": learned, "feedback": outcomes, "poison": [[t, str(sc)] for t, sc in lessons],
             "wall_s": round(time.perf_counter() - t0, 1)}
 
@@ -207,11 +209,6 @@ def _wrong_scope(hits: list, env: str, author_env: dict[str, str], probes: dict[
                 probes[env].environment).verdict == "contradicts":
             return 1
     return 0
-
-
-def _share_hidden(state, byz_ids: set[str], skipped: set[str]) -> float:
-    bad = [e for e in state.experiences if e.provenance.node_id in byz_ids]
-    return round(sum(e.provenance.node_id in skipped for e in bad) / len(bad), 4) if bad else 1.0
 
 
 def run(plan: MixedPlan, quick: bool = False, model: str = "qwen2.5-coder-0.5b", reflector: str | None = None,
@@ -237,8 +234,7 @@ def run(plan: MixedPlan, quick: bool = False, model: str = "qwen2.5-coder-0.5b",
     for name, t in targets.items():
         verdict = {True: "met", False: "NOT met", None: "not measured here"}[t["met"]]
         log(f"  target {name}: {t['value']} -> {verdict}")
-    llms = {agent, teacher}  # one object where the agent is its own reflector (--quick)
-    answers = {"generated": sum(m.misses for m in llms), "from_cache": sum(m.hits for m in llms)}
+    answers = answer_counts(agent, teacher)
     return write_results("learn-drift-mixed", {"llm": model, "reflector": teacher.name, "plan": asdict(plan),
                                                "quick": quick, "rows": rows, "targets": targets,
                                                "facts": {f.id: classes[f.id] for f in facts}, "seeds": seeds,

@@ -20,7 +20,7 @@ from dsonet.demo.report import DemoReport
 from dsonet.encoders.cache import cache_dir
 from dsonet.errors import DsoError
 from dsonet.learn import drift
-from dsonet.learn.cache import CachedLLM
+from dsonet.learn.cache import CachedLLM, answer_counts
 from dsonet.learn.context import Retrieval
 from dsonet.learn.llm import open_llm
 from dsonet.learn.sandbox import Sandbox
@@ -182,7 +182,7 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
     return DemoReport(
         config=asdict(config) | {"workdir": str(workdir), "answer_cache": _path_or_none(config.answer_cache),
                                  "min_similarity_used": threshold, "agent": agent.name,
-                                 "reflector_used": reflector.name, "answers": _answers(agent, reflector)},
+                                 "reflector_used": reflector.name, "answers": answer_counts(agent, reflector)},
         fleet=fleet.kind,
         conditions=report.conditions(runs, half_rows, control, attackers),
         controls=report.controls(runs, control),
@@ -206,12 +206,6 @@ def _path_or_none(path: Path | None) -> str | None:
 
 def _cached(llm, path: Path | None):
     return CachedLLM(llm, path) if path is not None else llm
-
-
-def _answers(*llms) -> dict[str, int]:
-    """How many answers the model generated in this run and how many came from the answer cache."""
-    cached = {id(m): m for m in llms if isinstance(m, CachedLLM)}.values()
-    return {"generated": sum(m.misses for m in cached), "from_cache": sum(m.hits for m in cached)}
 
 
 class _Clock:

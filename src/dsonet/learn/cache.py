@@ -73,3 +73,10 @@ class CachedLLM:
             for i, c in zip(chunk, done):
                 out[i] = c
         return out  # type: ignore[return-value]
+
+
+def answer_counts(*llms) -> dict[str, int]:
+    """How many answers these models generated and how many came from their answer caches (a model
+    passed twice, as an agent that is its own reflector, counts once; an uncached one not at all)."""
+    cached = {id(m): m for m in llms if isinstance(m, CachedLLM)}.values()
+    return {"generated": sum(m.misses for m in cached), "from_cache": sum(m.hits for m in cached)}
