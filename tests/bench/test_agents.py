@@ -66,7 +66,7 @@ def test_a_run_that_fails_then_fixes_is_one_lesson_learned_once_from_what_the_pr
     assert [t.passed for t in record.tries] == [False, True] and not record.first_try and record.solved
     assert record.tries[0].said.startswith("AttributeError:") and record.tokens == 220 and record.close_tokens == 110
     # three requests, each resending the run so far: the episode is learned once, as the scorer counts it
-    assert learner.counts() == {"requests": 3, "episodes": 1, "lessons": 1, "outcomes": 0}
+    assert learner.counts() == {"requests": 3, "episodes": 1, "paired": 0, "lessons": 1, "outcomes": 0}
     assert episodes_in([record, record]) == 1
     (lesson,) = memory.all()
     assert "np.trapezoid" in lesson.text and "np.trapz" in lesson.text

@@ -14,6 +14,8 @@ from fastapi.responses import StreamingResponse
 
 from dsonet.bench.proxy import Served
 from dsonet.encoders import default_encoder
+from dsonet.encoders.minilm_numpy import numpy_minilm
+from dsonet.learn.pairing import Pairing
 from dsonet.library import Library
 from dsonet.memory import LocalMemory
 from dsonet.proxy.app import chat_answer, create_app, responses_answer
@@ -141,6 +143,29 @@ def test_two_agents_that_named_their_variable_otherwise_give_one_lesson_with_bot
     (lesson,) = memory.all()  # "np.cumprod(a)" and "np.cumprod(b)": one advice, one row
     assert "use np.cumprod(a) instead" in lesson.text
     assert first.lessons == second.lessons == [lesson.id] and learner.evidence == {lesson.id: 2}
+    memory.close()
+
+
+def test_one_runs_refused_call_and_another_runs_call_that_ran_for_the_same_kind_of_task_give_a_lesson(tmp_path,
+                                                                                                      encoder):
+    """Neither run holds an episode of its own: one never fixed np.trapz, the other wrote np.trapezoid first."""
+    never_fixed = [{"role": "user", "content": TASK_A},
+                   {"role": "assistant", "content": "```python\nr = np.trapz(y, x)\n```"},
+                   {"role": "user", "content": REFUSED}]
+    right_first = [{"role": "user", "content": TASK_B},
+                   {"role": "assistant", "content": "```python\nr = np.trapezoid(y, x)\n```"},
+                   {"role": "user", "content": "20.25"}]
+    memory = LocalMemory(Library(tmp_path / "lib.sqlite", encoder=encoder))
+    alone = TrafficLearner(memory)
+    assert alone.observe(never_fixed).episodes == alone.observe(right_first).episodes == []
+    learner = TrafficLearner(memory, pairing=Pairing(numpy_minilm().encode))
+    assert learner.observe(never_fixed).lessons == []
+    learned = learner.observe(right_first)
+    (lesson,) = memory.all()
+    assert learned.lessons == [lesson.id] and learned.episodes[0].fixed_task == TASK_B
+    assert "use np.trapezoid(" in lesson.text and "refuses np.trapz" in lesson.text
+    assert lesson.confidence == PROBATION
+    assert learner.observe(right_first).episodes == learner.observe(never_fixed).episodes == []  # resent: nothing new
     memory.close()
 
 

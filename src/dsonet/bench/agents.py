@@ -116,7 +116,7 @@ class Steps:
         self.learning[name] = records
         self.phases[name] = {"runs": len(records), "solved": round(float(np.mean([r.solved for r in records])), 4)
                              if records else None, "per_agent": counts, "wall_s": round(time.perf_counter() - start, 1)}
-        self.log(f"  {name}: {len(records)} runs; per agent (requests, episodes, lessons, outcomes) "
+        self.log(f"  {name}: {len(records)} runs; per agent (requests, episodes, paired, lessons, outcomes) "
                  f"{[tuple(c.values()) for c in counts]}")
 
 
@@ -148,10 +148,10 @@ async def run_fleet(plan: AgentsPlan, workdir: Path, log=print) -> dict:
             await steps.condition("poisoned")
             await steps.learn("feedback", feedback_jobs(splits, plan.agents, plan.feedback_tasks))  # 6.
             await steps.condition("poisoned_after_feedback")  # 7.
-            learned = sum(lr.episodes for lr in px.learners)
+            learned, paired = sum(lr.episodes for lr in px.learners), sum(lr.paired for lr in px.learners)
             states = await fleet.close()
     return {"steps": steps, "poison": poison, "held": splits.held_out, "wall_s": round(time.perf_counter() - t0, 1),
-            "episodes": {"learned": learned,
+            "episodes": {"learned": learned, "paired": paired,
                          "in_histories": episodes_in([r for rs in steps.learning.values() for r in rs])},
             **held_at_end(states, {b.node_id for b in byz})}
 
@@ -194,7 +194,8 @@ def run(plan: AgentsPlan, out: str = "agents", log=print) -> Path:
     result = row("loop", plan.model, plan.tries, steps.runs, control, got["poison_ids"])
     counted = got["counted"]
     result |= {"poison_rows_hidden": counted["poison_rows_hidden"], "honest_rows_hidden": counted["honest_rows_hidden"],
-               "episodes_learned": got["episodes"]["learned"], "episodes_in_histories": got["episodes"]["in_histories"],
+               "episodes_learned": got["episodes"]["learned"], "episodes_paired": got["episodes"]["paired"],
+               "episodes_in_histories": got["episodes"]["in_histories"],
                "lessons_learned": len(got["lessons"]), "wall_s": got["wall_s"]}
     data = {"benchmark": "agents", "plan": asdict(plan), "rows": [result], "phases": steps.phases,
             "hidden": counted, "lessons": got["lessons"], "poison": got["poison"],

@@ -22,31 +22,36 @@ from tqdm import tqdm
 from dsonet.bench.agent_loop import Agent, RunRecord
 from dsonet.bench.proxy import Served
 from dsonet.learn.drift import Check
+from dsonet.encoders.minilm_numpy import numpy_minilm
 from dsonet.learn.episodes import episodes
+from dsonet.learn.pairing import Pairing
 from dsonet.learn.tasks import Task
 from dsonet.network.client import NodeClient
 from dsonet.proxy.learning import Learned, TrafficLearner
 
 
 class CountingLearner(TrafficLearner):
-    """The proxy's own learner, counting what it read: requests, new episodes, lessons, inferred outcomes."""
+    """The proxy's own learner, as `dso proxy --learn` makes it (its runs paired), counting what it read:
+    requests, new episodes inside one run and paired across runs, lessons, inferred outcomes."""
 
     def __init__(self, memory):
-        super().__init__(memory)
-        self.requests = self.episodes = self.outcomes = 0
+        super().__init__(memory, pairing=Pairing(numpy_minilm().encode))
+        self.requests = self.episodes = self.paired = self.outcomes = 0
         self.lessons: list[str] = []
 
     def observe(self, messages: list[dict]) -> Learned:
         learned = super().observe(messages)
+        paired = sum(bool(e.fixed_task) for e in learned.episodes)
         self.requests += 1
-        self.episodes += len(learned.episodes)
+        self.episodes += len(learned.episodes) - paired
+        self.paired += paired
         self.outcomes += learned.outcomes
         self.lessons += learned.lessons
         return learned
 
     def counts(self) -> dict:
-        return {"requests": self.requests, "episodes": self.episodes, "lessons": len(self.lessons),
-                "outcomes": self.outcomes}
+        return {"requests": self.requests, "episodes": self.episodes, "paired": self.paired,
+                "lessons": len(self.lessons), "outcomes": self.outcomes}
 
 
 @dataclass

@@ -125,10 +125,16 @@ def mcp(db, node, node_token, encoder, transport, host, port, token, max_body, t
               help="With --learn: an episode whose error line names no fix (a wrong value, a workaround written "
                    "by hand) is put to the upstream model, in the background, and the lesson of its reply kept on "
                    "probation. Costs one upstream call of at most 96 tokens per such episode.")
+@click.option("--pair-runs/--no-pair-runs", default=True, show_default=True,
+              help="With --learn: a run's failed code is also set beside another run's code that ran for the same "
+                   "kind of task (their texts' MiniLM embeddings, variables and numbers written alike, at cosine "
+                   ">= 0.93), where the error line and that code spell out a rule lesson whose replacement keeps "
+                   "part of the refused name (np.trapz -> np.trapezoid). The runs stay in this proxy; only the "
+                   "lesson is stored.")
 @tag_option("Inject only lessons carrying this scope, e.g. project:billing (repeatable: every one).")
 @environment_options
 def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, token, max_body, timeout, k,
-          min_similarity, learn, reflect, tags, scope, python) -> None:
+          min_similarity, learn, reflect, pair_runs, tags, scope, python) -> None:
     """Serve an OpenAI-compatible API (/v1/chat/completions, /v1/responses; streaming or not) that
     puts the library's lessons for the last user message into the system message and forwards to
     UPSTREAM. Each answer names the lessons (X-DSO-Lessons) and its retrieval (X-DSO-Retrieval-Id);
@@ -165,9 +171,14 @@ def proxy(upstream, upstream_key, db, node, node_token, encoder, host, port, tok
     from dsonet.proxy.app import create_app
     from dsonet.proxy.learning import TrafficLearner
 
+    learner = None
+    if learn:
+        from dsonet.encoders.minilm_numpy import numpy_minilm
+        from dsonet.learn.pairing import Pairing
+
+        learner = TrafficLearner(memory, environment=here, pairing=Pairing(numpy_minilm().encode) if pair_runs else None)
     app = create_app(memory, upstream, upstream_key=upstream_key, token=token, max_body=max_body, timeout_s=timeout,
-                     k=k, min_similarity=min_similarity, tags=tags,
-                     learner=TrafficLearner(memory, environment=here) if learn else None, reflect=reflect,
+                     k=k, min_similarity=min_similarity, tags=tags, learner=learner, reflect=reflect,
                      environment=None if here is None else here.environment)
     try:
         # the encoder loads at start, then the line says it is ready; each request in flight holds a

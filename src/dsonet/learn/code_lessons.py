@@ -29,14 +29,15 @@ _BARE_ARGUMENT = re.compile(r"^((?:[A-Za-z_]\w*\s*=\s*)?)[A-Za-z_]\w*$")  # a na
 _ASSIGNED = re.compile(r"^[ \t]*([A-Za-z_]\w*)\s*=(?!=)", re.MULTILINE)
 
 
-def from_error(problem: str, code: str, error: str, reference: str) -> list[str]:
+def from_error(problem: str, code: str, error: str, reference: str, reference_problem: str = "") -> list[str]:
     """The lessons one failed attempt (``code`` and its ``error`` line) and the instance's ``reference``
     line spell out, the most specific first: the task and the call as the reference makes it ("When
     computing ..., use np.trapezoid(x, w), not np.trapz: ..."), then the call alone, then the name alone
     ("When your code would use np.trapz, use np.trapezoid instead: ..."). The learner keeps the first
     that restates nothing of this one problem. Empty when the error names nothing the attempt wrote or
-    the reference does not show the fix."""
-    variables = set(_ASSIGNED.findall(problem))
+    the reference does not show the fix. ``reference_problem``: the task the reference was written for,
+    where another than ``problem`` (its variables are no lesson's either)."""
+    variables = set(_ASSIGNED.findall(problem)) | set(_ASSIGNED.findall(reference_problem))
     r = _refused(code, error, reference, variables)
     if r is None:
         return []
@@ -78,6 +79,19 @@ def repair(problem: str, code: str, error: str, reference: str) -> str | None:
     return repaired if repaired != code else None
 
 
+def akin(code: str, error: str, reference: str) -> bool:
+    """Whether what the ``reference`` does instead of what the ``error`` refuses keeps a part of its spelling
+    (np.trapz -> np.trapezoid, np.product -> np.prod, sparse= -> sparse_output=), as a renamed API
+    does. Where the two come from different tasks (`dsonet.learn.pairing`), a replacement spelled
+    otherwise (np.alltrue -> np.any) is as likely another function altogether, which only re-running
+    the task would tell."""
+    r = _refused(code, error, reference, set())
+    if r is None:
+        return False
+    old, new = (re.split(r"[=(]", side)[0].split(".")[-1].lower() for side in (r.old, r.bare))
+    return any(old[i:i + 3] in new for i in range(len(old) - 2))
+
+
 class _Refusal(NamedTuple):
     old: str  # what the attempt used that the error refuses
     new: str  # what the reference uses instead, as it calls it
@@ -112,6 +126,11 @@ def _refused(code: str, error: str, reference: str, variables: set[str]) -> _Ref
             old, new = _general(used[0], error, variables), _general(_call(reference, theirs[0]), error, variables)
             return _Refusal(old, new, _general(theirs[0], error, variables), swap) if old != new else None
     return None
+
+
+def assigned(text: str) -> list[str]:
+    """The names a task's code assigns (``x = ...`` at a line's start), in order."""
+    return _ASSIGNED.findall(text)
 
 
 def _literal(value: str) -> str:

@@ -78,6 +78,7 @@ class Episode:
     failed: str  # code that raised
     error: str  # its error line
     fixed: str  # the later code that ran
+    fixed_task: str = ""  # where the code that ran is another run's (`dsonet.learn.pairing`): the task it ran for
 
     @property
     def key(self) -> str:
@@ -159,9 +160,14 @@ def attempts(messages: Iterable[dict]) -> list[Attempt]:
     return out
 
 
+def task_of(messages: Iterable[dict]) -> str:
+    """A run's task: its first user message."""
+    return next((text_of(m.get("content")) for m in messages if m.get("role") == "user"), "")
+
+
 def episodes(messages: list[dict]) -> list[Episode]:
     """Each failed attempt paired with the first later attempt that ran without an error."""
-    task = next((text_of(m.get("content")) for m in messages if m.get("role") == "user"), "")
+    task = task_of(messages)
     tried = attempts(messages)
     out = []
     for i, a in enumerate(tried):
@@ -207,9 +213,11 @@ def responses_messages(body: dict) -> list[dict]:
 def lesson(episode: Episode) -> str | None:
     """The lesson the episode's error line spells out beside the code that ran (`code_lessons.from_error`):
     the most specific phrasing that restates nothing of this one task, or None where the error names
-    nothing the failed code wrote."""
-    for text in code_lessons.from_error(episode.task, episode.failed, episode.error, episode.fixed):
-        if parse.experiences(text, 1, problem=episode.task, reference=episode.fixed).items:
+    nothing the failed code wrote. An episode paired across runs restates nothing of either task."""
+    problems = list(dict.fromkeys(p for p in (episode.task, episode.fixed_task) if p))
+    for text in code_lessons.from_error(episode.task, episode.failed, episode.error, episode.fixed,
+                                        episode.fixed_task):
+        if all(parse.experiences(text, 1, problem=p, reference=episode.fixed).items for p in problems):
             return text
     return None
 

@@ -10,6 +10,9 @@ Every request an agent sends holds its run so far. `TrafficLearner.observe` read
   episode, or by another agent whose code named its variables otherwise (`code_lessons.advice_key`:
   "np.cumprod(a)" and "np.cumprod(b)" advise one thing), counts as more evidence for it (``evidence``),
   not a second row.
+- **pairs across runs** (with a `Pairing`, as `dso proxy --learn` makes one): a failure no run of its
+  own fixed, beside another run's code that ran for the same kind of task (`dsonet.learn.pairing`),
+  learned as an episode is; its ``fixed_task`` names the other run's task.
 - **outcomes**: the proxy remembers which lessons it injected into the turn whose answer it forwarded
   (`answered`), keyed by the run so far and the answer's code. When a later request of the same run
   (its history begins with that turn's) carries that code with its result, each lesson gets a
@@ -35,7 +38,9 @@ from dataclasses import dataclass, field
 
 from dsonet.errors import DsoError
 from dsonet.learn.code_lessons import advice_key, refutes
-from dsonet.learn.episodes import DOMAIN, PROBATION, Episode, attempts, episodes, history_key, lesson, reflected
+from dsonet.learn.episodes import (DOMAIN, PROBATION, Episode, attempts, episodes, history_key, lesson, reflected,
+                                   task_of)
+from dsonet.learn.pairing import Pairing
 from dsonet.library import Hits
 from dsonet.scope import Probe, Scope
 
@@ -66,11 +71,14 @@ def _remember(table: OrderedDict, key: str, value) -> None:
 
 
 class TrafficLearner:
-    def __init__(self, memory, domain: str = DOMAIN, confidence: float = PROBATION, environment: Probe | None = None):
+    def __init__(self, memory, domain: str = DOMAIN, confidence: float = PROBATION, environment: Probe | None = None,
+                 pairing: Pairing | None = None):
         """``environment``: what the agents run (`dso proxy --python/--scope`): each lesson is scoped to
-        its Python and the distributions the lesson and its episode's code name there (`Probe.lesson_scope`)."""
+        its Python and the distributions the lesson and its episode's code name there (`Probe.lesson_scope`).
+        ``pairing``: a run's failures are also paired with other runs' code that ran for near tasks
+        (`dsonet.learn.pairing`)."""
         self.memory, self.domain, self.confidence = memory, domain, confidence
-        self.environment = environment
+        self.environment, self.pairing = environment, pairing
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.evidence: dict[str, int] = {}  # lesson id -> episodes that gave it
         self._advised: OrderedDict[str, str] = OrderedDict()  # advice_key -> the id of the lesson that says it
@@ -88,16 +96,21 @@ class TrafficLearner:
     def observe(self, messages: list[dict]) -> Learned:
         """Read one request's history: learn its new episodes and record the outcomes it shows."""
         out = Learned()
-        for a in attempts(messages):
+        tried = attempts(messages)
+        for a in tried:
             pending = self._answered.pop(_turn_key(messages[:a.turn], a.code), None) if a.result is not None else None
             if pending is not None:
                 out.outcomes += self._outcome(*pending, a.code, a.error)
-        for episode in episodes(messages):
+        found = [(e, lesson(e)) for e in episodes(messages)]
+        if self.pairing is not None:
+            done = [a for a in tried if a.result is not None]
+            found += self.pairing.add(task_of(messages), [(a.code, a.error) for a in done if a.error],
+                                      [a.code for a in done if a.ran])
+        for episode, text in found:
             if episode.key in self.seen:
                 continue
             _remember(self.seen, episode.key, None)
             out.episodes.append(episode)
-            text = lesson(episode)
             if text is None:
                 out.unexplained.append(episode)
             elif (said := self._store(text, episode)) is not None:
