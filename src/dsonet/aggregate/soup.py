@@ -91,8 +91,7 @@ class DeltaSoup:
                                        f"{self._queue[0].profile.to_dict()}; run one DeltaSoup per profile")
             self._gate.admit(batch, now)
         except DsoError as exc:
-            key = getattr(exc, "field", type(exc).__name__)
-            self.submit_rejections[key] = self.submit_rejections.get(key, 0) + 1
+            self.submit_rejections[exc.reason] = self.submit_rejections.get(exc.reason, 0) + 1
             raise
         self._queue.append(batch)
 

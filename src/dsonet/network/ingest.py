@@ -335,8 +335,8 @@ class Ingest:
         self.metrics.deleted.inc(len(deleted))
 
     def _reject(self, sender_hint: str, exc: DsoError) -> None:
-        field_name = getattr(exc, "field", type(exc).__name__)
-        self.metrics.rejected_batches.labels(reason=str(field_name).split(".")[0]).inc()
+        field_name = exc.reason
+        self.metrics.rejected_batches.labels(reason=field_name.split(".")[0]).inc()
         peer = self._peer(sender_hint[:64])
         peer.rejected += 1
         peer.last_error = str(exc)[:200]
