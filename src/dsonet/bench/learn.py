@@ -66,7 +66,7 @@ from dsonet.learn.evaluate import answer
 from dsonet.learn.grpo import LearnConfig, Learner
 from dsonet.learn.llm import open_llm
 from dsonet.learn.tasks import FAMILIES, family_splits
-from dsonet.library import Library
+from dsonet.library import Admitted, Library
 
 PAPER = {"task": "AIME24", "llm": "DeepSeek-V3.1", "accuracy_without": 0.800, "accuracy_with": 0.827,
          "cost_usd": 18}
@@ -173,7 +173,7 @@ class NodeZero:
         result = soup.round(reference=lib.vectors([e.id for e in mine]) if mine else None)
         received = []
         for batch, keep in zip(result.batches, result.keep):
-            lib.ingest(batch, keep, encode_texts=True)
+            lib.ingest(Admitted(batch, keep), encode_texts=True)
             received += [(batch.node_id, e) for e, k in zip(batch.experiences, keep) if k]
         held = {e.text for e in mine}  # a peer's copy of a lesson node 0 holds already needs no second gate
         verdict = self.gate_received(sorted({e.text for _, e in received} - held), baseline)
