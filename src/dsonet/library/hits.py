@@ -1,6 +1,7 @@
 """What a search answers: `Hit`, one experience (a merged cluster's representative) and its score,
 and `Hits`, a search's hits best first with what an empty answer needs to say why. One type from
-the library to the node's API, MCP and the proxy (`dsonet.library.contract`)."""
+the library to the node's API, MCP and the proxy (`dsonet.library.contract`), and one JSON shape
+(`Hit.to_json`; what an agent reads of it, `Hit.summary`)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ class Hit:
                    tuple(data.get("sources", ())), data.get("fit", ""))
 
     def summary(self) -> dict:
-        """`to_json` cut to `SUMMARY`: what an agent reads (ids, text, score, scope, fit; no provenance)."""
+        """`to_json` cut to `SUMMARY`: what an agent reads (no confidence, provenance, members or signers)."""
         full = self.to_json()
         return {name: full[name] for name in self.SUMMARY}
 
