@@ -256,7 +256,7 @@ class Ingest:
         batch, keep = result.batches[i], result.keep[i]
         verified = None if result.verified is None else result.verified[i]
         encodings = None
-        if self.encode_texts and batch.profile == self.library.profile:  # another profile's, the library refuses
+        if self.encode_texts:  # the soup reads batches in the library's profile only
             rows = np.flatnonzero(keep)
             encodings = np.empty((len(rows), batch.profile.dim), np.float32)
             done = np.zeros(len(rows), bool) if result.encodings is None else verified[rows]
