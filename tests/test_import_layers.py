@@ -91,10 +91,10 @@ def test_a_nodes_rooms_import_only_rooms_below_them():
 
 
 # The library's rooms, lowest first (see `dsonet.library.library`): a room imports only rooms below it. Its
-# top-level modules are the words every room speaks (errors, the retrieval policy, the hit types: below
-# the rooms, importing none) or the façade over them.
+# top-level modules are the words every room speaks (errors, the retrieval policy, the hit types, a received
+# batch as admitted: below the rooms, importing none) or the façade over them.
 LIBRARY_ROOMS = {"words": 0, "store": 1, "index": 2, "view": 3, "facade": 4}
-LIBRARY_WORDS = {"errors", "policy", "hits"}
+LIBRARY_WORDS = {"errors", "policy", "hits", "admitted"}
 LIBRARY_FACADE = {"library", "writes", "contract", "retrievals", "transfer"}
 
 

@@ -91,7 +91,7 @@ def test_the_curl_example_finds_its_lesson_on_a_node(node):
     submit, search = [json.loads(body) for body in re.findall(r"-d '(\{.*?\})'", curl)]
     assert httpx.post(f"{node}/experiences", json=submit, timeout=60).status_code == 201
     found = httpx.post(f"{node}/search", json=search, timeout=60).json()
-    assert [h["experience"]["text"] for h in found["hits"]] == [submit["text"]]
+    assert [h["text"] for h in found["hits"]] == [submit["text"]]
     assert found["threshold"] == default_min_similarity(SECOND_STAGE) and found["retrieval_id"]
     empty = httpx.post(f"{node}/search", json={"query": "How do I undo my last git commit?"}, timeout=60).json()
     assert empty["hits"] == [] and empty["retrieval_id"] is None and empty["best_score"] < empty["threshold"]

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 
 class DsoError(Exception):
-    """Base class of every error dsonet raises on purpose."""
+    """Base class of every error dsonet raises on purpose. ``field``: the offending field, where the
+    error names one (a batch's, a tombstone's, DeltaSoup's input); None where it names none."""
+
+    field: str | None = None
+    exit_code = 1  # what `dso` exits with when this ends a command (`dsonet.asgi.PortInUse`: 3)
+
+    @property
+    def reason(self) -> str:
+        """What refusals are counted by: the field, else the error's type."""
+        return self.field or type(self).__name__
 
 
 class CodecError(DsoError, ValueError):

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from dsonet.bench.learn import CONDITIONS, KEPT, paired, summarise
+from dsonet.bench.learn_pilot import KEPT
+from dsonet.bench.learn_report import CONDITIONS, paired, summarise
 from dsonet.learn.control import neutral_notes
 from dsonet.learn.context import measured_threshold as threshold
 from dsonet.learn.evaluate import Run

@@ -7,7 +7,7 @@ import pytest
 from dsonet.codec import decompress, make_batch
 from dsonet.experience import Experience
 from dsonet.identity import NodeIdentity
-from dsonet.library import Library, LibraryError
+from dsonet.library import Admitted, Library, LibraryError
 from dsonet.library.index.code_index import CodeIndex
 from dsonet.library.view.decoded import RECENT
 
@@ -38,17 +38,17 @@ def test_the_merge_clusters_the_rounds_own_decoding_and_finds_the_same_clusters(
     decoded = [decompress(b.codes) for b in batches]  # as a node's round decodes them
     with Library(tmp_path / "plain.sqlite", encoder=encoder, profile=profile) as lib:
         for b, k in zip(batches, keep):
-            lib.ingest(b, k)
+            lib.ingest(Admitted(b, k))
         plain = _clusters(lib)
     reconstructed = []
     real = CodeIndex.reconstruct
     monkeypatch.setattr(CodeIndex, "reconstruct", lambda self, rows: reconstructed.append(len(rows)) or real(self, rows))
     with Library(tmp_path / "handed.sqlite", encoder=encoder, profile=profile) as lib:
         for b, k, v in zip(batches, keep, decoded):
-            lib.ingest(b, k, decoded=v[k])
+            lib.ingest(Admitted(b, k, decoded=v[k]))
         handed = _clusters(lib)
         with pytest.raises(LibraryError, match=r"decoded: shape \(30, 384\), expected \(26, 384\)"):
-            lib.ingest(batches[0], keep[0], decoded=decoded[0])
+            lib.ingest(Admitted(batches[0], keep[0], decoded=decoded[0]))
     assert handed == plain and any(len(c) > 1 for c in handed)
     assert sum(reconstructed) == 0  # no row decoded a second time
 
@@ -59,7 +59,7 @@ def test_after_the_merge_only_the_newest_rows_stay_for_the_reference_pool(tmp_pa
     with Library(tmp_path / "lib.sqlite", encoder=encoder, profile=profile, defer_merge=True,
                  trust=lambda signer: 1.0) as lib:
         for b, v in zip(batches, decoded):
-            lib.ingest(b, decoded=v)
+            lib.ingest(Admitted(b, decoded=v))
         assert len(lib._decoded) == 800
         jobs = lib.merge_jobs()
         lib.install_merged(jobs, lib.build_merged(jobs))

@@ -5,7 +5,7 @@ import pytest
 
 from dsonet.codec import Profile, decompress, make_batch
 from dsonet.experience import Experience
-from dsonet.library import Library, LibraryError
+from dsonet.library import Admitted, Library, LibraryError
 
 from lib_helpers import DIM, experiences, unit
 
@@ -77,7 +77,7 @@ def test_ingest_with_encode_texts_keeps_our_floats_and_ranks_peers_rows_exactly(
     vecs = encoder.encode([e.text for e in exps])
     keep = np.arange(40) != 3
     with open_lib(tmp_path, encoder, profile) as lib:
-        lib.ingest(make_batch(exps, vecs, profile, identity), keep, encode_texts=True)
+        lib.ingest(Admitted(make_batch(exps, vecs, profile, identity), keep), encode_texts=True)
         assert lib.stats()["with_float_vector"] == 39  # the rejected row left nothing behind
         hits = lib.search_vector(vecs[7], k=3, min_similarity=-1)
         assert hits[0].experience.id == exps[7].id and hits[0].score == pytest.approx(1.0, abs=1e-5)
@@ -124,7 +124,7 @@ def test_ingest_keep_mask_admits_only_kept_rows(tmp_path, encoder, profile, iden
     batch = make_batch(experiences(10, seed=2), unit(10, 2), profile, identity)
     keep = np.arange(10) % 2 == 0
     with open_lib(tmp_path, encoder, profile) as lib:
-        res = lib.ingest(batch, keep)
+        res = lib.ingest(Admitted(batch, keep))
         assert sorted(res.added) == sorted(batch.experiences[i].id for i in range(0, 10, 2))
         assert res.rejected == 5
 

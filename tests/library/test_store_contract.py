@@ -61,7 +61,7 @@ def test_every_store_takes_the_contracts_arguments(name):
         assert list(inspect.signature(getattr(kind, name)).parameters)[1:len(expected) + 1] == expected, kind
 
 
-def test_a_lesson_added_is_found_first_with_a_retrieval_id_and_shown_by_its_summary(case):
+def test_a_lesson_added_is_found_first_with_a_retrieval_id_and_shown_in_one_json_shape(case):
     exp = case.store.add(LESSON, domain="math.ratios", confidence=0.7)
     case.store.add(OTHER, domain="code")
     hits = case.store.search(LESSON, min_similarity=EXACT)
@@ -72,6 +72,9 @@ def test_a_lesson_added_is_found_first_with_a_retrieval_id_and_shown_by_its_summ
     assert isinstance(hit, Hit) and hit.members == (exp.id,)
     shown = hit.summary()
     assert {name: type(value) for name, value in shown.items()} == Hit.SUMMARY
+    sent = hit.to_json()  # one shape: what an agent reads is part of what the API and the CLI send
+    assert shown.items() <= sent.items() and Hit.from_json(sent).to_json() == sent
+    assert (sent["members"], sent["confidence"]) == ([exp.id], 0.7)
     assert (shown["id"], shown["text"], shown["domain"]) == (exp.id, LESSON, "math.ratios")
     assert [h.experience.id for h in case.store.search(LESSON, min_similarity=EXACT, domain="code")] == []
 

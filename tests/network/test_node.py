@@ -204,7 +204,7 @@ def test_api_submit_get_search_delete_round_trip(api):
         return exp_id, got, hits, deleted.status_code, missing.status_code, metrics
 
     exp_id, got, hits, deleted, missing, metrics = loop.run_until_complete(main())
-    assert got["text"] == TEXTS[0] and hits[0]["experience"]["id"] == exp_id
+    assert got["text"] == TEXTS[0] and hits[0]["id"] == exp_id
     assert listed == [exp_id]
     assert (deleted, missing) == (200, 404)
     assert "dso_submitted_experiences_total 1.0" in metrics
@@ -253,7 +253,7 @@ def test_api_outcomes_count_only_for_retrievals_the_node_issued_and_only_once(ap
     assert found["hits"][0]["sources"] == [peer.node_id]
     assert first.status_code == 200 and first.json() == {"recorded": 1}
     assert after < before  # the source's reputation moved (DeltaSoup's feedback defence)
-    assert node.library.outcomes(found["hits"][0]["experience"]["id"]) == (1, 0)
+    assert node.library.outcomes(found["hits"][0]["id"]) == (1, 0)
     assert (again.status_code, forged.status_code) == (404, 404) and "already recorded" in again.json()["detail"]
 
 
@@ -272,7 +272,7 @@ def test_api_outcomes_judge_each_lesson_of_a_retrieval_apart_and_refuse_a_lesson
             await node._locked(node.library.ingest, batch)
         before = [node.soup.reputation.get(p.node_id) for p in peers]
         found = (await client.post("/search", json={"vector": _vec(5), "min_similarity": 0.5})).json()
-        ids = {h["sources"][0]: h["experience"]["id"] for h in found["hits"]}
+        ids = {h["sources"][0]: h["id"] for h in found["hits"]}
         stray = await client.post("/outcomes", json={"retrieval_id": found["retrieval_id"], "lessons": {"f" * 64: True}})
         both = await client.post("/outcomes", json={"retrieval_id": found["retrieval_id"], "helped": True,
                                                      "lessons": {ids[peers[0].node_id]: True}})

@@ -120,6 +120,33 @@ def test_peers_texts_are_encoded_without_holding_the_lock(tmp_path):
     assert held == 6  # every peer row stored with our float
 
 
+def test_with_encode_texts_each_peer_text_is_encoded_once_the_rounds_check_reused(tmp_path):
+    encoded = []
+
+    class Counting(_BlockingEncoder):
+        def encode(self, texts, kind="document"):
+            encoded.extend(texts)
+            return super().encode(texts, kind)
+
+    async def main():
+        hub = InProcessHub()
+        encoder = Counting()
+        config = NodeConfig(tmp_path, encoder="test", encode_texts=True, rule="mean", batch_interval_s=3600)
+        node = await Node.open(config, hub.transport(), encoder=encoder)
+        await node.start()
+        exps = [Experience(f"When case 7-{i} comes, do step {i}.", "math") for i in range(5)]
+        honest = make_batch(exps, encoder.encode([e.text for e in exps]), node.profile, NodeIdentity.from_seed(b"once"))
+        encoded.clear()  # what the sender encoded is not the node's
+        await _publish(hub.transport(), honest)
+        await hub.drained([node.durable])
+        held = sum(node.library.search_index.held)
+        await node.close()
+        return held
+
+    assert asyncio.run(main()) == 5  # a newcomer's rows: every one re-encoded by the check, then kept as its float
+    assert sorted(encoded) == sorted(f"When case 7-{i} comes, do step {i}." for i in range(5))
+
+
 def test_the_index_is_refitted_without_holding_the_lock(tmp_path, monkeypatch):
     monkeypatch.setattr(index_module, "SKETCH_MIN_ROWS", 40)
     started, release = threading.Event(), threading.Event()

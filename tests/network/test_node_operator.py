@@ -76,7 +76,7 @@ def test_a_damaged_row_is_quarantined_counted_on_health_listed_and_dropped_and_t
     assert health["status"] == "ok" and health["quarantined_rows"] == 2
     assert open_listing == 401  # the operator's routes need the token
     assert listed["count"] == 2 and {q["id"] for q in listed["quarantined"]} == {ids[1], ids[3]}
-    assert {h["experience"]["id"] for h in hits["hits"]} == {e["id"] for e in held} == set(ids) - {ids[1], ids[3]}
+    assert {h["id"] for h in hits["hits"]} == {e["id"] for e in held} == set(ids) - {ids[1], ids[3]}
     assert dropped == {"dropped": 1} and after == 1
     assert not [r for r in caplog.records if r.exc_info]  # no traceback anywhere
 
@@ -98,7 +98,7 @@ def test_an_operator_lists_bans_and_resets_a_key(tmp_path):
 
         async def visible() -> set[str]:
             found = (await client.post("/search", json={"vector": _vec(1).tolist(), "min_similarity": -1.0})).json()
-            return {h["experience"]["id"] for h in found["hits"]}
+            return {h["id"] for h in found["hits"]}
 
         try:
             first = await publish(1)

@@ -88,12 +88,12 @@ def test_a_search_asked_while_batches_are_stored_goes_before_the_rest_of_the_rou
         lib = node.library
         real_ingest, real_search = lib.ingest, lib.search_vector
 
-        def ingest(batch, *args, **kwargs):  # runs holding the library's lock
-            order.append(len(batch))
+        def ingest(admitted, *args, **kwargs):  # runs holding the library's lock
+            order.append(len(admitted.batch))
             if len(order) == 1:
                 holding.set()
                 _wait_until(lambda: node._state.waiting >= 1)  # the search below is queued for the lock
-            return real_ingest(batch, *args, **kwargs)
+            return real_ingest(admitted, *args, **kwargs)
 
         def search_vector(*args, **kwargs):
             order.append("search")

@@ -89,7 +89,7 @@ def test_experience_submitted_at_a_is_searchable_at_b_and_c_within_seconds(net):
         def found():
             hits = httpx.post(f"{node.url}/search", json={"query": text, "k": 5, "min_similarity": 0.5},
                               timeout=30).json()["hits"]
-            return any(h["experience"]["id"] == exp_id for h in hits)
+            return any(h["id"] == exp_id for h in hits)
 
         wait_until(found, 20, f"{exp_id[:8]} searchable at {node.url}")
     assert time.monotonic() - t0 < 20

@@ -22,15 +22,16 @@ from dsonet.codec.bitdelta import code_agreement
 
 
 def reencode_agreement(batches: Sequence[CompressedBatch], rows: Sequence[np.ndarray],
-                       sent: np.ndarray, encoder) -> np.ndarray:
+                       sent: np.ndarray, encoder) -> tuple[np.ndarray, np.ndarray]:
     """Cosine between the sender's ê and the code of our own encoding of the same text.
 
     ``rows[b]``: the sampled rows of batch b; ``sent``: their ê, stacked in the same order.
-    Returns one cosine per sampled row.
+    Returns one cosine per sampled row, and our encodings (rows, d) in that order (a receiver that
+    keeps floats stores them, not encoding the texts again).
     """
     texts = [batches[b].experiences[r].text for b in range(len(batches)) for r in rows[b]]
     if not texts:
-        return np.zeros(0, dtype=np.float32)
+        return np.zeros(0, dtype=np.float32), np.zeros((0, sent.shape[-1]), dtype=np.float32)
     ours = np.asarray(encoder.encode(texts, kind="document"), dtype=np.float32)
     cos, start = [], 0
     for b, picked in enumerate(rows):  # one small compress per batch: each in its own profile
@@ -39,7 +40,7 @@ def reencode_agreement(batches: Sequence[CompressedBatch], rows: Sequence[np.nda
             cos.append(code_agreement(ours[start:stop], sent[start:stop], p.group_size, batches[b].baseline,
                                       p.rotation_seed))
             start = stop
-    return np.concatenate(cos)
+    return np.concatenate(cos), ours
 
 
 def cap_source_share(keep: np.ndarray, source: np.ndarray, domain: np.ndarray, max_share: float,

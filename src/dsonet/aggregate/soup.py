@@ -62,6 +62,9 @@ class RoundResult:
     caught: tuple[str, ...] = ()  # keys a re-encoding sample caught lying this round
     # per batch, its rows' ê (n_b, d) as this round decoded them, for the receiver's store and merge
     vectors: list[np.ndarray] = field(default_factory=list)
+    # per batch, our encodings of its verified rows' texts (verified, d), in row order, where the round
+    # was asked for them (`round`'s ``encodings``); None: not asked, or nothing was checked
+    encodings: list[np.ndarray] | None = None
 
 
 class DeltaSoup:
@@ -91,8 +94,7 @@ class DeltaSoup:
                                        f"{self._queue[0].profile.to_dict()}; run one DeltaSoup per profile")
             self._gate.admit(batch, now)
         except DsoError as exc:
-            key = getattr(exc, "field", type(exc).__name__)
-            self.submit_rejections[key] = self.submit_rejections.get(key, 0) + 1
+            self.submit_rejections[exc.reason] = self.submit_rejections.get(exc.reason, 0) + 1
             raise
         self._queue.append(batch)
 
@@ -119,10 +121,12 @@ class DeltaSoup:
         if self.config.feedback:
             self.reputation.outcome(node_id, helped)
 
-    def round(self, now_ms: int | None = None, reference: Reference | np.ndarray | None = None) -> RoundResult:
+    def round(self, now_ms: int | None = None, reference: Reference | np.ndarray | None = None,
+              encodings: bool = False) -> RoundResult:
         """Aggregate every queued batch. ``reference``: trusted rows (e.g. the node's own library and
         its outcome-trusted peers', with their signers; bare (m, d) vectors count as one key's) added
-        to the pool the robust center is estimated from."""
+        to the pool the robust center is estimated from. ``encodings``: hand back our encodings of the
+        rows the re-encoding check verified (a receiver that keeps floats stores them)."""
         if reference is not None and not isinstance(reference, Reference):
             reference = Reference(np.asarray(reference, dtype=np.float32), (_CALLERS_OWN,) * len(reference))
         batches, self._queue = self._queue, []
@@ -136,7 +140,7 @@ class DeltaSoup:
         reason = np.full(n, "", dtype=object)
 
         t = time.perf_counter()
-        liars, verified = self._reencode(batches, rows.vectors)
+        liars, verified, ours = self._reencode(batches, rows.vectors)
         reason[np.isin(rows.batch, liars)] = "reencode: vector does not encode its text"
         seconds["reencode"] = time.perf_counter() - t
 
@@ -174,7 +178,8 @@ class DeltaSoup:
             "defences": self._defence_state(), "seconds": seconds, "rule": self.rule.name,
         }
         return RoundResult(batches, per_batch, rejected, stats, verified,
-                           tuple(dict.fromkeys(batches[i].node_id for i in liars)), np.split(rows.vectors, bounds))
+                           tuple(dict.fromkeys(batches[i].node_id for i in liars)), np.split(rows.vectors, bounds),
+                           ours if encodings else None)
 
     def _score(self, batches: list[CompressedBatch], per_batch: list[np.ndarray], liars: np.ndarray,
                reference_signers: tuple[str, ...]) -> None:
@@ -208,15 +213,16 @@ class DeltaSoup:
         return np.repeat(np.median(np.concatenate(scales), axis=0), profile.group_size).astype(np.float32)  # (d,)
 
     def _reencode(self, batches: list[CompressedBatch],
-                  vectors: np.ndarray) -> tuple[np.ndarray, list[np.ndarray] | None]:
+                  vectors: np.ndarray) -> tuple[np.ndarray, list[np.ndarray] | None, list[np.ndarray] | None]:
         """Indices of batches whose checked texts do not match their vectors (their keys are caught:
         `Reputation.caught`, and every row of the batch is refused, the unchecked ones too), and per
-        batch which rows were checked and matched (None with the defence off). Checked: every row of a
-        sender not trusted by outcomes (`DeltaSoupConfig.trusted`), a sample of a trusted one's
-        (`reencode_share`, at least `reencode_per_batch`): trust never skips the check, it thins it."""
+        batch which rows were checked and matched, and our encodings of those (both None with the
+        defence off). Checked: every row of a sender not trusted by outcomes (`DeltaSoupConfig.trusted`),
+        a sample of a trusted one's (`reencode_share`, at least `reencode_per_batch`): trust never
+        skips the check, it thins it."""
         k = self.config.reencode_per_batch
         if k <= 0 or self.encoder is None:
-            return np.zeros(0, dtype=np.int64), None
+            return np.zeros(0, dtype=np.int64), None, None
         checkable = [b.profile.encoder_id == self.encoder.id for b in batches]
         share = self.config.reencode_share
         sizes = [min(len(b), max(k, ceil(share * len(b)))) if self.reputation.trusted(b.node_id) else len(b)
@@ -225,16 +231,19 @@ class DeltaSoup:
                   for b, n, ok in zip(batches, sizes, checkable)]
         offsets = np.cumsum([0] + [len(b) for b in batches])[:-1]
         sent = vectors[np.concatenate([o + p for o, p in zip(offsets, picked)]).astype(np.int64)]
-        cos = reencode_agreement(batches, picked, sent, self.encoder)
+        cos, ours = reencode_agreement(batches, picked, sent, self.encoder)
         owner = np.repeat(np.arange(len(batches)), [len(p) for p in picked])
         liars = np.unique(owner[cos < self.config.reencode_min_cosine])
         for i in liars:
             self.reputation.caught(batches[i].node_id)
         verified = [np.zeros(len(b), dtype=bool) for b in batches]
         lied = set(liars.tolist())
+        encodings = np.split(ours, np.cumsum([len(p) for p in picked])[:-1])
         for i, p in enumerate(picked):
             verified[i][p] = i not in lied
-        return liars, verified
+            if i in lied:
+                encodings[i] = encodings[i][:0]
+        return liars, verified, encodings
 
     def _defence_state(self) -> dict[str, str]:
         c = self.config

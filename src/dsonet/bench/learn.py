@@ -18,9 +18,10 @@ Per task family (reasoning-gym generators, `dsonet.learn.tasks.FAMILIES`) and le
    hand-written correct lesson alone (`Family.reference`: whether a lesson can help this model on
    this family at all, which separates "the learner found nothing" from "no lesson would help").
 
-Statistics per family, pooled over seeds: Wilson intervals per condition; paired bootstrap 95%
-intervals of each condition − without (and own − neutral, fleet − own); McNemar's exact p;
-coverage (share of held-out prompts that received lessons) and parse failures per condition.
+Statistics per family, pooled over seeds (`dsonet.bench.learn_report`): Wilson intervals per
+condition; paired bootstrap 95% intervals of each condition − without (and own − neutral, fleet −
+own); McNemar's exact p; coverage (share of held-out prompts that received lessons) and parse
+failures per condition.
 
 Retrieval threshold, measured: k = 3 lessons of the question's domain; the protocol's 0.6 when at
 least half the validation questions have a lesson above it, else the 20th percentile of the
@@ -51,6 +52,7 @@ import numpy as np
 from dsonet.aggregate import DeltaSoup, DeltaSoupConfig
 from dsonet.bench import drift, drift_mixed
 from dsonet.bench.learn_pilot import KEPT, write_pilot
+from dsonet.bench.learn_report import CONDITIONS, plot, summarise
 from dsonet.bench.report import RESULTS_DIR, format_table, write_results
 from dsonet.codec.batch import make_batch, sign_batch
 from dsonet.encoders import default_encoder
@@ -60,11 +62,11 @@ from dsonet.identity import NodeIdentity
 from dsonet.learn.cache import CachedLLM
 from dsonet.learn.context import Retrieval, best_scores, measured_threshold, messages, split_own
 from dsonet.learn.control import neutral_notes
-from dsonet.learn.evaluate import answer, mcnemar, paired_bootstrap, task_wilson
+from dsonet.learn.evaluate import answer
 from dsonet.learn.grpo import LearnConfig, Learner
 from dsonet.learn.llm import open_llm
 from dsonet.learn.tasks import FAMILIES, family_splits
-from dsonet.library import Library
+from dsonet.library import Admitted, Library
 
 PAPER = {"task": "AIME24", "llm": "DeepSeek-V3.1", "accuracy_without": 0.800, "accuracy_with": 0.827,
          "cost_usd": 18}
@@ -95,12 +97,6 @@ QUICK = Plan(honest=2, poisoners=1, train_per_node=4, validation=8, held_out=16,
 
 def _workdir(model: str, quick: bool) -> Path:
     return cache_dir() / "bench-learn" / (model.replace("/", "_") + ("-quick" if quick else ""))
-
-
-def paired(a: np.ndarray, b: np.ndarray, tasks: np.ndarray | None = None) -> dict:
-    lo, hi = paired_bootstrap(a, b, tasks=tasks)
-    return {"diff": round(float(a.mean() - b.mean()), 4), "ci95": [round(lo, 4), round(hi, 4)],
-            "p_mcnemar": round(mcnemar(a, b, tasks), 4)}
 
 
 class NodeZero:
@@ -177,7 +173,7 @@ class NodeZero:
         result = soup.round(reference=lib.vectors([e.id for e in mine]) if mine else None)
         received = []
         for batch, keep in zip(result.batches, result.keep):
-            lib.ingest(batch, keep, encode_texts=True)
+            lib.ingest(Admitted(batch, keep), encode_texts=True)
             received += [(batch.node_id, e) for e, k in zip(batch.experiences, keep) if k]
         held = {e.text for e in mine}  # a peer's copy of a lesson node 0 holds already needs no second gate
         verdict = self.gate_received(sorted({e.text for _, e in received} - held), baseline)
@@ -261,63 +257,6 @@ def _rejections(log: Path, keep: int = 6) -> list[dict]:
     out += [{"stage": "gate", "reason": f"validation {r['accuracy_with']} < {r['accuracy_without']}: {r['text']}"}
             for r in rows if r["type"] == "gate" and not r["kept"]]
     return out[:keep]
-
-
-CONDITIONS = ("without", "own", "neutral", "fleet", "poisoned", "poison_only", "reference")
-
-
-def summarise(llm_name: str, family: str, per_seed: list[dict]) -> dict:
-    """One row of learn.json: the family's conditions pooled over seeds. Every seed answers the same
-    held-out tasks, so the intervals resample tasks with all their seeds' answers."""
-    cat = {c: np.concatenate([s["runs"][c].correct for s in per_seed]) for c in CONDITIONS}
-    acc = {c: round(float(cat[c].mean()), 4) for c in CONDITIONS}
-    cov = {c: round(float(np.mean(np.concatenate([s["runs"][c].injected for s in per_seed]))), 4) for c in CONDITIONS}
-    n = int(per_seed[0]["runs"]["without"].correct.size)
-    tasks = np.tile(np.arange(n), len(per_seed))
-    vs = {c: paired(cat[c], cat["without"], tasks) for c in CONDITIONS[1:]}
-    return {
-        "llm": llm_name, "task": f"rg:{family}", "n_eval": n, "seeds": len(per_seed),
-        "accuracy_without": acc["without"], "accuracy_with": acc["own"], "accuracy_neutral": acc["neutral"],
-        "accuracy_fleet": acc["fleet"], "accuracy_poisoned": acc["poisoned"], "accuracy_poison_only": acc["poison_only"],
-        "accuracy_reference": acc["reference"],
-        "ci95": vs["own"]["ci95"], "ci95_neutral": vs["neutral"]["ci95"], "ci95_fleet": vs["fleet"]["ci95"],
-        "ci95_poisoned": vs["poisoned"]["ci95"], "ci95_poison_only": vs["poison_only"]["ci95"],
-        "ci95_reference": vs["reference"]["ci95"],
-        "p_mcnemar": vs["own"]["p_mcnemar"], "p_mcnemar_all": {c: vs[c]["p_mcnemar"] for c in vs},
-        "own_vs_neutral": paired(cat["own"], cat["neutral"], tasks), "fleet_vs_own": paired(cat["fleet"], cat["own"], tasks),
-        "wilson": {c: [round(x, 4) for x in task_wilson(cat[c], tasks)] for c in CONDITIONS},
-        "coverage": cov["own"], "coverage_all": cov,
-        "parse_failures": {c: int(sum(s["runs"][c].parse_failures for s in per_seed)) for c in CONDITIONS},
-        "experiences": int(np.mean([len(s["facts"]["lessons"]) for s in per_seed])),
-        "tokens": int(sum(s["facts"]["tokens"] for s in per_seed)),
-        "wall_s": round(sum(s["facts"]["wall_s"] for s in per_seed), 1),
-        "per_seed": [{k: v for k, v in s["facts"].items()} | {"accuracy": {c: round(s["runs"][c].accuracy, 4)
-                                                                         for c in CONDITIONS}} for s in per_seed],
-    }
-
-
-def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [c for c in CONDITIONS if any(c in r["wilson"] for r in rows)]  # older rows lack "reference"
-    fig, ax = plt.subplots(figsize=(2.2 + 2.4 * len(rows), 3.6))
-    width = 0.8 / len(names)
-    for j, name in enumerate(names):
-        xs = np.arange(len(rows)) + (j - len(names) / 2 + 0.5) * width
-        acc = np.array([r["wilson"].get(name, [np.nan, np.nan]) for r in rows])
-        mid = np.array([r.get("accuracy_with" if name == "own" else f"accuracy_{name}", np.nan) for r in rows])
-        ax.bar(xs, np.nan_to_num(mid), width, label=name, capsize=2,
-               yerr=np.nan_to_num([mid - acc[:, 0], acc[:, 1] - mid]))
-    ax.set_xticks(np.arange(len(rows)), [f"{r['task']}\nn={r['n_eval']}×{r['seeds']}" for r in rows], fontsize=8)
-    ax.set_ylabel("held-out accuracy (Wilson 95%)")
-    ax.set_title(f"Lessons on held-out tasks: {rows[0]['llm']}", fontsize=9)
-    ax.legend(fontsize=7, ncol=3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 @click.command()

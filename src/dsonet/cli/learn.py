@@ -245,9 +245,7 @@ def ask(question, db, url, model, concurrency, timeout, k, min_similarity, conte
         searched = {} if lib is None else {"threshold": answer.hits.threshold, "best_score": answer.hits.best_score}
         held = [b.to_dict() for b in answer.hits.held_back]
         click.echo(json.dumps({"answer": answer.text, "prompt": prompt, "messages": answer.chat,
-                               "lessons": [{"id": h.experience.id, "text": h.experience.text,
-                                            "score": round(h.score, 4), "scope": h.experience.scope.strings(),
-                                            "fit": h.fit} for h in answer.hits], "held_back": held, **searched}))
+                               "lessons": [h.summary() for h in answer.hits], "held_back": held, **searched}))
     else:
         for hit in answer.hits:
             click.echo(f"[{hit.score:.2f}] {hit.experience.text}", err=True)

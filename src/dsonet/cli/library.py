@@ -114,8 +114,7 @@ def search(query: str, k: int, min_similarity: float | None, max_tokens: int, do
                             tags=tags, environment=env)
     for h in hits:  # --json: JSON Lines, one object per hit
         if as_json:
-            click.echo(json.dumps({"score": round(h.score, 4), "members": list(h.members), "fit": h.fit,
-                                   **h.experience.to_dict()}))
+            click.echo(json.dumps(h.to_json()))
         else:
             click.echo(f"{h.score:.3f}  {h.experience.id[:12]}  [{h.experience.domain}]  {h.experience.text}"
                        + scope_note(h.experience.scope, h.fit))

@@ -52,7 +52,7 @@ class Dso(LazyGroup):
             return super().invoke(ctx)
         except DsoError as exc:
             refused = click.ClickException(str(exc))
-            refused.exit_code = getattr(exc, "exit_code", 1)  # a server's busy port: 3 (`dsonet.asgi.PortInUse`)
+            refused.exit_code = exc.exit_code
             raise refused from None
         except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as exc:
             raise click.ClickException(f"{exc.filename}: {exc.strerror}") from None

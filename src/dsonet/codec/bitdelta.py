@@ -132,8 +132,10 @@ def _rotation(dim: int, group_size: int, seed: int | None) -> Rotation | None:
 class _Scratch(threading.local):
     """Per-thread reusable chunk buffers: fresh allocations would page-fault on every chunk."""
 
+    buf: np.ndarray | None = None  # each thread's own once it has asked (a class default, as threading.local reads it)
+
     def buffer(self, shape: tuple[int, int]) -> np.ndarray:
-        buf = getattr(self, "buf", None)
+        buf = self.buf
         if buf is None or buf.size < shape[0] * shape[1]:
             buf = self.buf = np.empty(shape[0] * shape[1], dtype=np.float32)
         return buf[: shape[0] * shape[1]].reshape(shape)

@@ -9,7 +9,11 @@ from typing import Callable
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
-_worker = threading.local()  # set in the pool's threads: work submitted from there runs inline
+class _Worker(threading.local):
+    active = False  # True in the pool's threads: work submitted from there runs inline
+
+
+_worker = _Worker()
 
 
 def _mark_worker() -> None:
@@ -30,7 +34,7 @@ def _shared_pool() -> ThreadPoolExecutor:
 def run_chunks(fn: Callable[[int, int], None], n_rows: int, chunk: int) -> None:
     """Call fn(start, stop) for consecutive chunks of ``chunk`` rows, spread over the cores."""
     bounds = [(s, min(s + chunk, n_rows)) for s in range(0, n_rows, chunk)]
-    if len(bounds) <= 1 or getattr(_worker, "active", False):  # nothing to share, or already on a worker
+    if len(bounds) <= 1 or _worker.active:  # nothing to share, or already on a worker
         for b in bounds:
             fn(*b)
         return

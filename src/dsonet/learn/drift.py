@@ -46,6 +46,8 @@ class DriftError(DsoError, ValueError):
 
 
 class Runner(Protocol):
+    python: Path  # the interpreter the code runs in: a reference's value is kept per environment
+
     def run(self, code: str, result: str = "r") -> RunResult: ...
 
 
@@ -369,7 +371,7 @@ _REFERENCE_VALUES: dict[tuple[str, str], object] = {}
 
 
 def reference_value(runner: Runner, task: Task) -> object:
-    key = (str(getattr(runner, "python", "")), task.entry["setup"] + "\n" + task.entry["reference"])
+    key = (str(runner.python), task.entry["setup"] + "\n" + task.entry["reference"])
     if key not in _REFERENCE_VALUES:
         res = runner.run(key[1], result="r")
         if not res.ok:

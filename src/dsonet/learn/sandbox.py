@@ -170,6 +170,8 @@ def _close(x: float, y: float, rtol: float, atol: float) -> bool:
 class Sandbox:
     """A pre-imported worker in bubblewrap; `run` executes code and returns `result`'s canonical form."""
 
+    _proc: subprocess.Popen | None = None  # the worker, once started (still None for `__del__` when __init__ raised)
+
     def __init__(self, python: str | Path | None = None, preload: Sequence[str] = (), limits: Limits = Limits()):
         self.python = Path(python or os.environ.get("DSONET_SANDBOX_PYTHON") or REPO_DRIFT_PYTHON).absolute()
         if not self.python.exists():
@@ -185,7 +187,6 @@ class Sandbox:
         self.bwrap = os.environ.get("DSONET_SANDBOX_BWRAP") or shutil.which("bwrap") or "bwrap"
         self.start_seconds = 0.0
         self._lock = threading.Lock()
-        self._proc: subprocess.Popen | None = None
         self._buffer = b""
         self._closed = False
         self._start()
@@ -234,7 +235,7 @@ class Sandbox:
         self.close()
 
     def __del__(self) -> None:
-        if getattr(self, "_proc", None) is not None:
+        if self._proc is not None:
             with contextlib.suppress(Exception):  # at interpreter exit the modules may already be gone
                 self._stop()
 

@@ -1,6 +1,7 @@
 """What a search answers: `Hit`, one experience (a merged cluster's representative) and its score,
 and `Hits`, a search's hits best first with what an empty answer needs to say why. One type from
-the library to the node's API, MCP and the proxy (`dsonet.library.contract`)."""
+the library to the node's API, MCP and the proxy (`dsonet.library.contract`), and one JSON shape
+(`Hit.to_json`; what an agent reads of it, `Hit.summary`)."""
 
 from __future__ import annotations
 
@@ -21,16 +22,26 @@ class Hit:
     members: tuple[str, ...] = ()  # ids of every experience merged into this one (provenance kept)
     sources: tuple[str, ...] = ()  # signers of the merged rows: whose reputation an outcome moves
     fit: str = ""  # against the asker's environment: "fits" or "unknown" (`dsonet.scope`); "" none was given
-    # what an agent is shown of a hit (MCP's search tool declares its output from these; the node's
-    # API sends every field)
+    # what an agent is shown of a hit, a subset of `to_json` (MCP's search tool declares its output from it)
     SUMMARY: ClassVar[dict[str, type]] = {"id": str, "text": str, "domain": str, "score": float, "scope": list,
                                           "fit": str}
 
+    def to_json(self) -> dict:
+        """A hit's one JSON form, for the node's API and the CLI's --json: the experience's own fields
+        (id, text, domain, confidence, provenance, scope), the score to 4 places, the ids merged into
+        it, their signers and the fit. `from_json` reads it back."""
+        return {**self.experience.to_dict(), "score": round(float(self.score), 4), "members": list(self.members),
+                "sources": list(self.sources), "fit": self.fit}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Hit:
+        return cls(Experience.from_dict(data), float(data["score"]), tuple(data.get("members", ())),
+                   tuple(data.get("sources", ())), data.get("fit", ""))
+
     def summary(self) -> dict:
-        """`SUMMARY`: the experience's id, text, domain and scope, the score to 4 places, and its fit."""
-        e = self.experience
-        return {"id": e.id, "text": e.text, "domain": e.domain, "score": round(float(self.score), 4),
-                "scope": e.scope.strings(), "fit": self.fit}
+        """`to_json` cut to `SUMMARY`: what an agent reads (no confidence, provenance, members or signers)."""
+        full = self.to_json()
+        return {name: full[name] for name in self.SUMMARY}
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from dsonet.codec.bitdelta import BitDeltaCodes
 from dsonet.codec.reference import Reference
 from dsonet.encoders.rescore import backbone_rescorer
 from dsonet.experience import Experience, Provenance, check_lesson
+from dsonet.library.admitted import Admitted
 from dsonet.library.errors import DamagedFile, LibraryError, MissingLibrary
 from dsonet.library.hits import Hit, Hits
 from dsonet.library.index.code_index import Fitted, Refit
@@ -188,31 +189,22 @@ class Library:
         """Store experiences this node encoded itself (vectors in the profile's space). Returns ids stored."""
         return self.writes.own(experiences, vectors)
 
-    def ingest(self, batch: CompressedBatch, keep: np.ndarray | None = None, encode_texts: bool = False,
-               vectors: list[np.ndarray | None] | None = None,
-               within: Callable[[], None] | None = None, decoded: np.ndarray | None = None) -> IngestResult:
-        """Store the codes of an already-verified batch, rows admitted by ``keep`` only, as rows of its
-        signer (whatever provenance the rows claim). Idempotent.
+    def ingest(self, admitted: Admitted | CompressedBatch, encode_texts: bool = False,
+               within: Callable[[], None] | None = None) -> IngestResult:
+        """Store the codes of an already-verified batch, the rows its round admitted (a batch alone:
+        every row), as rows of its signer (whatever provenance the rows claim). Idempotent.
 
-        ``encode_texts``: also encode the admitted texts with this library's encoder and keep the
-        floats in the file, so searches rank peers' experiences as exactly as this node's own;
-        costs the encoder's time and 4·d bytes a row on disk. The codes stay the peer's, so the
-        merged view is the same on every node. ``vectors``: those floats, one per admitted row (None
-        where `floats_wanted` leaves it out), encoded beforehand (a node encodes without holding the
-        lock its searches take). ``within``:
-        the caller's statements on this file, run in the rows' transaction (a node's ledger records
-        the batch's hash there, `dsonet.network.ledger`). ``decoded``: ê of the admitted rows,
-        (admitted, d), as the caller's round decoded them (`RoundResult.vectors`): the merge
-        clusters by them instead of decoding the codes again (`dsonet.library.view.decoded`).
+        Floats: ``admitted.encodings``, where given, are kept in the file (``encode_texts``: encoded here
+        where none are given), so searches rank peers' experiences as exactly as this node's own, at
+        4·d bytes a row; not for a row whose float is held already (a stream replay), nor one tombstoned
+        or evicted. The codes stay the peer's, so the merged view is the same on every node.
+        ``admitted.decoded``: the merge clusters by them instead of decoding the codes again
+        (`dsonet.library.view.decoded`). ``within``: the caller's statements on this file, run in the
+        rows' transaction (a node's ledger records the batch's hash there, `dsonet.network.ledger`).
         """
-        return self.writes.received(batch, keep, self._encode_documents if encode_texts else None, vectors, within,
-                                    decoded)
-
-    def floats_wanted(self, batch: CompressedBatch, keep: np.ndarray | None) -> list[int]:
-        """Which admitted rows of a batch (positions among them) want our encoding of their text, for
-        `ingest`'s ``vectors``: not where the row's float is held already (a stream replay), nor
-        where the row is tombstoned or evicted."""
-        return self.writes.floats_wanted(batch, keep)
+        if isinstance(admitted, CompressedBatch):
+            admitted = Admitted(admitted)
+        return self.writes.received(admitted, self._encode_documents if encode_texts else None, within)
 
     def _view_changed(self, domains: set[str]) -> None:
         (self.view.defer if self.defer_merge else self.view.touch)(domains)

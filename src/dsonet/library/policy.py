@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
+from dsonet.codec.profile import Profile
+from dsonet.encoders.base import Encoder
 from dsonet.encoders.default import DEFAULT_HEAD
 from dsonet.errors import DsoError
 
@@ -34,6 +36,9 @@ RESCORE_NAME = "rescore.json"  # beside a backbone's weights: its second stage's
 
 class PolicyError(DsoError, ValueError):
     """A retrieval policy that cannot be applied."""
+
+
+Space = str | Profile | Encoder  # a space's id, a profile naming it, or its encoder
 
 
 @dataclass(frozen=True)
@@ -50,7 +55,7 @@ class RetrievalPolicy:
         if self.max_tokens < 1:
             raise PolicyError(f"max_tokens: {self.max_tokens}; give a positive token budget")
 
-    def resolved(self, space=None) -> "RetrievalPolicy":
+    def resolved(self, space: Space | None = None) -> RetrievalPolicy:
         """This policy with its threshold set: the space's calibrated one where it was left None."""
         if self.min_similarity is not None:
             return self
@@ -70,7 +75,7 @@ def estimate_tokens(text: str) -> int:
     return max(1, round(max(len(text.split()) * 4 / 3, len(text) / 4)))
 
 
-def default_min_similarity(space=None) -> float:
+def default_min_similarity(space: Space | None = None) -> float:
     """The relevance threshold a search uses unless told otherwise: ``DSONET_MIN_SIMILARITY``
     when set, else the threshold calibrated for ``space`` (a `Profile`, an encoder, or an encoder
     id; None: the default profile's), else the protocol's 0.6 for a space never calibrated."""
@@ -97,10 +102,10 @@ def env_min_similarity() -> float | None:
     return value
 
 
-def _encoder_id(space) -> str | None:
+def _encoder_id(space: Space) -> str:
     if isinstance(space, str):
         return space
-    return getattr(space, "encoder_id", None) or getattr(space, "id", None)
+    return space.encoder_id if isinstance(space, Profile) else space.id
 
 
 @lru_cache(maxsize=1)

@@ -1,6 +1,7 @@
 """The library's write path: rows into the file (`RowStore.write`: one transaction), then the index
 following what the write handed back (it does not read the rows again) and the merged view told which
-domains changed; a received batch's ê kept for the merge where its round decoded them."""
+domains changed; a received batch (`Admitted`) with its ê kept for the merge where its round decoded
+them, and our encodings of its texts as their floats where given."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dsonet.codec import CompressedBatch, Profile
 from dsonet.codec.batch import check_unit
 from dsonet.errors import BatchError
 from dsonet.experience import Experience, Provenance, check_lesson
+from dsonet.library.admitted import Admitted
 from dsonet.library.errors import LibraryError
 from dsonet.library.index.row_index import RowIndex
 from dsonet.library.store import history
@@ -70,26 +72,31 @@ class Writes:
         codes = compressed(self.profile, vectors)
         return self._write(experiences, None, codes.signs, codes.scales, codes.baseline, vectors, received=False).added
 
-    def received(self, batch: CompressedBatch, keep: np.ndarray | None,
-                 encode: Callable[[list[str]], np.ndarray] | None, vectors: list[np.ndarray | None] | None,
-                 within: Callable[[], None] | None, decoded: np.ndarray | None) -> IngestResult:
-        """`dsonet.library.Library.ingest`; ``encode``: the texts' floats, where they are to be held."""
-        rows = self.admitted(batch, keep)
+    def received(self, admitted: Admitted, encode: Callable[[list[str]], np.ndarray] | None,
+                 within: Callable[[], None] | None) -> IngestResult:
+        """`dsonet.library.Library.ingest`; ``encode``: the texts' floats are to be held, encoded by it
+        where ``admitted`` brings no encodings."""
+        batch = admitted.batch
+        rows = self.admitted(batch, admitted.keep)
         exps = [batch.experiences[i] for i in rows]
-        if encode is not None and vectors is None:
-            wanted = self.floats_wanted(batch, keep)
+        expected = (len(exps), self.profile.dim)
+        if admitted.decoded is not None and np.shape(admitted.decoded) != expected:
+            raise LibraryError(f"decoded: shape {np.shape(admitted.decoded)}, expected {expected}: the round's ê "
+                               "of the admitted rows only")
+        if admitted.encodings is not None and np.shape(admitted.encodings) != expected:
+            raise LibraryError(f"encodings: shape {np.shape(admitted.encodings)}, expected {expected}: our encodings "
+                               "of the admitted rows' texts only")
+        vectors = None
+        if exps and (admitted.encodings is not None or encode is not None):
+            wanted = self._floats_wanted(batch.node_id, exps)
             vectors = [None] * len(exps)
             if wanted:
-                for i, v in zip(wanted, encode([exps[i].text for i in wanted])):
+                given = admitted.encodings
+                ours = encode([exps[i].text for i in wanted]) if given is None else given[wanted]
+                for i, v in zip(wanted, ours):
                     vectors[i] = v
-        if vectors is not None and len(vectors) != len(exps):
-            raise LibraryError(f"vectors: {len(vectors)} for {len(exps)} admitted rows; give one (or None) per row")
-        if decoded is not None and np.shape(decoded) != (len(exps), self.profile.dim):
-            raise LibraryError(f"decoded: shape {np.shape(decoded)}, expected ({len(exps)}, {self.profile.dim}): "
-                               "the round's ê of the admitted rows only")
         result = self._write(exps, batch.node_id, batch.codes.signs[rows], batch.codes.scales[rows],
-                             batch.codes.baseline, vectors if exps else None, received=True,
-                             within=within, decoded=decoded)
+                             batch.codes.baseline, vectors, received=True, within=within, decoded=admitted.decoded)
         return IngestResult(result.added, result.duplicates, result.rejected + len(batch) - len(rows), result.evicted)
 
     def admitted(self, batch: CompressedBatch, keep: np.ndarray | None) -> np.ndarray:
@@ -100,10 +107,9 @@ class Writes:
             raise LibraryError(f"keep: {len(keep)} entries for a batch of {len(batch)}; give one boolean per row")
         return np.arange(len(batch)) if keep is None else np.flatnonzero(np.asarray(keep, bool))
 
-    def floats_wanted(self, batch: CompressedBatch, keep: np.ndarray | None) -> list[int]:
-        """`dsonet.library.Library.floats_wanted`."""
-        exps = [batch.experiences[i] for i in self.admitted(batch, keep)]
-        signer = batch.node_id
+    def _floats_wanted(self, signer: str, exps: list[Experience]) -> list[int]:
+        """Which of a signer's rows (positions in ``exps``) want our float: not where the row's is held
+        already (a stream replay), nor where the row is tombstoned or evicted."""
         blocked = self.rows.blocked((e.id, signer) for e in exps)
         idx = self.index
         held = {(e.id, signer) for e in exps for r in idx.rows_of(e.id) if idx.signers[r] == signer and idx.held[r]}

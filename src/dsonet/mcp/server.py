@@ -61,7 +61,7 @@ class HeldBackOut(BaseModel):
     reason: str
 
 
-# a hit as `Hit.summary` shows it, declared from the same field list
+# a hit as `Hit.summary` shows it (`Hit.to_json` cut to what an agent reads), declared from its field list
 LessonOut = create_model("LessonOut", **{name: (kind, ...) for name, kind in Hit.SUMMARY.items()})
 
 

@@ -7,6 +7,7 @@
     DELETE /experiences/{id}   -> {"deleted": true} (a signed tombstone is published), or 404
     POST   /search             {query | vector, k?, min_similarity?, max_tokens?, domain?, tags?, environment?}
                                -> {"retrieval_id", "hits": [...], "threshold", "best_score", "held_back"}
+                               (a hit: the experience's fields, score, members, sources, fit; `Hit.to_json`)
                                (environment: the asker's pins; lessons whose scope contradicts it are
                                held back, each {id, text, reason}; `dsonet.scope`)
                                (min_similarity omitted: the library's calibrated threshold; an empty
@@ -27,11 +28,8 @@ whose ``detail`` names the field and what to send instead; nothing is stored.
 
 from __future__ import annotations
 
-import dataclasses
 from contextlib import asynccontextmanager
-from typing import Any
 
-import numpy as np
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -142,16 +140,16 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
         ``total``, how many match (`dso list --node`)."""
         if offset is None and signer is None:
             exps = [e for e in await node.all() if domain is None or e.domain == domain][:limit]
-            return {"experiences": [_jsonable(e) for e in exps]}
+            return {"experiences": [e.to_dict() for e in exps]}
         total, page = await node.listing(domain, signer, limit, offset or 0)
-        return {"experiences": [_jsonable(e) for e in page], "total": total}
+        return {"experiences": [e.to_dict() for e in page], "total": total}
 
     @app.get("/experiences/{exp_id}")
     async def get(exp_id: str) -> dict:
         exp = await node.get(exp_id)
         if exp is None:
             raise HTTPException(404, f"no experience {exp_id[:80]!r} in this node's library")
-        return _jsonable(exp)
+        return exp.to_dict()
 
     @app.delete("/experiences/{exp_id}")
     async def delete(exp_id: str) -> dict:
@@ -164,7 +162,7 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
         env = None if req.environment is None else Scope.parse(req.environment, limit=MAX_ENVIRONMENT_PINS)
         rid, hits = await node.recall(req.query, req.vector, req.k, req.min_similarity, req.max_tokens, req.domain,
                                       tuple(req.tags), env)
-        return {"retrieval_id": rid, "hits": [_jsonable(h) for h in hits], "threshold": hits.threshold,
+        return {"retrieval_id": rid, "hits": [h.to_json() for h in hits], "threshold": hits.threshold,
                 "best_score": hits.best_score, "held_back": [b.to_dict() for b in hits.held_back]}
 
     @app.post("/outcomes")
@@ -181,7 +179,7 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
 
     @app.get("/stats")
     async def stats() -> dict:
-        return _jsonable(await node.stats())
+        return await node.stats()
 
     @app.get("/peers")
     async def peers() -> dict:
@@ -209,18 +207,3 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
     limited = BodyLimit(app, max_body_bytes)
     return PageGate(BearerToken(limited, token), limited, token)
 
-
-def _jsonable(obj: Any) -> Any:
-    if hasattr(obj, "to_dict"):
-        return _jsonable(obj.to_dict())
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return _jsonable({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj

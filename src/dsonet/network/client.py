@@ -91,8 +91,7 @@ class NodeClient:
                 **({"tags": list(tags)} if tags else {}),
                 **({} if environment is None else {"environment": environment.strings()})}
         reply = self._call("POST", "/search", json=body)
-        hits = Hits([Hit(Experience.from_dict(h["experience"]), float(h["score"]), tuple(h.get("members", ())),
-                         tuple(h.get("sources", ())), h.get("fit", "")) for h in reply.get("hits", [])],
+        hits = Hits([Hit.from_json(h) for h in reply.get("hits", [])],
                     reply.get("threshold", min_similarity), reply.get("best_score"), environment=environment,
                     held_back=tuple(HeldBack(**b) for b in reply.get("held_back", ())))
         return reply.get("retrieval_id"), hits

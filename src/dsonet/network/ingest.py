@@ -4,8 +4,10 @@
     batches a turn (the library, its hash in the ledger) ─ merge the new rows once the reader's backlog
     is read ─ refit the index
 
-The round decodes each row once: its ê goes on with the admitted rows to the library, whose merge
-clusters by it (`dsonet.library.view.decoded`). Rows a trusted key got in on a re-encoding sample's word
+The round decodes each row once and encodes each text once: a batch goes to the library as one value
+(`dsonet.library.Admitted`), its admitted rows with their ê, which the merge clusters by
+(`dsonet.library.view.decoded`), and with `encode_texts` our encodings of their texts, the round's
+re-encodings where it made them. Rows a trusted key got in on a re-encoding sample's word
 are marked in the ledger; when a later sample catches the key lying, they are set aside
 (`_set_aside_sampled`) before the next round.
 
@@ -33,10 +35,9 @@ from typing import Callable
 import numpy as np
 
 from dsonet.aggregate import AggregationError, DeltaSoup, RateLimited, RoundResult
-from dsonet.codec import CompressedBatch
 from dsonet.codec.batch import MAX_EXPERIENCES
 from dsonet.errors import BatchError, DsoError
-from dsonet.library import Library, LibraryError
+from dsonet.library import Admitted, Library, LibraryError
 from dsonet.library.store.quarantine import row_damage
 from dsonet.network.access import FairLock
 from dsonet.network.journal import Journal
@@ -219,14 +220,14 @@ class Ingest:
         acknowledged, comes again and is admitted again (nothing acknowledged is lost)."""
         with self.state:  # own rows, topped up with trusted peers' on a node that has written little itself
             reference = self.library.reference_vectors(REFERENCE_ROWS, min_trust=self.soup.config.trusted)
-        result = self.soup.round(now_ms=now_ms, reference=reference)  # the heavy part, without the lock
+        # the heavy part, without the lock
+        result = self.soup.round(now_ms=now_ms, reference=reference, encodings=self.encode_texts)
         try:
             for turn in _turns([len(b) for b in result.batches]):
-                floats = {i: self._encode_admitted(result.batches[i], result.keep[i]) for i in turn}
+                admitted = [self._admitted(result, i) for i in turn]  # encoded before the turn on the lock
                 with self.state:  # a few batches' transactions a turn: a search waits for one turn at most
-                    for i in turn:
-                        self._store(result.batches[i], result.keep[i], floats[i], _sampled(result, i),
-                                    result.vectors[i][result.keep[i]])
+                    for one in admitted:
+                        self._store(one)
         except BaseException:
             self.soup.release(result.batches)
             raise
@@ -248,35 +249,34 @@ class Ingest:
         self.journal.round(result, now_ms, self.soup.reputation.get)
         self.on_round(result)
 
-    def _encode_admitted(self, batch: CompressedBatch, keep: np.ndarray) -> list | None:
-        """With ``encode_texts``, our floats for a batch's admitted rows, encoded before its turn on the
-        lock (up to 1,000 texts, seconds): the lock is taken only to see which rows need one."""
-        if not self.encode_texts:
-            return None
-        try:
-            with self.state:
-                wanted = self.library.floats_wanted(batch, keep)
-        except (LibraryError, BatchError):
-            return None  # the library refuses the batch when it is stored, and says why
-        admitted = [e for e, kept in zip(batch.experiences, keep) if kept]
-        out: list[np.ndarray | None] = [None] * len(admitted)
-        if wanted:
-            for i, v in zip(wanted, self.library.encoder.encode([admitted[i].text for i in wanted], kind="document")):
-                out[i] = v
-        return out
+    def _admitted(self, result: RoundResult, i: int) -> Admitted:
+        """Batch ``i`` of a round as the library stores it; with ``encode_texts``, our encodings of its
+        admitted texts: the round's for the rows it re-encoded, the rest encoded here, before the
+        batch's turn on the lock (up to 1,000 texts, seconds)."""
+        batch, keep = result.batches[i], result.keep[i]
+        verified = None if result.verified is None else result.verified[i]
+        encodings = None
+        if self.encode_texts:  # the soup reads batches in the library's profile only
+            rows = np.flatnonzero(keep)
+            encodings = np.empty((len(rows), batch.profile.dim), np.float32)
+            done = np.zeros(len(rows), bool) if result.encodings is None else verified[rows]
+            if done.any():  # the round's encodings cover every verified row, admitted or not
+                encodings[done] = result.encodings[i][keep[np.flatnonzero(verified)]]
+            if not done.all():
+                encodings[~done] = self.library.encoder.encode([batch.experiences[j].text for j in rows[~done]],
+                                                               kind="document")
+        return Admitted(batch, keep, result.vectors[i][keep], verified, encodings)
 
-    def _store(self, batch: CompressedBatch, keep: np.ndarray, floats: list | None = None,
-               sampled: list[str] = (), decoded: np.ndarray | None = None) -> None:
+    def _store(self, admitted: Admitted) -> None:
         """One admitted batch into the library, in its own transaction with its hash in the ledger
-        (the caller holds the lock); ``floats``: our encodings of its admitted rows (`_encode_admitted`);
-        ``sampled``: ids of its admitted rows stored on a re-encoding sample's word only; ``decoded``:
-        their ê as the round decoded them, for the merge (decoded once)."""
+        (the caller holds the lock), with the ids of its rows stored on a re-encoding sample's word
+        only (`Admitted.sampled`)."""
+        batch, kept = admitted.batch, int(np.count_nonzero(admitted.keep))
         if batch.node_id in self.bans:  # the verified signer: a ban holds whatever a header claims
             self._reject(batch.node_id, Banned(batch.node_id))
             return
         try:
-            ingested = self.library.ingest(batch, keep, vectors=floats, within=self.ledger.seen_by(batch, sampled),
-                                           decoded=decoded)
+            ingested = self.library.ingest(admitted, within=self.ledger.seen_by(batch, admitted.sampled))
         except (LibraryError, BatchError) as exc:
             self._reject(batch.node_id, exc)
             return
@@ -285,9 +285,9 @@ class Ingest:
         peer = self._peer(batch.node_id)
         peer.accepted += 1
         peer.last_seen_ms = batch.timestamp_ms
-        self.metrics.ingested_experiences.inc(int(np.count_nonzero(keep)))
+        self.metrics.ingested_experiences.inc(kept)
         log.info("ingested batch %s from %s: %d of %d admitted (%d new, %d held already), %d rejected",
-                 batch.hash[:12], batch.node_id[:12], int(np.count_nonzero(keep)), len(batch), len(ingested.added),
+                 batch.hash[:12], batch.node_id[:12], kept, len(batch), len(ingested.added),
                  ingested.duplicates, ingested.rejected)
 
     def _set_aside_sampled(self, key: str) -> None:
@@ -335,8 +335,8 @@ class Ingest:
         self.metrics.deleted.inc(len(deleted))
 
     def _reject(self, sender_hint: str, exc: DsoError) -> None:
-        field_name = getattr(exc, "field", type(exc).__name__)
-        self.metrics.rejected_batches.labels(reason=str(field_name).split(".")[0]).inc()
+        field_name = exc.reason
+        self.metrics.rejected_batches.labels(reason=field_name.split(".")[0]).inc()
         peer = self._peer(sender_hint[:64])
         peer.rejected += 1
         peer.last_error = str(exc)[:200]
@@ -376,15 +376,6 @@ def refit_index(library: Library, lock: AbstractContextManager) -> bool:
     with lock:
         library.install_fit(due, fitted)
     return True
-
-
-def _sampled(result: RoundResult, i: int) -> list[str]:
-    """The ids of batch ``i``'s admitted rows whose text the round did not re-encode (none marked
-    with the defence off: no row is checked then, and no key can be caught)."""
-    if result.verified is None:
-        return []
-    batch, keep, verified = result.batches[i], result.keep[i], result.verified[i]
-    return [batch.experiences[j].id for j in np.flatnonzero(keep & ~verified)]
 
 
 def _log_failure(future) -> None:

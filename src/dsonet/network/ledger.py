@@ -3,8 +3,8 @@
     ledger = Ledger(library.db)          # the same SQLite file and connection as the rows
     ledger.defer(payload, received_ms, signer, share)   # a batch over its sender's rate, held back
     ledger.queue_outgoing(subject, tombstone)           # kept until the stream acknowledges it
-    library.ingest(batch, keep, within=ledger.seen_by(batch, sampled))  # its hash (and which rows
-                                                        # went in unchecked), in its rows' transaction
+    library.ingest(admitted, within=ledger.seen_by(batch, admitted.sampled))  # its hash (and which
+                                                        # rows went in unchecked), in its rows' transaction
 
 Four tables beside the experience rows, none of which a library without a node reads:
 

@@ -82,9 +82,9 @@ def test_the_query_box_shows_the_hits_of_post_search_and_the_system_text_an_agen
     api = httpx.post(f"{node.url}/search", json={"query": QUESTION},
                      headers={"Authorization": f"Bearer {served.TOKEN}"}).json()
     shown = [r.attrs["data-lesson-id"] for r in page.by_id("ask-hits").find_all("tr") if "data-lesson-id" in r.attrs]
-    assert shown == [h["experience"]["id"] for h in api["hits"]] and shown
+    assert shown == [h["id"] for h in api["hits"]] and shown
     assert float(page.by_id("threshold").text) == pytest.approx(api["threshold"], abs=5e-4)
-    authors = [(h["experience"]["text"], h["experience"]["provenance"]["node_id"]) for h in api["hits"]]
+    authors = [(h["text"], h["provenance"]["node_id"]) for h in api["hits"]]
     own = [text for text, author in authors if author == node.node.node_id]
     peers = [text for text, author in authors if author != node.node.node_id]
     assert page.by_id("system-text").text == system_text(own, peers)
