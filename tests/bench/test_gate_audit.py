@@ -48,6 +48,18 @@ def test_the_gate_keeps_a_lesson_that_fixes_its_fact_and_refuses_one_that_does_n
     result = json.loads(gate_audit.run(LessonFollower(plan), plan, quick=True, log=lines.append).read_text())
     assert [r["fact"] for r in result["facts"]] == [f.id for f in facts_for(plan) if f.poison]
     # the follower writes the current line only under the correct lesson: each fixes its fact, no poison does
-    assert result["counts"] == {"correct": {"kept": 3, "n": 3}, "wrong": {"kept": 0, "n": 3}}
+    assert result["counts"] == {"correct": {"kept": 3, "probation": 0, "n": 3}, "wrong": {"kept": 0, "probation": 0, "n": 3}}
     assert result["correct_kept"] == 1.0 and result["wrong_kept"] == 0.0
     assert any("kept by the gate" in line for line in lines)
+
+
+@needs_env
+def test_with_probation_a_lesson_that_changes_nothing_is_kept_on_probation_not_refused(tmp_path, monkeypatch):
+    """The follower ignores a wrong lesson (it writes the stale line with it as without): a tie, which
+    probation lets in for outcomes to settle; the correct lessons still fix their facts and are kept."""
+    monkeypatch.chdir(tmp_path)
+    plan = replace(DriftPlan(), facts=3, probation=True)
+    path = gate_audit.run(LessonFollower(plan), plan, quick=True, log=lambda _: None)
+    result = json.loads(path.read_text())
+    assert path.name == "drift-gate-audit-probation-quick.json"
+    assert result["counts"] == {"correct": {"kept": 3, "probation": 0, "n": 3}, "wrong": {"kept": 0, "probation": 3, "n": 3}}

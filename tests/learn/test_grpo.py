@@ -13,6 +13,7 @@ from dsonet.learn.run_dir import LearnError
 from dsonet.learn.tasks import Group, Task, TaskSet, numeric_verifier
 
 from dsonet.learn.context import Retrieval
+from dsonet.learn.episodes import PROBATION
 
 from .conftest import DictStore
 
@@ -173,6 +174,30 @@ def test_the_validation_gate_refuses_a_lesson_that_lowers_accuracy(tmp_path):
     gate = [json.loads(l) for l in (tmp_path / "log.jsonl").read_text().splitlines() if '"gate"' in l]
     assert gate[0]["accuracy_without"] == 0.5 and gate[0]["accuracy_with"] == 0.0 and not gate[0]["kept"]
     assert stats.validation == [0.5, 0.5]
+
+
+@pytest.mark.parametrize("probation", [False, True])
+def test_a_lesson_that_ties_at_the_gate_is_refused_or_with_probation_kept_at_probation_confidence(tmp_path, probation):
+    """The scripted agent ignores LESSON: with it, without it and with neutral text alike, 0.5 on validation."""
+    store = DictStore()
+    config = LearnConfig(group_size=4, epochs=1, batch_size=6, gate_gain=1e-9, probation=probation)
+    stats = Learner(ScriptedLLM(), store, config, tmp_path).run(_tasks(), False, validation=_tasks(4))
+    (gate,) = [json.loads(l) for l in (tmp_path / "log.jsonl").read_text().splitlines() if '"gate"' in l]
+    assert (gate["accuracy_without"], gate["accuracy_with"], gate["kept"], gate["probation"]) == (0.5, 0.5, False,
+                                                                                                   probation)
+    if probation:
+        (exp,) = store.items.values()
+        assert exp.text == LESSON and exp.confidence == PROBATION and (stats.on_probation, stats.gated_out) == (1, 0)
+    else:
+        assert store.items == {} and (stats.on_probation, stats.gated_out) == (0, 1)
+
+
+def test_probation_does_not_keep_a_lesson_that_lowers_accuracy(tmp_path):
+    store = DictStore()
+    config = LearnConfig(group_size=4, epochs=1, batch_size=6, gate_gain=1e-9, probation=True)
+    stats = Learner(ScriptedLLM(lesson_reply=HARMFUL), store, config, tmp_path).run(_tasks(), False,
+                                                                                    validation=_tasks(4))
+    assert store.items == {} and (stats.on_probation, stats.gated_out) == (0, 1)
 
 
 class LengthSensitiveLLM(ScriptedLLM):

@@ -34,6 +34,9 @@ class LearnConfig:
     # (`dso bench gate`: 14 of 72 hand-checked correct lessons kept); what no attempt verified still needs gate_gain
     gate_gain: float = 0.0  # validation accuracy a lesson must add over max(without, neutral text): 0 admits ties;
     # above 0, only lessons that fix something (on tasks where lessons are facts, a tie is a lesson that did nothing)
+    probation: bool = False  # a lesson that ties at the gate (no harm, no gain shown) is added on probation
+    # (`episodes.PROBATION` confidence) instead of dropped, for outcomes to settle: on two or three gate items the
+    # 0.5B follows a correct lesson too rarely to show a gain, and a tie is what a correct lesson it ignored scores
     summary_words: int = 30  # rollouts longer than this are summarised by the LLM; shorter ones are their own
     note_tokens: int = 96  # budget of each summary and advantage reply
     update_tokens: int = 256  # budget of the batch-update reply

@@ -47,6 +47,7 @@ from dsonet.learn import code_lessons, parse, prompts
 from dsonet.learn.chat import ChatLLM, Prefills, user
 from dsonet.learn.config import LearnConfig
 from dsonet.learn.context import inject, messages
+from dsonet.learn.episodes import PROBATION
 from dsonet.learn.control import neutral_notes
 from dsonet.learn.evaluate import record_outcome
 from dsonet.learn.operations import (Operation, Proposal, apply, confidence_from_gap, decide_batch, listing,
@@ -265,10 +266,14 @@ class Learner:
             gain = float(with_.mean()) - max(without, neutral)
             repaired = text in self._repaired
             ok = gain >= (0.0 if repaired else self.config.gate_gain)
+            probation = not ok and self.config.probation and gain >= 0.0
             self._log("gate", text=text, op=op.op, items=[self.validation.tasks[i].id for i in items],
                       accuracy_with=round(float(with_.mean()), 4), accuracy_without=round(without, 4),
-                      accuracy_neutral=round(neutral, 4), repaired=repaired, kept=bool(ok))
-            if not ok:
+                      accuracy_neutral=round(neutral, 4), repaired=repaired, kept=bool(ok), probation=probation)
+            if probation:
+                self.stats.on_probation += 1
+                op, gain = replace(op, proposal=replace(op.proposal, confidence=PROBATION)), -1.0  # any kept one wins
+            elif not ok:
                 self.stats.gated_out += 1
                 continue
             self._gate_uses[text] = (items, with_)

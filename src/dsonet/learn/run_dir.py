@@ -26,6 +26,7 @@ class Stats:
     proposals: int = 0
     skipped: int = 0  # malformed or rejected LLM outputs (each logged with its reason)
     gated_out: int = 0  # candidates the validation gate refused
+    on_probation: int = 0  # candidates that tied at the gate, added on probation (`LearnConfig.probation`)
     operations: dict = field(default_factory=lambda: {"ADD": 0, "UPDATE": 0, "DELETE": 0, "NONE": 0})
     validation: list = field(default_factory=list)  # validation accuracy after each epoch (index 0: no lessons)
     prompt_tokens: int = 0

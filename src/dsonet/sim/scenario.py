@@ -80,6 +80,7 @@ class DriftPlan:
     candidates: int = 1  # reflector proposals per group without a rule lesson (greedy); 2+ are sampled, the gate
     # keeps the best
     gate_items: int = 2  # validation items nearest a lesson it is judged on (+ 1 other)
+    probation: bool = False  # a lesson that ties at the gate goes in on probation, for outcomes to settle
     answer_tokens: int = 48  # one line, fenced or not; longer replies are explanations the check ignores
     k: int = 3
     min_similarity: float | None = None  # None: the space's calibrated threshold
@@ -157,7 +158,8 @@ def learn_config(plan: DriftPlan, retrieval: Retrieval, seed: int) -> LearnConfi
     attempt: what does no harm)."""
     return LearnConfig(group_size=plan.group_size, max_tokens=plan.answer_tokens, epochs=1, batch_size=8,
                        max_lessons=1, candidates=plan.candidates, all_failed=True, rule_lessons=True, rule_first=True,
-                       repair_check=True, gate_items=plan.gate_items, gate_gain=1e-9, retrieval=retrieval, seed=seed)
+                       repair_check=True, gate_items=plan.gate_items, gate_gain=1e-9, probation=plan.probation,
+                       retrieval=retrieval, seed=seed)
 
 
 @asynccontextmanager
