@@ -40,6 +40,7 @@ from dsonet.errors import DsoError
 from dsonet.experience import Experience, Provenance, check_lesson
 from dsonet.identity import NodeIdentity
 from dsonet.library import Hit, Hits, Library, MergeRule
+from dsonet.library.contract import record_on_members
 from dsonet.library.errors import DamagedFile
 from dsonet.library.store.file import damaged
 from dsonet.library.store.quarantine import row_damage
@@ -301,8 +302,7 @@ class Node:
         judged = []
         for hit in hits:
             with self._state:
-                for exp_id in hit.members or (hit.experience.id,):
-                    self.library.record_outcome(exp_id, helped, environment)
+                record_on_members(self.library, [hit], helped, environment)
                 signers = self.library.accountable(hit, environment)
             judged += [s for s in signers if s != self.node_id]
         for signer in judged:

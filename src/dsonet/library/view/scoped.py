@@ -69,7 +69,7 @@ class ScopedLessons:
         nothing of its signer (issue 36); with no environment told, every source, as before."""
         if environment is None:
             return hit.sources
-        ids = hit.members or (hit.experience.id,)
+        ids = hit.ids
         held = {i for i, s in self.scopes(list(ids)).items() if s.fit(environment).verdict != "contradicts"}
         idx = self.search_index
         signers = {idx.signers[r] for i in held for r in idx.rows_of(i)}
@@ -108,11 +108,11 @@ def in_environment(hits: Hits, environment: Scope, scopes: Callable[[list[str]],
     """``hits`` (best first, walked over the rows that do not contradict) judged in ``environment``:
     those that fit before those unknown, each by score, every one showing a member that holds here.
     ``scopes``: id -> scope of lessons; ``lesson``: a member's experience by id; ``held``: `held_back`'s."""
-    ids = sorted({i for h in hits for i in (h.members or (h.experience.id,))})
+    ids = sorted({i for h in hits for i in h.ids})
     known = scopes(ids)
     kept = []
     for hit in hits:
-        fits = {i: known.get(i, Scope()).fit(environment) for i in (hit.members or (hit.experience.id,))}
+        fits = {i: known.get(i, Scope()).fit(environment) for i in hit.ids}
         usable = {i: f for i, f in fits.items() if f.verdict != "contradicts"}
         shown = _shown(hit, usable, lesson)
         if shown is not None:  # None: the member that holds was deleted meanwhile; never show one that does not
