@@ -2,7 +2,7 @@
 
     chunk of messages ─ verify (DeltaSoup's gate) ─ round (judge beside trusted rows) ─ store a few
     batches a turn (the library, its hash in the ledger) ─ merge the new rows once the reader's backlog
-    is read ─ refit the index
+    is read ─ refit the index, once a chunk
 
 The round decodes each row once and encodes each text once: a batch goes to the library as one value
 (`dsonet.library.Admitted`), its admitted rows with their ê, which the merge clusters by
@@ -142,6 +142,8 @@ class Ingest:
             self.ledger.undefer(resubmitted)  # only once their round is stored
         if chunk[-1].pending == 0 or self._unmerged_rows >= MERGE_BACKLOG_ROWS:
             self.merge()  # a backlog is merged once it is read: each merge reclusters its domains whole
+        else:  # the merge refits too; without one, a flood could outgrow the index's fit within one read
+            refit_index(self.library, self.state)
 
     # ------------------------------------------------------------------ batches held back
 
@@ -238,7 +240,6 @@ class Ingest:
             with self.state:
                 self.ledger.forget_seen(now_ms - self._seen_window_ms)
             self._seen_pruned_ms = now_ms
-        refit_index(self.library, self.state)  # a flood can outgrow the index's fit within one read
         why: dict[tuple[str, str], int] = {}
         for node_id, _, reason in result.rejected:
             self.metrics.rejected_experiences.labels(reason=reason.split(":")[0]).inc()
