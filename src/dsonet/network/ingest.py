@@ -40,10 +40,8 @@ from dsonet.errors import BatchError, DsoError
 from dsonet.library import Admitted, Library, LibraryError
 from dsonet.library.store.quarantine import row_damage
 from dsonet.network.access import FairLock
-from dsonet.network.journal import Journal
-from dsonet.network.ledger import Ledger
-from dsonet.network.metrics import NodeMetrics
 from dsonet.network.standing import Banned, Bans
+from dsonet.network.stores import Stores
 from dsonet.network.tombstone import TombstoneError, decode_tombstone
 from dsonet.network.transport import SENDER, Message, parse_subject
 
@@ -79,14 +77,16 @@ class Peer:
 class Ingest:
     """A node's receiving side; every method runs on the node's ingest thread (``worker``)."""
 
-    def __init__(self, node_id: str, library: Library, ledger: Ledger, soup: DeltaSoup, bans: Bans, state: FairLock,
-                 worker: Executor, metrics: NodeMetrics, encode_texts: bool, on_round: Callable[[RoundResult], None],
-                 journal: Journal):
-        self.node_id, self.library, self.ledger, self.soup, self.bans = node_id, library, ledger, soup, bans
-        self.state, self.worker, self.metrics = state, worker, metrics
-        self.encode_texts = encode_texts  # our floats for peers' texts too (`NodeConfig.encode_texts`)
-        self.on_round = on_round
-        self.journal = journal  # what each round admitted and refused, and reputation over time, for people
+    def __init__(self, node_id: str, stores: Stores, soup: DeltaSoup, bans: Bans, *, lock: FairLock,
+                 worker: Executor, encode_texts: bool, on_round: Callable[[RoundResult], None]):
+        """``lock``: the library's, taken for each library call (see the module doc); ``worker``: the
+        ingest thread, where a merge is queued; ``encode_texts``: our floats for peers' texts too
+        (`NodeConfig.encode_texts`); ``on_round``: sees every round once it is stored."""
+        self.node_id, self.soup, self.bans = node_id, soup, bans
+        self.library, self.ledger = stores.library, stores.ledger
+        self.journal, self.metrics = stores.journal, stores.metrics
+        self.state, self.worker = lock, worker
+        self.encode_texts, self.on_round = encode_texts, on_round
         self.peers: dict[str, Peer] = {}
         self._merge_queued = False
         self._unmerged_rows = 0  # stored since the last merge, while a backlog was read
