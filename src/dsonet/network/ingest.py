@@ -52,7 +52,7 @@ MAX_PEERS = 1024
 REFERENCE_ROWS = 256  # trusted rows (own, then trusted peers') added to every round's pool (see `round`)
 MAX_ROUND_ROWS = 4096  # a round closes early once this many rows wait
 # Batches held back from senders over their rate, in the ledger (see `defer_or_reject`), in bytes:
-# 5 keys once holding 500 payloads of 1.49 MB each (counted, not weighed) took 745 MB.
+# weighed, not counted: 500 payloads of 1.49 MB from 5 keys would take 745 MB.
 # An honest batch of 10 rows at d = 7680 is ~15 KB, so a share holds thousands of them.
 DEFERRED_BYTES = 256 * 2**20  # the whole queue; a trusted key may hold up to all of it
 DEFERRED_KEY_BYTES = 32 * 2**20  # one key admitted before, not yet trusted

@@ -1,4 +1,4 @@
-"""A search in the asker's environment (issue 36): the lessons whose scope contradicts it held
+"""A search in the asker's environment: the lessons whose scope contradicts it held
 back, with why; those that fit first, those it cannot tell after (`dsonet.scope` for the rule).
 
 The contradicting lessons are left out of the ranking itself (`excluded`), so however many there
@@ -66,7 +66,7 @@ class ScopedLessons:
     def accountable(self, hit: Hit, environment: Scope | None) -> tuple[str, ...]:
         """The signers an outcome of ``hit`` in ``environment`` speaks for: each source that signed a
         member whose scope does not contradict it. A lesson used where it was never meant to hold says
-        nothing of its signer (issue 36); with no environment told, every source, as before."""
+        nothing of its signer; with no environment told, every source."""
         if environment is None:
             return hit.sources
         ids = hit.ids
