@@ -5,7 +5,7 @@ scope where it has one), so the same lesson learned twice, by two nodes in one e
 experience: inserts are idempotent and replicas converge. Who learned it lives in ``provenance``,
 which is not hashed.
 
-A lesson's ``scope`` is the environment it was learned under (issue 36): pins ``name==version``
+A lesson's ``scope`` is the environment it was learned under: pins ``name==version``
 of the distributions its text and code name, and of ``python``. It is signed with the lesson (it
 is part of the id), so a lesson for NumPy 2.4 and the same words learned on NumPy 1.26 are two
 lessons, each saying where it holds. A lesson without pins (every lesson from before) is taken to

@@ -1,4 +1,4 @@
-"""Where a lesson holds: the environment facts it was learned under, and an asker's (issue 36).
+"""Where a lesson holds: the environment facts it was learned under, and an asker's.
 
 A `Scope` is a set of pins ``name==version``: distributions (``numpy==2.4.6``) and Python itself
 (``python==3.11.9``). A lesson carries one, signed with it (`dsonet.experience`); a query may carry

@@ -47,9 +47,9 @@ def test_injection_puts_retrieved_lessons_in_the_system_message_and_nothing_belo
 
 
 def test_outcomes_recorded_on_the_library_feed_its_counters(library):
-    from dsonet.learn.evaluate import record_outcome
+    from dsonet.library.contract import record_on_members
 
     exp = library.add(LESSON, "math.arithmetic", 0.9)
     hits = library.search(LESSON, min_similarity=0.5)
-    assert record_outcome(library, hits, True) == 1 and record_outcome(library, hits, False) == 1
+    assert record_on_members(library, hits, True) == 1 and record_on_members(library, hits, False) == 1
     assert library.outcomes(exp.id) == (2, 1)

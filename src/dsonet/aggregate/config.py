@@ -22,7 +22,7 @@ class DeltaSoupConfig:
     rep_initial: float = 0.5
     # Ours: an admitted batch lifts a key at most to here, below `trusted`, so trust that skips
     # re-encoding and shields from eviction comes only from outcomes agents reported (see `Reputation`).
-    # Five honest batches used to lift a fresh key to 0.705 and past every check. None: the paper's
+    # Without it, five honest batches lift a fresh key to 0.705, past every check. None: the paper's
     # reading, every admitted batch r = 1.
     volume_ceiling: float | None = 0.6
     # Ours: a key whose lessons agents reported harmful more often than helpful, beyond chance (one-sided

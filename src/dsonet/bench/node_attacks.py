@@ -35,8 +35,8 @@ The attacks:
   signed by the attacker, then the attacker's tombstone for it;
 - deferred fill: 5 keys, each admitted once, then sending batches of 1,000 rows (1.5 MB each) far
   over their rate, which the node holds back instead of dropping (100 each; 6 with --quick):
-  before, the queue was counted, not weighed (up to 100 payloads a key, 745 MB for the
-  finding's 5 keys) and read whole at every pass. Reported: ``deferred_batches`` and
+  a queue bounded by count, not bytes, would hold 745 MB for these 5 keys, and one read whole
+  at every pass would slow every pass. Reported: ``deferred_batches`` and
   ``deferred_mb`` held once the node has read everything;
 - sleeper, eviction (untrusted), eviction (volume-trusted), reference shift: the attacks on trust.
 

@@ -276,7 +276,7 @@ def _node_attacks_section(section: dict) -> str:
             f"{limits.get('deferred_key_bytes', 0) / 2**20:.0f} MiB a key not yet trusted, "
             f"{limits.get('deferred_new_keys_bytes', 0) / 2**20:.0f} MiB for all keys never admitted, "
             f"{limits.get('deferred_bytes', 0) / 2**20:.0f} MiB in all.\n\n"
-            "The attacks on trust (issue 24; `dsonet.sim.node_attacks`): honest peers are trusted by agents' "
+            "The attacks on trust (`dsonet.sim.node_attacks`): honest peers are trusted by agents' "
             "outcomes, volume lifts a key to 0.6 at most (`honest_min_reputation`: the lowest honest key at the end). "
             "Sleeper: five honest batches, then 980 honest rows and 10 whose code is a searched question's code "
             "(`lying_rows_admitted`). Eviction: a 1,000-row flood at confidence 1.0, from a fresh key and from one "
@@ -285,7 +285,7 @@ def _node_attacks_section(section: dict) -> str:
             "honest author's 8 lone batches on another topic.\n\n")
     before = section.get("before_issue_24")
     if before:
-        text += (f"Before issue 24 ({before['code']}), the same attacks: " + "; ".join(
+        text += (f"Before the trust defences ({before['code']}), the same attacks: " + "; ".join(
             f"{r['attack']}: {r['honest_rows_lost']} honest rows lost, {r['honest_rows_filtered']} filtered, honest "
             f"reputation {r['honest_min_reputation']}" + (f", {r['lying_rows_admitted']} lying rows admitted "
                                                           f"({r.get('lying_top_hits', 0)} the top hit for their question)"

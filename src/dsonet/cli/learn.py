@@ -230,7 +230,7 @@ def ask(question, db, url, model, concurrency, timeout, k, min_similarity, conte
     from dsonet.cli.library import empty_answer
     from dsonet.learn.context import Retrieval
     from dsonet.learn.evaluate import ask as _ask
-    from dsonet.learn.evaluate import record_outcome
+    from dsonet.library.contract import record_on_members
 
     try:
         llm = open_llm(url, model, concurrency, timeout)
@@ -259,7 +259,7 @@ def ask(question, db, url, model, concurrency, timeout, k, min_similarity, conte
         click.echo(answer.text)
     if feedback and lib is not None and answer.hits:
         helped = feedback == "helped" or (feedback == "ask" and click.confirm("Did the answer help?", err=True))
-        n = record_outcome(lib, answer.hits, helped, env)
+        n = record_on_members(lib, answer.hits, helped, env)
         click.echo(f"recorded {'helped' if helped else 'harmed'} on {n} lesson(s)", err=True)
 
 

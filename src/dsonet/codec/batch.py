@@ -7,8 +7,8 @@ On the wire (msgpack), a batch is ``[content, signature]`` where ``content`` is 
      "rows": [[text, domain, confidence, model, iteration, scope, <code>], ...]}   # sorted by id
 
 ``scope`` is the lesson's environment in its canonical form (``numpy==2.4.6,python==3.11.9``, ''
-for none; `dsonet.scope`), signed with the rest. Version 2 (rows without it, issue 36 came later)
-is still read: its rows are unscoped, as every lesson was then.
+for none; `dsonet.scope`), signed with the rest. Version 2 (rows without a scope)
+is still read: its rows are unscoped.
 
 ``hash`` = SHA-256 of the content bytes; ``signature`` = Ed25519 over the hash's hex digest.
 Nothing a receiver can derive travels: the node id is sha256(key), an experience's id is the

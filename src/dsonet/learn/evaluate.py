@@ -19,6 +19,7 @@ import numpy as np
 from dsonet.learn.chat import ChatLLM
 from dsonet.learn.context import Retrieval, inject, messages, split_own
 from dsonet.learn.tasks import TaskSet
+from dsonet.library.contract import record_on_members
 from dsonet.scope import Scope
 
 
@@ -38,17 +39,6 @@ def ask(llm: ChatLLM, store, question: str, retrieval: Retrieval = Retrieval(), 
     injection = inject(store, question, question, retrieval, node_id, environment=environment)
     out = llm.generate([injection.chat], n=1, temperature=temperature, max_tokens=max_tokens, seed=seed)[0]
     return Answer(out.texts[0], injection.chat, injection.hits, out.tokens)
-
-
-def record_outcome(store, hits: list, helped: bool, environment: Scope | None = None) -> int:
-    """Record one use of each lesson (every merged member) in ``hits``, in the asker's ``environment``;
-    returns how many were recorded."""
-    n = 0
-    for hit in hits:
-        for member in hit.members or (hit.experience.id,):
-            store.record_outcome(member, helped, environment)
-            n += 1
-    return n
 
 
 # -- statistics ------------------------------------------------------------------------------
@@ -167,7 +157,7 @@ def answer(llm: ChatLLM, tasks: TaskSet, store=None, retrieval: Retrieval = Retr
     correct = np.array([tasks.verify(t, r) >= 1.0 for t, r in zip(tasks.tasks, texts)], float)
     if record and store is not None:
         for h, ok in zip(hits, correct):
-            record_outcome(store, h, bool(ok))
+            record_on_members(store, h, bool(ok))
     return Run(correct, np.array([tasks.parsed(r) for r in texts]), np.array(injected, bool), texts, hits,
                sum(c.tokens for c in out), time.perf_counter() - t0)
 

@@ -49,12 +49,11 @@ from dsonet.learn.config import LearnConfig
 from dsonet.learn.context import inject, messages
 from dsonet.learn.episodes import PROBATION
 from dsonet.learn.control import neutral_notes
-from dsonet.learn.evaluate import record_outcome
 from dsonet.learn.operations import (Operation, Proposal, apply, confidence_from_gap, decide_batch, listing,
                                      merge_duplicate_adds)
 from dsonet.learn.run_dir import LearnError, RunDir, Stats
 from dsonet.learn.tasks import Group, TaskSet
-from dsonet.library.contract import LessonStore, RecordsOutcomes
+from dsonet.library.contract import LessonStore, RecordsOutcomes, record_on_members
 from dsonet.scope import Probe
 
 
@@ -129,7 +128,7 @@ class Learner:
 
     def _record(self, hit, helped: bool) -> None:
         if isinstance(self.store, RecordsOutcomes):
-            record_outcome(self.store, [hit], helped)
+            record_on_members(self.store, [hit], helped)
 
     def propose(self, groups: Sequence[Group]) -> list[Proposal]:
         self.stats.groups += len(groups)

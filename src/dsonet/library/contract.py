@@ -13,14 +13,14 @@ store to it (tests/library/test_store_contract.py).
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Iterable, Protocol, runtime_checkable
 
 from dsonet.experience import Experience, Provenance
 from dsonet.library.policy import MAX_TOKENS, K
-from dsonet.library.hits import Hits
+from dsonet.library.hits import Hit, Hits
 from dsonet.scope import Scope
 
-__all__ = ["LessonStore", "Store"]
+__all__ = ["LessonStore", "RecordsOutcomes", "Store", "record_on_members"]
 
 
 class Store(Protocol):
@@ -73,3 +73,15 @@ class RecordsOutcomes(Protocol):
     ids for its own rollouts); a node's client records outcomes through retrievals instead."""
 
     def record_outcome(self, exp_id: str, helped: bool, environment: Scope | None = None) -> None: ...
+
+
+def record_on_members(store: RecordsOutcomes, hits: Iterable[Hit], helped: bool,
+                      environment: Scope | None = None) -> int:
+    """One use of each hit's lessons: counted on every experience merged into it (`Hit.ids`), since the
+    agent was shown the cluster, not one row; in the asker's ``environment``. Returns how many were counted."""
+    n = 0
+    for hit in hits:
+        for exp_id in hit.ids:
+            store.record_outcome(exp_id, helped, environment)
+            n += 1
+    return n

@@ -26,6 +26,11 @@ class Hit:
     SUMMARY: ClassVar[dict[str, type]] = {"id": str, "text": str, "domain": str, "score": float, "scope": list,
                                           "fit": str}
 
+    @property
+    def ids(self) -> tuple[str, ...]:
+        """Every experience this hit stands for: its merged members, or its own id when nothing merged."""
+        return self.members or (self.experience.id,)
+
     def to_json(self) -> dict:
         """A hit's one JSON form, for the node's API and the CLI's --json: the experience's own fields
         (id, text, domain, confidence, provenance, scope), the score to 4 places, the ids merged into

@@ -32,6 +32,7 @@ from dsonet.codec.reference import Reference
 from dsonet.encoders.rescore import backbone_rescorer
 from dsonet.experience import Experience, Provenance, check_lesson
 from dsonet.library.admitted import Admitted
+from dsonet.library.contract import record_on_members
 from dsonet.library.errors import DamagedFile, LibraryError, MissingLibrary
 from dsonet.library.hits import Hit, Hits
 from dsonet.library.index.code_index import Fitted, Refit
@@ -278,8 +279,7 @@ class Library:
         judged, searched_in = self.retrievals.judged(retrieval_id, helped, lessons)
         environment = searched_in or environment
         for hit, verdict in judged:
-            for exp_id in hit.members or (hit.experience.id,):
-                self.record_outcome(exp_id, verdict, environment)
+            record_on_members(self, [hit], verdict, environment)
         return len(judged)
 
     def outcomes(self, exp_id: str) -> tuple[int, int]:

@@ -2,7 +2,7 @@
 
     chunk of messages ─ verify (DeltaSoup's gate) ─ round (judge beside trusted rows) ─ store a few
     batches a turn (the library, its hash in the ledger) ─ merge the new rows once the reader's backlog
-    is read ─ refit the index
+    is read ─ refit the index, once a chunk
 
 The round decodes each row once and encodes each text once: a batch goes to the library as one value
 (`dsonet.library.Admitted`), its admitted rows with their ê, which the merge clusters by
@@ -40,10 +40,8 @@ from dsonet.errors import BatchError, DsoError
 from dsonet.library import Admitted, Library, LibraryError
 from dsonet.library.store.quarantine import row_damage
 from dsonet.network.access import FairLock
-from dsonet.network.journal import Journal
-from dsonet.network.ledger import Ledger
-from dsonet.network.metrics import NodeMetrics
 from dsonet.network.standing import Banned, Bans
+from dsonet.network.stores import Stores
 from dsonet.network.tombstone import TombstoneError, decode_tombstone
 from dsonet.network.transport import SENDER, Message, parse_subject
 
@@ -54,7 +52,7 @@ MAX_PEERS = 1024
 REFERENCE_ROWS = 256  # trusted rows (own, then trusted peers') added to every round's pool (see `round`)
 MAX_ROUND_ROWS = 4096  # a round closes early once this many rows wait
 # Batches held back from senders over their rate, in the ledger (see `defer_or_reject`), in bytes:
-# 5 keys once holding 500 payloads of 1.49 MB each (counted, not weighed) took 745 MB.
+# weighed, not counted: 500 payloads of 1.49 MB from 5 keys would take 745 MB.
 # An honest batch of 10 rows at d = 7680 is ~15 KB, so a share holds thousands of them.
 DEFERRED_BYTES = 256 * 2**20  # the whole queue; a trusted key may hold up to all of it
 DEFERRED_KEY_BYTES = 32 * 2**20  # one key admitted before, not yet trusted
@@ -79,14 +77,16 @@ class Peer:
 class Ingest:
     """A node's receiving side; every method runs on the node's ingest thread (``worker``)."""
 
-    def __init__(self, node_id: str, library: Library, ledger: Ledger, soup: DeltaSoup, bans: Bans, state: FairLock,
-                 worker: Executor, metrics: NodeMetrics, encode_texts: bool, on_round: Callable[[RoundResult], None],
-                 journal: Journal):
-        self.node_id, self.library, self.ledger, self.soup, self.bans = node_id, library, ledger, soup, bans
-        self.state, self.worker, self.metrics = state, worker, metrics
-        self.encode_texts = encode_texts  # our floats for peers' texts too (`NodeConfig.encode_texts`)
-        self.on_round = on_round
-        self.journal = journal  # what each round admitted and refused, and reputation over time, for people
+    def __init__(self, node_id: str, stores: Stores, soup: DeltaSoup, bans: Bans, *, lock: FairLock,
+                 worker: Executor, encode_texts: bool, on_round: Callable[[RoundResult], None]):
+        """``lock``: the library's, taken for each library call (see the module doc); ``worker``: the
+        ingest thread, where a merge is queued; ``encode_texts``: our floats for peers' texts too
+        (`NodeConfig.encode_texts`); ``on_round``: sees every round once it is stored."""
+        self.node_id, self.soup, self.bans = node_id, soup, bans
+        self.library, self.ledger = stores.library, stores.ledger
+        self.journal, self.metrics = stores.journal, stores.metrics
+        self.state, self.worker = lock, worker
+        self.encode_texts, self.on_round = encode_texts, on_round
         self.peers: dict[str, Peer] = {}
         self._merge_queued = False
         self._unmerged_rows = 0  # stored since the last merge, while a backlog was read
@@ -142,6 +142,8 @@ class Ingest:
             self.ledger.undefer(resubmitted)  # only once their round is stored
         if chunk[-1].pending == 0 or self._unmerged_rows >= MERGE_BACKLOG_ROWS:
             self.merge()  # a backlog is merged once it is read: each merge reclusters its domains whole
+        else:  # the merge refits too; without one, a flood could outgrow the index's fit within one read
+            refit_index(self.library, self.state)
 
     # ------------------------------------------------------------------ batches held back
 
@@ -238,7 +240,6 @@ class Ingest:
             with self.state:
                 self.ledger.forget_seen(now_ms - self._seen_window_ms)
             self._seen_pruned_ms = now_ms
-        refit_index(self.library, self.state)  # a flood can outgrow the index's fit within one read
         why: dict[tuple[str, str], int] = {}
         for node_id, _, reason in result.rejected:
             self.metrics.rejected_experiences.labels(reason=reason.split(":")[0]).inc()

@@ -40,6 +40,7 @@ from dsonet.errors import DsoError
 from dsonet.experience import Experience, Provenance, check_lesson
 from dsonet.identity import NodeIdentity
 from dsonet.library import Hit, Hits, Library, MergeRule
+from dsonet.library.contract import record_on_members
 from dsonet.library.errors import DamagedFile
 from dsonet.library.store.file import damaged
 from dsonet.library.store.quarantine import row_damage
@@ -54,6 +55,7 @@ from dsonet.network.metrics import NodeMetrics
 from dsonet.network.node_config import NodeConfig, NodeError
 from dsonet.network.publish import Publisher, Schedule
 from dsonet.network.standing import Bans, Standings, check_key
+from dsonet.network.stores import Stores
 from dsonet.network.transport import Message, Transport
 from dsonet.scope import Scope
 
@@ -127,12 +129,13 @@ class Node:
         self.journal = Journal(self.config.data_dir / "journal.sqlite")  # rounds and reputation, for the page
         self.bans = Bans(self.library.rows)
         self.standings = Standings(self.library.rows.db, self.soup.reputation)  # reputation outlasts a restart
-        self.ingest = Ingest(self.node_id, self.library, self.ledger, self.soup, self.bans, self._state, self._worker,
-                             self.metrics, self.config.encode_texts, self._round_done, self.journal)
+        stores = Stores(self.library, self.ledger, self.journal, self.metrics)
+        self.ingest = Ingest(self.node_id, stores, self.soup, self.bans, lock=self._state, worker=self._worker,
+                             encode_texts=self.config.encode_texts, on_round=self._round_done)
         c = self.config
         schedule = Schedule(c.subject_prefix, self.durable, c.batch_interval_s, c.batch_size, c.max_batch_experiences)
-        self.publisher = Publisher(self.identity, self.profile, self.transport, self.library, self.ledger, self.metrics,
-                                   schedule, self._locked, self._aside)
+        self.publisher = Publisher(self.identity, self.profile, self.transport, stores, schedule, locked=self._locked,
+                                   aside=self._aside)
 
     def _round_done(self, result: RoundResult) -> None:
         self._save_standing()
@@ -301,8 +304,7 @@ class Node:
         judged = []
         for hit in hits:
             with self._state:
-                for exp_id in hit.members or (hit.experience.id,):
-                    self.library.record_outcome(exp_id, helped, environment)
+                record_on_members(self.library, [hit], helped, environment)
                 signers = self.library.accountable(hit, environment)
             judged += [s for s in signers if s != self.node_id]
         for signer in judged:

@@ -21,9 +21,7 @@ from typing import Awaitable, Callable
 from dsonet.codec import Profile, sign_batch
 from dsonet.errors import DsoError
 from dsonet.identity import NodeIdentity
-from dsonet.library import Library
-from dsonet.network.ledger import Ledger
-from dsonet.network.metrics import NodeMetrics
+from dsonet.network.stores import Stores
 from dsonet.network.tombstone import make_tombstone
 from dsonet.network.transport import MSG_ID, SENDER, Transport, subject_for
 
@@ -44,15 +42,14 @@ class Schedule:
 
 
 class Publisher:
-    def __init__(self, identity: NodeIdentity, profile: Profile, transport: Transport, library: Library, ledger: Ledger,
-                 metrics: NodeMetrics, schedule: Schedule, locked: Callable[..., Awaitable],
-                 aside: Callable[..., Awaitable]):
+    def __init__(self, identity: NodeIdentity, profile: Profile, transport: Transport, stores: Stores,
+                 schedule: Schedule, *, locked: Callable[..., Awaitable], aside: Callable[..., Awaitable]):
         """``locked``: runs a library call holding the node's lock; ``aside``: runs work that touches no
         shared state off the event loop."""
         self.identity, self.node_id, self.profile, self.transport = identity, identity.node_id, profile, transport
-        self.library, self.ledger, self.metrics, self.schedule = library, ledger, metrics, schedule
+        self.library, self.ledger, self.metrics, self.schedule = stores.library, stores.ledger, stores.metrics, schedule
         self._locked, self._aside = locked, aside
-        self.pending = library.count_unpublished()  # own experiences waiting (an estimate between flushes)
+        self.pending = self.library.count_unpublished()  # own experiences waiting (an estimate between flushes)
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()  # one publisher at a time: the schedule, a flush, a delete's tombstone
         self._task: asyncio.Task | None = None

@@ -91,7 +91,7 @@ def connect(path: Path) -> sqlite3.Connection:
         if _columns(db, "experiences") and "signer" not in _columns(db, "experiences"):
             _migrate_v1(db)
         if _columns(db, "experiences") and "scope" not in _columns(db, "experiences"):
-            db.execute("ALTER TABLE experiences ADD COLUMN scope TEXT NOT NULL DEFAULT ''")  # rows before issue 36
+            db.execute("ALTER TABLE experiences ADD COLUMN scope TEXT NOT NULL DEFAULT ''")  # a file from before scopes
         _create_tables(db)
         db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
     except DamagedFile:

@@ -1,4 +1,4 @@
-"""Outcomes per environment (issue 36): a scoped lesson's uses and helps counted under the asker's
+"""Outcomes per environment: a scoped lesson's uses and helps counted under the asker's
 major.minor of each package the lesson pins (``numpy==1.26``; `Scope.used_in`), '' where the asker
 said none of them. Beside the rows' own counters (which eviction reads, summed over every
 environment), so a lesson that helps on NumPy 2.4 and fails on 1.26 shows both. Created on first

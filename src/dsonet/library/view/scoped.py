@@ -1,4 +1,4 @@
-"""A search in the asker's environment (issue 36): the lessons whose scope contradicts it held
+"""A search in the asker's environment: the lessons whose scope contradicts it held
 back, with why; those that fit first, those it cannot tell after (`dsonet.scope` for the rule).
 
 The contradicting lessons are left out of the ranking itself (`excluded`), so however many there
@@ -66,10 +66,10 @@ class ScopedLessons:
     def accountable(self, hit: Hit, environment: Scope | None) -> tuple[str, ...]:
         """The signers an outcome of ``hit`` in ``environment`` speaks for: each source that signed a
         member whose scope does not contradict it. A lesson used where it was never meant to hold says
-        nothing of its signer (issue 36); with no environment told, every source, as before."""
+        nothing of its signer; with no environment told, every source."""
         if environment is None:
             return hit.sources
-        ids = hit.members or (hit.experience.id,)
+        ids = hit.ids
         held = {i for i, s in self.scopes(list(ids)).items() if s.fit(environment).verdict != "contradicts"}
         idx = self.search_index
         signers = {idx.signers[r] for i in held for r in idx.rows_of(i)}
@@ -108,11 +108,11 @@ def in_environment(hits: Hits, environment: Scope, scopes: Callable[[list[str]],
     """``hits`` (best first, walked over the rows that do not contradict) judged in ``environment``:
     those that fit before those unknown, each by score, every one showing a member that holds here.
     ``scopes``: id -> scope of lessons; ``lesson``: a member's experience by id; ``held``: `held_back`'s."""
-    ids = sorted({i for h in hits for i in (h.members or (h.experience.id,))})
+    ids = sorted({i for h in hits for i in h.ids})
     known = scopes(ids)
     kept = []
     for hit in hits:
-        fits = {i: known.get(i, Scope()).fit(environment) for i in (hit.members or (hit.experience.id,))}
+        fits = {i: known.get(i, Scope()).fit(environment) for i in hit.ids}
         usable = {i: f for i, f in fits.items() if f.verdict != "contradicts"}
         shown = _shown(hit, usable, lesson)
         if shown is not None:  # None: the member that holds was deleted meanwhile; never show one that does not
