@@ -40,8 +40,8 @@ def test_a_node_logs_its_rounds_refusals_and_reputation_moves_and_keeps_them_ove
             await hub.drained([node.durable])
             await sender.publish(b"not a batch", subject, {SENDER: PEER.node_id})
             await hub.drained([node.durable])
-            rid, hits = await node.recall(vector=_units(1, 1)[0], k=3, min_similarity=-1.0)
-            await node.outcome(rid, helped=False)
+            hits = await node.recall(vector=_units(1, 1)[0], k=3, min_similarity=-1.0)
+            await node.outcome(hits.retrieval_id, helped=False)
             reputation = node.soup.reputation.get(PEER.node_id)
         finally:
             await node.close()

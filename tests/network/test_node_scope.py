@@ -38,10 +38,10 @@ def test_harm_counts_against_the_signer_whose_scope_held_and_never_the_other():
         before = rep.get(honest.node_id)
         shown = []
         for _ in range(5):  # five harmful outcomes in and for the 1.26 environment: the sign test's 1/32
-            rid, hits = await node.recall(vector=_vec(1), min_similarity=0.5, environment=HERE)
+            hits = await node.recall(vector=_vec(1), min_similarity=0.5, environment=HERE)
             shown.append((hits[0].experience.scope, len(hits[0].members)))
-            await node.outcome(rid, helped=False)
-        _, after = await node.recall(vector=_vec(1), min_similarity=0.5, environment=HERE)
+            await node.outcome(hits.retrieval_id, helped=False)
+        after = await node.recall(vector=_vec(1), min_similarity=0.5, environment=HERE)
         counted = node.library.outcomes_by_environment(Experience(TEXT, "code.numpy", scope=OLD).id)
         result = before, rep.get(honest.node_id), rep.skipped(honest.node_id), rep.skipped(liar.node_id), shown, \
             after, counted, rep.outcomes(honest.node_id)
@@ -70,8 +70,8 @@ def test_an_outcome_told_where_a_lesson_was_used_excuses_its_signer_only_outside
         rep, moved = node.soup.reputation, []
         for told in (HERE, Scope.parse(["numpy==2.4.1"]), None):  # outside its scope, inside, not told
             before = rep.get(peer.node_id)
-            rid, _ = await node.recall(vector=_vec(2), min_similarity=0.5)  # searched without an environment
-            await node.outcome(rid, helped=False, environment=told)
+            hits = await node.recall(vector=_vec(2), min_similarity=0.5)  # searched without an environment
+            await node.outcome(hits.retrieval_id, helped=False, environment=told)
             moved.append(rep.get(peer.node_id) < before)
         counted = node.library.outcomes_by_environment(exp.id)
         await node.close()

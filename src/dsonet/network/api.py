@@ -160,9 +160,9 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
     @app.post("/search")
     async def search(req: SearchRequest) -> dict:
         env = None if req.environment is None else Scope.parse(req.environment, limit=MAX_ENVIRONMENT_PINS)
-        rid, hits = await node.recall(req.query, req.vector, req.k, req.min_similarity, req.max_tokens, req.domain,
-                                      tuple(req.tags), env)
-        return {"retrieval_id": rid, "hits": [h.to_json() for h in hits], "threshold": hits.threshold,
+        hits = await node.recall(req.query, req.vector, req.k, req.min_similarity, req.max_tokens, req.domain,
+                                 tuple(req.tags), env)
+        return {"retrieval_id": hits.retrieval_id, "hits": [h.to_json() for h in hits], "threshold": hits.threshold,
                 "best_score": hits.best_score, "held_back": [b.to_dict() for b in hits.held_back]}
 
     @app.post("/outcomes")

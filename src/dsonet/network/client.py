@@ -75,17 +75,10 @@ class NodeClient:
 
     def search(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
                domain: str | None = None, tags: tuple[str, ...] = (), environment: Scope | None = None) -> Hits:
-        """The node's hits, with the retrieval id it issued for them (`outcome`)."""
-        rid, hits = self.recall(query, k, min_similarity, max_tokens, domain, tags, environment)
-        hits.retrieval_id = rid
-        return hits
-
-    def recall(self, query: str, k: int = K, min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
-               domain: str | None = None, tags: tuple[str, ...] = (),
-               environment: Scope | None = None) -> tuple[str | None, Hits]:
-        """(retrieval id, hits): the id names this search when its outcome is reported (`outcome`);
-        None when nothing was found (there is nothing to judge). ``min_similarity`` None: the
-        node's calibrated threshold, which the hits carry back with the best score it saw."""
+        """The node's hits, with the retrieval id it issued for them in ``hits.retrieval_id``: it names
+        this search when its outcome is reported (`outcome`); None when nothing was found (there is
+        nothing to judge). ``min_similarity`` None: the node's calibrated threshold, which the hits
+        carry back with the best score it saw."""
         body = {"query": query, "k": k, "max_tokens": max_tokens, "domain": domain,
                 **({} if min_similarity is None else {"min_similarity": min_similarity}),
                 **({"tags": list(tags)} if tags else {}),
@@ -94,7 +87,8 @@ class NodeClient:
         hits = Hits([Hit.from_json(h) for h in reply.get("hits", [])],
                     reply.get("threshold", min_similarity), reply.get("best_score"), environment=environment,
                     held_back=tuple(HeldBack(**b) for b in reply.get("held_back", ())))
-        return reply.get("retrieval_id"), hits
+        hits.retrieval_id = reply.get("retrieval_id")
+        return hits
 
     def outcome(self, retrieval_id: str, helped: bool | None = None, lessons: dict[str, bool] | None = None,
                 environment: Scope | None = None) -> int:

@@ -45,7 +45,7 @@ from dsonet.library.errors import DamagedFile
 from dsonet.library.store.file import damaged
 from dsonet.library.store.quarantine import row_damage
 from dsonet.library.policy import MAX_TOKENS, K
-from dsonet.library.retrievals import OutcomeError, Retrievals
+from dsonet.library.retrievals import OutcomeError
 from dsonet.library.store.tags import checked as checked_tags
 from dsonet.network.access import FairLock, SerialEncoder
 from dsonet.network.ingest import Ingest, Peer
@@ -84,7 +84,6 @@ class Node:
         self.bans: Bans | None = None  # keys the operator banned (`dsonet.network.standing`), read at open
         self.closed = False
         self.on_round: Callable[[RoundResult], None] | None = None  # sees every DeltaSoup round (benchmarks)
-        self.retrievals = Retrievals()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -266,10 +265,12 @@ class Node:
     async def recall(self, query: str | None = None, vector: np.ndarray | list | None = None, k: int = K,
                      min_similarity: float | None = None, max_tokens: int = MAX_TOKENS,
                      domain: str | None = None, tags: tuple[str, ...] = (),
-                     environment: Scope | None = None) -> tuple[str | None, Hits]:
-        """`search`, with a retrieval id to report the outcome under (`outcome`; None when nothing was found)."""
+                     environment: Scope | None = None) -> Hits:
+        """`search`, with the retrieval id to report the outcome under (`outcome`) in ``hits.retrieval_id``
+        (None when nothing was found), issued by the library's one registry."""
         hits = await self.search(query, vector, k, min_similarity, max_tokens, domain, tags, environment)
-        return self.retrievals.issue(hits), hits
+        hits.retrieval_id = self.library.retrievals.issue(hits)
+        return hits
 
     async def outcome(self, retrieval_id: str, helped: bool | None = None,
                       lessons: dict[str, bool] | None = None, environment: Scope | None = None) -> int:
@@ -280,7 +281,7 @@ class Node:
         own wins): harm there moves only the signers whose lessons were meant to hold there.
         Raises `UnknownRetrieval` for an id it did not issue or whose outcome is in already."""
         try:
-            judged, searched_in = self.retrievals.judged(retrieval_id, helped, lessons)
+            judged, searched_in = self.library.retrievals.judged(retrieval_id, helped, lessons)
         except OutcomeError as exc:
             raise NodeError(str(exc)) from None
         environment = searched_in or environment

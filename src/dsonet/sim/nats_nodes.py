@@ -18,7 +18,7 @@ from dsonet.codec import profile_of
 from dsonet.sim.nodes import HOLD_BATCH, HOLD_INTERVAL_S, FleetError, NodeState
 from dsonet.encoders import default_encoder
 from dsonet.identity import NodeIdentity
-from dsonet.library import Library
+from dsonet.library import Hits, Library
 from dsonet.network import cluster
 from dsonet.network.cluster_spec import ClusterSpec, make_spec
 from dsonet.network.client import NodeClient
@@ -70,8 +70,8 @@ class NatsFleet:
             raise
 
     async def recall(self, i: int, query: str, k: int, min_similarity: float,
-                     environment: Scope | None = None) -> tuple[str, list]:
-        return await asyncio.to_thread(self.stores[i].recall, query, k, min_similarity, environment=environment)
+                     environment: Scope | None = None) -> Hits:
+        return await asyncio.to_thread(self.stores[i].search, query, k, min_similarity, environment=environment)
 
     async def outcome(self, i: int, retrieval_id: str, helped: bool | None = None,
                       lessons: dict[str, bool] | None = None) -> int:

@@ -25,6 +25,7 @@ from dsonet.codec.batch import Profile
 from dsonet.errors import DsoError
 from dsonet.experience import Experience
 from dsonet.identity import NodeIdentity
+from dsonet.library import Hits
 from dsonet.library.contract import LessonStore
 from dsonet.network.node import Node, NodeConfig
 from dsonet.network.transport import InProcessHub, Message, Transport, parse_subject
@@ -67,9 +68,9 @@ class Fleet(Protocol):
         """Wait until every reader of the log has processed all of it."""
 
     async def recall(self, i: int, query: str, k: int, min_similarity: float,
-                     environment: Scope | None = None) -> tuple[str, list]:
-        """Honest node i's lessons for ``query`` (in the asker's ``environment``) and the retrieval id to
-        report their outcome under."""
+                     environment: Scope | None = None) -> Hits:
+        """Honest node i's lessons for ``query`` (in the asker's ``environment``), with the retrieval id to
+        report their outcome under (``retrieval_id``)."""
 
     async def outcome(self, i: int, retrieval_id: str, helped: bool | None = None,
                       lessons: dict[str, bool] | None = None) -> int:
@@ -138,7 +139,7 @@ class InProcessFleet:
         return list(self.hub.log)
 
     async def recall(self, i: int, query: str, k: int, min_similarity: float,
-                     environment: Scope | None = None) -> tuple[str, list]:
+                     environment: Scope | None = None) -> Hits:
         return await self.nodes[i].recall(query, k=k, min_similarity=min_similarity, environment=environment)
 
     async def outcome(self, i: int, retrieval_id: str, helped: bool | None = None,

@@ -294,23 +294,23 @@ class Scenario:
             part = tasks.subset((splits.feedback * 2)[start:start + plan.feedback_tasks])
             recalled = {t.id: await fleet.recall(i, t.question, retrieval.k, retrieval.min_similarity, environment)
                         for t in part.tasks}
-            notes = lambda t: split_own(recalled[t.id][1], node_id)  # noqa: E731
+            notes = lambda t: split_own(recalled[t.id], node_id)  # noqa: E731
             run = await asyncio.to_thread(answer, llm, part, None, retrieval, notes, plan.answer_tokens)
-            out = [(t, j) for t in part.tasks for j in range(len(recalled[t.id][1]))]
+            out = [(t, j) for t in part.tasks for j in range(len(recalled[t.id]))]
             variants = [replace(t, id=f"{t.id}~{j}") for t, j in out]
-            left = {v.id: split_own([h for k, h in enumerate(recalled[t.id][1]) if k != j], node_id)
+            left = {v.id: split_own([h for k, h in enumerate(recalled[t.id]) if k != j], node_id)
                     for v, (t, j) in zip(variants, out)}
             loo = await asyncio.to_thread(answer, llm, tasks.subset(variants), None, retrieval, lambda v: left[v.id],
                                           plan.answer_tokens)
             without = {(t.id, j): ok for (t, j), ok in zip(out, loo.correct)}
             n = 0
             for number, (task, ok, reply) in enumerate(zip(part.tasks, run.correct, run.texts), 1):
-                rid, hits = recalled[task.id]
+                hits = recalled[task.id]
                 error = "" if ok else part.explain(task, reply)
                 verdicts = {h.experience.id: bool(ok) for j, h in enumerate(hits)
                             if bool(ok) != bool(without[task.id, j]) or refutes(error, reply, h.experience.text)}
                 if verdicts:
-                    n += await fleet.outcome(i, rid, lessons=verdicts)
+                    n += await fleet.outcome(i, hits.retrieval_id, lessons=verdicts)
                     harmed += sum(not v for v in verdicts.values())
                     for h in hits:
                         # the signers the node holds to account (harm outside a lesson's scope convicts none)

@@ -86,11 +86,10 @@ class ServedNode:
     async def _judge(self, harmful: str, helpful: str) -> None:
         """Three tasks each: mallory's lessons harmed, alice's helped (reputation moves, the journal logs it)."""
         for _ in range(3):
-            rid, hits = await self.node.recall("How do I sort a list or read a file in Python?", k=20,
-                                               min_similarity=-1.0)
+            hits = await self.node.recall("How do I sort a list or read a file in Python?", k=20, min_similarity=-1.0)
             verdicts = {h.experience.id: harmful not in h.sources for h in hits
                         if harmful in h.sources or helpful in h.sources}
-            await self.node.outcome(rid, lessons=verdicts)
+            await self.node.outcome(hits.retrieval_id, lessons=verdicts)
 
     async def _stop(self) -> None:
         self.server.should_exit = True
