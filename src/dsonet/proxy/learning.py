@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -79,6 +80,7 @@ class TrafficLearner:
         (`dsonet.learn.pairing`)."""
         self.memory, self.domain, self.confidence = memory, domain, confidence
         self.environment, self.pairing = environment, pairing
+        self._lock = threading.RLock()  # the proxy reads requests on several threads at once; its tables are shared
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.evidence: dict[str, int] = {}  # lesson id -> episodes that gave it
         self._advised: OrderedDict[str, str] = OrderedDict()  # advice_key -> the id of the lesson that says it
@@ -90,11 +92,16 @@ class TrafficLearner:
         if hits is None or hits.retrieval_id is None or not len(hits):
             return
         lessons = {h.experience.id: h.experience.text for h in hits}
-        for a in attempts(answer):
-            _remember(self._answered, _turn_key(history, a.code), (hits.retrieval_id, lessons))
+        with self._lock:
+            for a in attempts(answer):
+                _remember(self._answered, _turn_key(history, a.code), (hits.retrieval_id, lessons))
 
     def observe(self, messages: list[dict]) -> Learned:
         """Read one request's history: learn its new episodes and record the outcomes it shows."""
+        with self._lock:
+            return self._observe(messages)
+
+    def _observe(self, messages: list[dict]) -> Learned:
         out = Learned()
         tried = attempts(messages)
         for a in tried:
@@ -122,7 +129,10 @@ class TrafficLearner:
         its lesson on probation, as a rule lesson would be; the lesson's id, or None where the reply
         holds none that restates nothing of the episode's task."""
         text = reflected(episode, reply)
-        return None if text is None else self._store(text, episode)
+        if text is None:
+            return None
+        with self._lock:
+            return self._store(text, episode)
 
     def _store(self, text: str, episode: Episode) -> str | None:
         """The id of the lesson saying ``text`` (added, or one giving the same advice given more evidence),
