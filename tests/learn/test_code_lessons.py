@@ -2,7 +2,7 @@
 
 import pytest
 
-from dsonet.learn import parse
+from dsonet.learn import drift, parse
 from dsonet.learn.code_lessons import from_error, from_reference, refutes, repair
 
 from .conftest import outputs_under_hash_seeds
@@ -165,3 +165,12 @@ def test_a_tie_goes_to_the_name_written_first_whatever_the_interpreters_string_h
               "'unique'\", 'r = list(pd.unique(pd.Series(x)))')[0])")
     assert outputs_under_hash_seeds(script, problem) == {"When computing the distinct values of x, use pd.unique(pd.Series(x)), not list.unique: "
                        "this environment refuses list.unique (AttributeError).\n"}
+
+
+def test_the_task_form_reads_the_tasks_line_only_when_the_agents_first_turn_goes_on_below_it():
+    """An agent's first turn is the task and then its instructions; the lesson names the task, not them."""
+    [task] = drift.instances(drift.FACTS_BY_ID["numpy-trapz"], 1, seed=0)
+    asked = f"{task.question}\nReply with the line of Python only, in a ```python block."
+    error = "AttributeError: module 'numpy' has no attribute 'trapz'"
+    alone, asked_so = (from_error(q, task.entry["stale"], error, task.answer)[0] for q in (task.question, asked))
+    assert alone == asked_so and alone.startswith("When computing the integral of") and "Reply" not in asked_so

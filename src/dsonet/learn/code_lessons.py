@@ -24,7 +24,8 @@ _CALLED = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 _KWARG = re.compile(r"(?<=[(,])\s*([A-Za-z_]\w*)\s*=(?!=)\s*('[^']*'|\"[^\"]*\"|[\w.\-]+)")  # inside a call
 _FROM = re.compile(r"\bfrom\s+([\w.]+)\s+import\s+([\w\s,]+)")
 _OBJECT = re.compile(r"'(\w+)' object")
-_TASK = re.compile(r"assigns to r (.+?)\.?\s*$", re.DOTALL)
+# the task's line, not beyond: an agent's first turn may go on below it ("Reply with the line only.")
+_TASK = re.compile(r"assigns to r (.+?)\.?[ \t]*(?:\n|$)")
 _BARE_ARGUMENT = re.compile(r"^((?:[A-Za-z_]\w*\s*=\s*)?)[A-Za-z_]\w*$")  # a name passed, by position or keyword
 _ASSIGNED = re.compile(r"^[ \t]*([A-Za-z_]\w*)\s*=(?!=)", re.MULTILINE)
 
