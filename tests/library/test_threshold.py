@@ -98,7 +98,7 @@ def test_every_cli_command_leaves_the_threshold_to_the_space_and_reads_the_envir
 
 
 @pytest.mark.parametrize("call", [Library.search, Library.search_vector, Node.search, Node.recall, NodeClient.search,
-                                  NodeClient.recall, LocalMemory.search])
+                                  LocalMemory.search])
 def test_every_python_entry_point_leaves_the_threshold_to_the_space(call):
     assert inspect.signature(call).parameters["min_similarity"].default is None
 
