@@ -24,6 +24,7 @@ import ast
 import hashlib
 import json
 import re
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
@@ -85,6 +86,15 @@ class Episode:
         """The same episode seen again (every turn resends the history) has the same key."""
         blob = json.dumps([" ".join(self.task.split()), self.failed.strip(), self.error, self.fixed.strip()])
         return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def remember(table: OrderedDict, key, value, limit: int) -> None:
+    """``table[key] = value`` as the newest entry, the oldest forgotten past ``limit``: what a reader of
+    traffic keeps of the runs it saw stays bounded however long it serves."""
+    table[key] = value
+    table.move_to_end(key)
+    while len(table) > limit:
+        table.popitem(last=False)
 
 
 def text_of(content: Any) -> str:

@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from dsonet.learn.code_lessons import assigned, akin
-from dsonet.learn.episodes import Episode, lesson
+from dsonet.learn.episodes import Episode, lesson, remember
 
 # cosine of two task templates' MiniLM embeddings above which the tasks are of one kind: on the drift
 # family (4 instances of each of its 89 facts), two instances of one fact score 0.996 at the median and
@@ -105,11 +105,7 @@ class Pairing:
         return self._vectors[task]
 
     def _keep(self, table: OrderedDict, key, value=None) -> None:
-        table[key] = value
-        table.move_to_end(key)
-        limit = 2 * self.size if table is self._vectors else self.size  # a task for each kept attempt
-        while len(table) > limit:
-            table.popitem(last=False)
+        remember(table, key, value, 2 * self.size if table is self._vectors else self.size)  # a task per attempt
 
 
 def template(task: str) -> str:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from dsonet.errors import DsoError
 from dsonet.learn.code_lessons import advice_key, refutes
 from dsonet.learn.episodes import (DOMAIN, PROBATION, Episode, attempts, episodes, history_key, lesson, reflected,
-                                   task_of)
+                                   remember, task_of)
 from dsonet.learn.pairing import Pairing
 from dsonet.library import Hits
 from dsonet.scope import Probe, Scope
@@ -65,10 +65,7 @@ def _turn_key(history: list[dict], code: str) -> str:
 
 
 def _remember(table: OrderedDict, key: str, value) -> None:
-    table[key] = value
-    table.move_to_end(key)
-    while len(table) > REMEMBERED:
-        table.popitem(last=False)
+    remember(table, key, value, REMEMBERED)
 
 
 class TrafficLearner:
@@ -110,9 +107,8 @@ class TrafficLearner:
                 out.outcomes += self._outcome(*pending, a.code, a.error)
         found = [(e, lesson(e)) for e in episodes(messages)]
         if self.pairing is not None:
-            done = [a for a in tried if a.result is not None]
-            found += self.pairing.add(task_of(messages), [(a.code, a.error) for a in done if a.error],
-                                      [a.code for a in done if a.ran])
+            done = [(a.code, a.error) for a in tried if a.result is not None]  # error: None where it ran
+            found += self.pairing.add(task_of(messages), [(c, e) for c, e in done if e], [c for c, e in done if not e])
         for episode, text in found:
             if episode.key in self.seen:
                 continue
