@@ -96,3 +96,15 @@ def test_the_quick_plan_runs_a_scoped_fleet_through_every_step_on_real_nodes(tmp
     assert out["wrong_scope"]["old"] == [0, 0]  # scoped searches never inject a contradicting lesson
     assert out["feedback"]["tasks_per_node"] == 2
     assert all(s for _, s in out["poison"])  # each poison lesson claims a scope
+
+
+def test_a_seed_already_in_the_results_file_for_the_same_plan_and_models_is_kept(tmp_path):
+    plan = replace(drift_mixed.MixedPlan(), seeds=(0, 1))
+    path = tmp_path / "learn-drift-mixed.json"
+    seed0 = {"seed": 0, "scoped": {"items": []}, "unscoped": {"items": []}}
+    path.write_text(json.dumps({"llm": "m", "reflector": "r", "plan": {**drift_mixed.asdict(plan), "seeds": [0]},
+                                "seeds": [seed0]}))
+    assert drift_mixed.finished_seeds(path, plan, "m", "r") == {0: seed0}
+    assert drift_mixed.finished_seeds(path, plan, "m", "another reflector") == {}
+    assert drift_mixed.finished_seeds(path, replace(plan, feedback_tasks=plan.feedback_tasks + 1), "m", "r") == {}
+    assert drift_mixed.finished_seeds(tmp_path / "missing.json", plan, "m", "r") == {}

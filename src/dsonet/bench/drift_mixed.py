@@ -20,6 +20,7 @@ scope (in the unscoped fleet the same texts without one).
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import time
 from dataclasses import asdict, dataclass, replace
@@ -29,7 +30,7 @@ import click
 import numpy as np
 
 from dsonet.bench.drift_mixed_report import summarise, table
-from dsonet.bench.report import write_results
+from dsonet.bench.report import RESULTS_DIR, write_results
 from dsonet.encoders.cache import cache_dir
 from dsonet.learn import drift
 from dsonet.learn.cache import CachedLLM, answer_counts
@@ -213,11 +214,14 @@ def _wrong_scope(hits: list, env: str, author_env: dict[str, str], probes: dict[
 
 def run(plan: MixedPlan, quick: bool = False, model: str = "qwen2.5-coder-0.5b", reflector: str | None = None,
         log=print) -> Path:
-    """Both fleets for each learning seed of ``plan``; bench/results/learn-drift-mixed.json (and its table)."""
+    """Both fleets for each learning seed of ``plan``; bench/results/learn-drift-mixed.json (and its table).
+    A seed that file already holds for the same plan and models is kept, not rerun (`finished_seeds`)."""
     cache = cache_dir() / "bench-learn" / ("drift-mixed-answers-quick.sqlite" if quick else "drift-answers.sqlite")
     agent = CachedLLM(open_llm(None, model), cache)
     teacher = agent if quick else CachedLLM(open_llm(None, reflector or REFLECTOR), cache)
     root = cache_dir() / "bench-learn" / ("drift-mixed-quick" if quick else "drift-mixed") / model
+    done = finished_seeds(RESULTS_DIR / ("learn-drift-mixed-quick.json" if quick else "learn-drift-mixed.json"),
+                          plan, model, teacher.name)
     seeds = []
     with Sandbox(preload=drift.PRELOAD) as new, Sandbox(python=OLD_PYTHON, preload=drift.PRELOAD) as old:
         boxes = {"new": new, "old": old}
@@ -225,6 +229,10 @@ def run(plan: MixedPlan, quick: bool = False, model: str = "qwen2.5-coder-0.5b",
         classes = classify(new, old)
         facts = facts_in_play(plan, classes)
         for seed in plan.seeds:
+            if seed in done:
+                log(f"seed {seed}: kept from the results file (same plan and models); delete it to rerun")
+                seeds.append(done[seed])
+                continue
             parts = {scoped: asyncio.run(run_fleet(scoped, agent, teacher, plan, seed, root, boxes, classes, facts,
                                                    probes, log)) for scoped in (True, False)}
             seeds.append({"seed": seed, "scoped": parts[True], "unscoped": parts[False]})
@@ -239,6 +247,20 @@ def run(plan: MixedPlan, quick: bool = False, model: str = "qwen2.5-coder-0.5b",
                                                "quick": quick, "rows": rows, "targets": targets,
                                                "facts": {f.id: classes[f.id] for f in facts}, "seeds": seeds,
                                                "answers": answers}, quick=quick)
+
+
+def finished_seeds(path: Path, plan: MixedPlan, model: str, reflector: str) -> dict[int, dict]:
+    """The seeds a results file already holds for this plan and these models (its seed list aside): a
+    second seed pools with the first instead of rerunning it, an hour of two cores a seed."""
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    ours = {**asdict(plan), "seeds": None}
+    # a field the file lacks was added since, with a default that keeps the behaviour it was run with
+    if (data.get("llm"), data.get("reflector")) != (model, reflector) or \
+            {**ours, **data.get("plan", {}), "seeds": None} != ours:
+        return {}
+    return {s["seed"]: s for s in data.get("seeds", [])}
 
 
 def main(quick: bool, seeds: str | None, model: str, reflector: str | None) -> None:
