@@ -35,7 +35,10 @@ FRAME = ("The code below has run.\n```python\nimport pandas as pd\ndf = pd.DataF
     (FRAME, "from scipy.integrate import simps; r = simps(y, x)",
      "ImportError: cannot import name 'simps' from 'scipy.integrate'",
      "from scipy.integrate import simpson; r = simpson(y, x)",
-     "use scipy.integrate.simpson, not scipy.integrate.simps"),
+     "use scipy.integrate.simpson(y, x), not scipy.integrate.simps"),
+    # the code that ran imported the function; the lesson reaches it through the module the attempt reached
+    (FRAME, "r = integrate.simps(y, x)", "AttributeError: module 'scipy.integrate' has no attribute 'simps'",
+     "from scipy.integrate import simpson\nr = simpson(y, x)", "use integrate.simpson(y, x), not integrate.simps"),
 ])
 def test_the_error_names_what_is_refused_and_the_reference_what_works(problem, code, error, reference, lesson):
     out = from_error(problem, code, error, reference)

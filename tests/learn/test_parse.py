@@ -85,6 +85,12 @@ def test_lessons_that_restate_the_problem_are_rejected_with_the_reason():
     term = "When finding the Least Common Multiple, divide the product by the GCD."
     assert parse.specific_to(term, lcm[0], shared=parse.shared_words(lcm)) == ""
     assert parse.shared_words([siblings, "Linda has 2 brothers. How many sisters does Linda's brother have?"]) == {"How"}
+    # one problem alone (an agent's traffic: no others of its kind to share with): a capitalised word that the
+    # code which ran calls names an API, not the instance
+    simpson = "Write one line of Python that assigns to r the integral of z over data by Simpson's rule."
+    lesson = "When computing the integral by Simpson's rule, use integrate.simpson(y, x)."
+    assert parse.specific_to(lesson, simpson, reference="from scipy.integrate import simpson\nr = simpson(z, data)") == ""
+    assert "'Simpson'" in parse.specific_to(lesson, simpson, reference="r = integrate.quad(f, 0, 1)")
     out = parse.experiences("When the numbers are 81 and 117, divide by 9.", problem=problem)
     assert out.items == () and out.skipped[0].startswith("problem-specific (restates the problem's number 81)")
 

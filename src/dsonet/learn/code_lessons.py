@@ -22,7 +22,7 @@ _QUOTED = re.compile(r"'([A-Za-z_][\w.]*)'")
 _DOTTED = re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _CALLED = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 _KWARG = re.compile(r"(?<=[(,])\s*([A-Za-z_]\w*)\s*=(?!=)\s*('[^']*'|\"[^\"]*\"|[\w.\-]+)")  # inside a call
-_FROM = re.compile(r"\bfrom\s+([\w.]+)\s+import\s+([\w\s,]+)")
+_FROM = re.compile(r"\bfrom\s+([\w.]+)\s+import\s+([\w \t,]+)")  # the names on its own line
 _OBJECT = re.compile(r"'(\w+)' object")
 # the task's line, not beyond: an agent's first turn may go on below it ("Reply with the line only.")
 _TASK = re.compile(r"assigns to r (.+?)\.?[ \t]*(?:\n|$)")
@@ -121,11 +121,13 @@ def _refused(code: str, error: str, reference: str, variables: set[str]) -> _Ref
         used = _ranked({d for d in _names(code) if d.split(".")[-1] == name}, code)
         theirs = _ranked(_names(reference) - _names(code), reference)
         if used and theirs:  # a function or attribute that is gone: the reference uses another, shown as called
+            fix = _reached(theirs[0], theirs[0], used[0])
             written = re.search(rf"(?<![\w.]){re.escape(used[0])}\b", code)  # else imported: swap the bare names
-            swap = ((rf"(?<![\w.]){re.escape(used[0])}\b", theirs[0]) if written else
-                    (rf"(?<![\w.]){re.escape(name)}\b", theirs[0].split(".")[-1]))
-            old, new = _general(used[0], error, variables), _general(_call(reference, theirs[0]), error, variables)
-            return _Refusal(old, new, _general(theirs[0], error, variables), swap) if old != new else None
+            swap = ((rf"(?<![\w.]){re.escape(used[0])}\b", fix) if written else
+                    (rf"(?<![\w.]){re.escape(name)}\b", fix.split(".")[-1]))
+            old = _general(used[0], error, variables)
+            new = _general(_reached(_call(reference, theirs[0]), theirs[0], used[0]), error, variables)
+            return _Refusal(old, new, _general(fix, error, variables), swap) if old != new else None
     return None
 
 
@@ -140,16 +142,35 @@ def _literal(value: str) -> str:
 
 
 def _call(code: str, name: str) -> str:
-    """``name`` as ``code`` calls it, with its argument list (balanced), or the bare name."""
-    at = code.find(name + "(")
-    if at < 0:
+    """``name`` as ``code`` calls it, with its argument list (balanced), or the bare name. A name
+    ``code`` imported (``scipy.integrate.simpson`` from ``from scipy.integrate import simpson``) is
+    called by its last part."""
+    found = re.search(rf"(?<![\w.]){re.escape(name)}\(", code) or \
+        re.search(rf"(?<![\w.]){re.escape(name.split('.')[-1])}\(", code)
+    if found is None:
         return name
+    at = found.start()
+    name = found.group(0)[:-1]
     depth = 0
     for end in range(at + len(name), len(code)):
         depth += {"(": 1, ")": -1}.get(code[end], 0)
         if depth == 0:
             return code[at:end + 1]
     return name
+
+
+def _reached(written: str, name: str, used: str) -> str:
+    """``written`` (``name`` as the code that ran writes it) reached the way the failed attempt reached what
+    it used: ``integrate.simpson(z, x)`` where the attempt wrote ``integrate.simps`` and the code that ran
+    imported ``from scipy.integrate import simpson``. Told ``simpson(z, x), not integrate.simps``, the
+    0.5B wrote integrate.simps again; the setup it is given imports the module, not the function."""
+    module, _, bare = name.rpartition(".")
+    prefix = used.rpartition(".")[0]
+    if prefix and module and module.split(".")[-1] == prefix.split(".")[-1]:
+        tail = bare + written[len(name):] if written.startswith(name) else written
+        if tail.startswith(bare):
+            return f"{prefix}.{tail}"
+    return written
 
 
 def _ranked(names: set[str], code: str) -> list[str]:

@@ -112,7 +112,8 @@ def specific_to(lesson: str, problem: str, reference: str = "", shared: frozense
     """Why ``lesson`` restates one problem instead of generalising ('' when it does not): it names
     the reference answer or a number from the problem (0, 1 and 2 are too common in general advice
     to count: "divide by 2", "the GCD is 1"), a quoted word of the problem, or a word the problem
-    capitalises, or a variable its code assigns, that other problems of its kind do not share
+    capitalises (unless the reference calls it: "Simpson's rule", ``simpson(y, x)``), or a variable
+    its code assigns, that other problems of its kind do not share
     (``shared``, see `shared_words`): "When Mary has 1 brothers and 1 sisters, her brother has 2
     sisters", "When integrating ys over xs, ...". Library and function names stay allowed: they are
     what a lesson about an environment is for."""
@@ -127,7 +128,9 @@ def specific_to(lesson: str, problem: str, reference: str = "", shared: frozense
     for quoted in _QUOTED.findall(problem):
         if len(quoted.strip()) > 0 and re.search(rf"[\"“”']{re.escape(quoted)}[\"“”']", lesson):
             return f"quotes the problem's {quoted!r}"
-    named = set(_NAME.findall(problem)) - shared
+    # a person's name is no lesson's, an API's is: "Simpson's rule" in the problem, simpson() in the answer
+    named = set(_NAME.findall(problem)) - shared - {w for w in _NAME.findall(problem)
+                                                    if re.search(rf"\b{w.lower()}\b", reference)}
     for word in _CAPITALISED.findall(lesson):
         if word in named:
             return f"names the problem's {word!r}"
