@@ -99,7 +99,7 @@ def test_a_fleet_shares_a_lesson_and_refuses_a_forged_batch(tmp_path, kind):
 # slower one on two cores (this demo with it ran past pytest's 600 s; with the 0.5B on llama.cpp, 150 s)
 SMALL = dict(facts=1, train_per_fact=1, eval_per_fact=4, eval_per_control=1, feedback_tasks=2, rollouts=2,
              candidates=1, gate_items=1, max_tokens=32, llm_model="qwen2.5-coder-0.5b", reflector="qwen2.5-coder-0.5b",
-             answer_cache=None)
+             answer_cache=None, job=False)  # the act on the job has its own test (test_job.py)
 
 
 @pytest.fixture(scope="module")

@@ -45,6 +45,9 @@ import click
               help="Where the nodes keep their keys and libraries, new or empty (default: a temporary directory).")
 @click.option("--fresh-answers", is_flag=True, help="Generate every answer again instead of replaying the ones an "
               "earlier run kept in the answer cache (~/.cache/dsonet/demo/answers.sqlite).")
+@click.option("--job/--no-job", default=True, show_default=True,
+              help="The last act, on the embedded models: one agent's error, learned by its `dso proxy --learn` from "
+                   "its traffic alone, becomes another agent's first-try pass (about a minute; never cached).")
 @click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path), default=Path("bench/results/demo.json"),
               show_default=True, help="Where to write the report as JSON.")
 def demo(json_out: Path, fresh_answers: bool, **options) -> None:
@@ -60,6 +63,10 @@ def demo(json_out: Path, fresh_answers: bool, **options) -> None:
     own, with the fleet's, poisoned and after feedback, each with a 95% interval. By default the
     nodes run in this process on one shared log; with --nats they are `dso node start` processes
     on a local NATS JetStream cluster and the agents reach them through their HTTP APIs.
+
+    The last act needs no task file and no reference: agent A (the 1.5B) fails, reads the error
+    and fixes its line through `dso proxy --learn`, which files the lesson in its node; the node
+    publishes it, and agent B (the 0.5B) passes a task it failed, on its first try.
 
     The model's answers are kept in an answer cache: the first run generates them (about 25
     minutes on two cores), a rerun replays them and runs everything else again (nodes, sharing,

@@ -10,6 +10,7 @@ import numpy as np
 
 from dsonet.aggregate import DeltaSoupConfig
 from dsonet.codec import Profile, bytes_per_vector, decode
+from dsonet.demo.job import JobAct
 from dsonet.learn.drift import extract_code
 from dsonet.learn.evaluate import Run
 from dsonet.network.transport import SENDER, Message
@@ -158,6 +159,7 @@ class DemoReport:
     wire: Wire
     fidelity: Fidelity
     seconds: dict[str, float]
+    job: JobAct | None = None  # the last act: an agent's error, learned from its traffic, another's first-try pass
 
     def condition(self, name: str) -> Condition:
         return next(c for c in self.conditions if c.name == name)

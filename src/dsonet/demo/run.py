@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 from dsonet.demo import report
+from dsonet.demo.job import JobConfig, run_job
 from dsonet.demo.report import DemoReport
 from dsonet.encoders.cache import cache_dir
 from dsonet.errors import DsoError
@@ -34,6 +35,7 @@ CHANGE_FACTS = sum(not f.control for f in drift.FACTS)
 # The model's answers are fixed by the chat, the sampling seed and the machine: a second `make demo`
 # replays them (and every node, share, attack and check runs again) in minutes instead of ~25.
 ANSWER_CACHE = cache_dir() / "demo" / "answers.sqlite"
+STEPS = 9  # the story's eight, and the act on the job
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class DemoConfig:
     seed: int = 0
     workdir: Path | None = None  # where nodes keep keys and libraries: new or empty (a temporary directory by default)
     answer_cache: Path | None = ANSWER_CACHE  # greedy answers and seeded samples kept on disk; None: always generate
+    job: bool = True  # the last act (`dsonet.demo.job`): on the embedded models only
 
     def __post_init__(self) -> None:
         if not 0 <= self.byzantine < self.nodes - self.byzantine:
@@ -103,7 +106,7 @@ async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> Dem
 
     plan = config.plan(config.min_similarity)
     splits = scenario.make_splits(plan, config.seed)
-    echo(f"[1/8] Loading the agent ({config.llm_url or 'embedded'} {model or ''}), the reflector and the sandbox; "
+    echo(f"[1/{STEPS}] Loading the agent ({config.llm_url or 'embedded'} {model or ''}), the reflector and the sandbox; "
          f"drift: {config.facts} change facts + {len(scenario.facts_for(plan)) - config.facts} controls, "
          f"{sum(map(len, splits.train))} training / {len(splits.validation)} validation / {len(splits.held_out)} "
          "held-out instances")
@@ -114,10 +117,18 @@ async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> Dem
         clock.lap("load")
         fleet_kind = ("node processes on a 3-server NATS cluster" if config.nats
                       else "in-process nodes on one shared log")
-        echo(f"[2/8] Starting {honest} honest {fleet_kind} in {workdir}, and {config.byzantine} Byzantine nodes")
+        echo(f"[2/{STEPS}] Starting {honest} honest {fleet_kind} in {workdir}, and {config.byzantine} Byzantine nodes")
         async with running(config.nats, honest, workdir, agent.name) as fleet:
             clock.lap("start")
-            return await _story(config, plan, fleet, tasks, splits, agent, reflector, workdir, echo, clock)
+            report = await _story(config, plan, fleet, tasks, splits, agent, reflector, workdir, echo, clock)
+        if not config.job or config.llm_url is not None:
+            echo(f"[9/{STEPS}] On the job: skipped ({'--no-job' if not config.job else 'it runs the embedded models'})")
+            return report
+        echo(f"[9/{STEPS}] On the job: one agent's error, learned by its `dso proxy --learn` from its traffic alone, "
+             "becomes another agent's first-try pass")
+        act = await run_job(JobConfig(), sandbox, workdir / "job", echo)
+        clock.lap("job")
+        return replace(report, job=act, seconds=clock.laps())
 
 
 async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, splits, agent, reflector,
@@ -136,19 +147,19 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
         echo(f"      {label}: {len(items.tasks)} held-out tasks")
         return await s.answer(label, items, **kw)
 
-    echo(f"[3/8] Each honest node learns on its own facts: G = {plan.group_size} attempts per task, each run in the "
+    echo(f"[3/{STEPS}] Each honest node learns on its own facts: G = {plan.group_size} attempts per task, each run in the "
          f"sandbox; the reflector ({reflector.name}) turns what running them showed into 'When X, do Y'; "
          f"{plan.candidates} candidates, kept only if they fix validation tasks")
     learned = await s.learn(scenario.learn_config(plan, s.retrieval, config.seed))
     clock.lap("learn")
 
-    echo(f"[4/8] Held-out tasks without lessons, then with each node's own (retrieval threshold {threshold:.3f}, "
+    echo(f"[4/{STEPS}] Held-out tasks without lessons, then with each node's own (retrieval threshold {threshold:.3f}, "
          + ("--min-similarity)" if config.min_similarity is not None else "the space's calibrated default)"))
     runs = {"without": await evaluate("without", held, stores=False)}
     runs["own"] = await evaluate("own")
     clock.lap("eval_without_and_own")
 
-    echo("[5/8] Sharing: honest nodes compress (BitDelta), sign and publish; the attackers hijack, send random "
+    echo(f"[5/{STEPS}] Sharing: honest nodes compress (BitDelta), sign and publish; the attackers hijack, send random "
          "codes, forge, tamper and replay; every honest node runs DeltaSoup on what it reads")
     keys = dict(zip(fleet.node_ids, fleet.public_keys))
     questions = [t.question for t in held.tasks]
@@ -159,7 +170,7 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
     runs["fleet"] = await evaluate("fleet", held)
     clock.lap("share_and_eval_fleet")
 
-    echo("[6/8] Poison: the Byzantine nodes publish a plausible wrong lesson for every fact, honestly encoded "
+    echo(f"[6/{STEPS}] Poison: the Byzantine nodes publish a plausible wrong lesson for every fact, honestly encoded "
          "and signed")
     poison = await s.poison(byz)
     sent += adversary.poison_sent(fleet.wire(), byz)
@@ -167,13 +178,13 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
     runs["poisoned"] = await evaluate("poisoned")
     clock.lap("poison_and_eval")
 
-    echo(f"[7/8] Feedback: each honest node's agent solves {plan.feedback_tasks} practice tasks with the lessons its "
+    echo(f"[7/{STEPS}] Feedback: each honest node's agent solves {plan.feedback_tasks} practice tasks with the lessons its "
          "node recalls, runs them, and reports each result as those lessons' outcome (POST /outcomes)")
     feedback = await s.feedback()
     runs["after_feedback"] = await evaluate("after_feedback")
     clock.lap("feedback_and_eval")
 
-    echo("[8/8] Stopping the nodes and counting what each one holds")
+    echo(f"[8/{STEPS}] Stopping the nodes and counting what each one holds")
     final = await s.close()
     wire = fleet.wire()
     wire_row, fidelity = report.wire_and_fidelity(wire, set(fleet.node_ids), fleet.profile, fleet.encoder)

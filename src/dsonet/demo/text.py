@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from dsonet.bench.report import format_table
+from dsonet.demo.job import JobAct, Line
 from dsonet.demo.report import CONDITIONS, DemoReport, Poison
 from dsonet.sim.report import Condition
 
@@ -29,6 +30,8 @@ def format_report(report: DemoReport) -> str:
                   for i in ex.lessons]
         lines += [f"  with them: {ex.fleet.strip()!r}", "    -> passed"]
     w = report.wire
+    if report.job is not None:
+        lines += _job_lines(report.job)
     lines += ["", f"== Wire == {w.honest_batches} honest batches, {w.honest_bytes:,} bytes: "
               f"{w.bytes_per_experience:.0f} "
               f"B per experience on the wire (msgpack: text, code, signature and framing); the code itself is "
@@ -65,6 +68,24 @@ def format_report(report: DemoReport) -> str:
               "", "Seconds: " + ", ".join(f"{k} {v}" for k, v in report.seconds.items())
               + _answer_line(report.config.get("answers"))]
     return "\n".join(lines)
+
+
+def _job_lines(job: JobAct) -> list[str]:
+    def said(line: Line) -> str:
+        return f"{line.code!r} -> " + ("passed" if line.passed else line.said)
+
+    lines = ["", f"== On the job == {job.fact}: no task file, no reference, no lesson written by anyone; "
+             "each agent behind its own `dso proxy`, before its own node",
+             f"  agent B ({job.model_b}), its node empty: {said(job.before)}",
+             f"  agent A ({job.model_a}), another instance, through `dso proxy --learn`:"]
+    lines += [f"    try {i}: {said(line)}" for i, line in enumerate(job.practice, 1)]
+    lines += [f"  A's proxy read {job.episodes} episode(s) off that traffic and filed, on probation in node A:"]
+    lines += [f"    {text}" for text in job.lessons] or ["    nothing"]
+    lines += [f"  node A published; node B admitted {job.admitted} of them through DeltaSoup",
+              f"  agent B again, its proxy injecting what node B holds: {said(job.after)}",
+              "  " + ("one agent's error became another agent's first-try pass" if job.shown else
+                      "the story did not hold on this run: see the lines above")]
+    return lines
 
 
 def _poison_lines(p: Poison) -> list[str]:
