@@ -5,13 +5,15 @@ from dsonet.aggregate import AggregationError
 from dsonet.aggregate import robust
 
 
-@pytest.mark.parametrize("n", [7, 8])
-def test_coordinate_median_and_mad_match_numpy_for_odd_and_even_rows(n):
+@pytest.mark.parametrize("n", [1, 2, 7, 8])
+def test_coordinate_median_and_mad_match_numpy_for_odd_and_even_rows_and_leave_the_input_alone(n):
     x = np.random.default_rng(n).standard_normal((n, 33)).astype(np.float32)
+    given = x.copy()
     np.testing.assert_allclose(robust.coordinate_median(x), np.median(x, axis=0), rtol=1e-6)
     mu, mad = robust.median_and_mad(x)
     np.testing.assert_allclose(mu, np.median(x, axis=0), rtol=1e-6)
     np.testing.assert_allclose(mad, np.median(np.abs(x - mu), axis=0), rtol=1e-6)
+    np.testing.assert_array_equal(x, given)  # one row: x.T is contiguous, and a view of it was zeroed
 
 
 def test_mad_scores_are_the_papers_mean_normalised_deviation():

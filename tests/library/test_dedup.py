@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from dsonet.library.view.dedup import DedupError, _row_medians, _transposed, duplicate_clusters
+from dsonet.library.view.dedup import DedupError, _transposed, duplicate_clusters
 
 
 def brute_force(vectors, domains, threshold):
@@ -111,14 +111,6 @@ def test_rows_on_demand_gives_the_same_clusters_holding_small_blocks():
     np.testing.assert_array_equal(got, duplicate_clusters(x, domains, method="lsh"))
     np.testing.assert_array_equal(got, brute_force(x, domains, 0.95))
     assert max(fetched) <= 256
-
-
-@pytest.mark.parametrize("n", [1, 2, 3, 10, 11])
-def test_row_medians_are_numpys_medians(n):
-    a = np.random.default_rng(n).standard_normal((5, n)).astype(np.float32)
-    expected = np.median(a, axis=1)
-    got = _row_medians(a.copy())
-    assert got.dtype == np.float32 and np.array_equal(got, expected)
 
 
 @pytest.mark.parametrize("n", [1, 255, 256, 600])

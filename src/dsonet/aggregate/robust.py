@@ -10,6 +10,7 @@ import numpy as np
 
 from dsonet.aggregate.errors import AggregationError
 from dsonet.codec import kernels
+from dsonet.codec.medians import row_medians
 from dsonet.codec.threads import run_chunks
 
 _CHUNK = 512  # rows per task when scoring every row
@@ -25,7 +26,7 @@ def sample_rows(x: np.ndarray, size: int | None, rng: np.random.Generator) -> np
 def coordinate_median(x: np.ndarray) -> np.ndarray:
     """μ_j = median_i x_ij, (d,) float32."""
     _need_rows(x, 1, "coordinate median")
-    return _row_medians(np.ascontiguousarray(x.T, dtype=np.float32))
+    return row_medians(_scratch_transpose(x))
 
 
 def median_and_mad(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -33,21 +34,16 @@ def median_and_mad(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     with one transpose: a partition only reorders values within a coordinate, and the MAD does not
     depend on their order."""
     _need_rows(x, 1, "coordinate median")
-    xt = np.ascontiguousarray(x.T, dtype=np.float32)  # (d, n)
-    mu = _row_medians(xt)
+    xt = _scratch_transpose(x)  # (d, n)
+    mu = row_medians(xt)
     xt -= mu[:, None]
-    return mu, _row_medians(np.abs(xt, out=xt))
+    return mu, row_medians(np.abs(xt, out=xt))
 
 
-def _row_medians(xt: np.ndarray) -> np.ndarray:
-    """Median of each row of a (d, n) array, in place. A partition along contiguous rows is
-    several times faster than np.median down the columns of an (n, d) array."""
-    n = xt.shape[1]
-    if n % 2:
-        xt.partition(n // 2, axis=1)
-        return xt[:, n // 2].copy()
-    xt.partition([n // 2 - 1, n // 2], axis=1)
-    return (0.5 * (xt[:, n // 2 - 1] + xt[:, n // 2])).astype(np.float32)
+def _scratch_transpose(x: np.ndarray) -> np.ndarray:
+    """x.T as a float32 C-contiguous copy, worked on in place. Always a copy: for one row, x.T is already
+    contiguous and np.ascontiguousarray would hand back a view, so the MAD's subtraction zeroed the caller's row."""
+    return np.array(x.T, dtype=np.float32, order="C")
 
 
 def mad_scores(x: np.ndarray, center: np.ndarray, mad: np.ndarray, eps: float) -> np.ndarray:
