@@ -213,14 +213,14 @@ def _wrong_scope(hits: list, env: str, author_env: dict[str, str], probes: dict[
 
 
 def run(plan: MixedPlan, quick: bool = False, model: str = "qwen2.5-coder-0.5b", reflector: str | None = None,
-        log=print) -> Path:
-    """Both fleets for each learning seed of ``plan``; bench/results/learn-drift-mixed.json (and its table).
+        log=print, out: str = "learn-drift-mixed") -> Path:
+    """Both fleets for each learning seed of ``plan``; bench/results/OUT.json (and its table).
     A seed that file already holds for the same plan and models is kept, not rerun (`finished_seeds`)."""
     cache = cache_dir() / "bench-learn" / ("drift-mixed-answers-quick.sqlite" if quick else "drift-answers.sqlite")
     agent = CachedLLM(open_llm(None, model), cache)
     teacher = agent if quick else CachedLLM(open_llm(None, reflector or REFLECTOR), cache)
     root = cache_dir() / "bench-learn" / ("drift-mixed-quick" if quick else "drift-mixed") / model
-    done = finished_seeds(RESULTS_DIR / ("learn-drift-mixed-quick.json" if quick else "learn-drift-mixed.json"),
+    done = finished_seeds(RESULTS_DIR / (f"{out}-quick.json" if quick else f"{out}.json"),
                           plan, model, teacher.name)
     seeds = []
     with Sandbox(preload=drift.PRELOAD) as new, Sandbox(python=OLD_PYTHON, preload=drift.PRELOAD) as old:
@@ -243,7 +243,7 @@ def run(plan: MixedPlan, quick: bool = False, model: str = "qwen2.5-coder-0.5b",
         verdict = {True: "met", False: "NOT met", None: "not measured here"}[t["met"]]
         log(f"  target {name}: {t['value']} -> {verdict}")
     answers = answer_counts(agent, teacher)
-    return write_results("learn-drift-mixed", {"llm": model, "reflector": teacher.name, "plan": asdict(plan),
+    return write_results(out, {"llm": model, "reflector": teacher.name, "plan": asdict(plan),
                                                "quick": quick, "rows": rows, "targets": targets,
                                                "facts": {f.id: classes[f.id] for f in facts}, "seeds": seeds,
                                                "answers": answers}, quick=quick)
@@ -263,13 +263,17 @@ def finished_seeds(path: Path, plan: MixedPlan, model: str, reflector: str) -> d
     return {s["seed"]: s for s in data.get("seeds", [])}
 
 
-def main(quick: bool, seeds: str | None, model: str, reflector: str | None) -> None:
-    """`dso bench learn --family drift --mixed` (its options parsed by `dsonet.bench.learn.cli`)."""
+def main(quick: bool, seeds: str | None, model: str, reflector: str | None, held_out: int | None = None,
+         out: str | None = None) -> None:
+    """`dso bench learn --family drift --mixed` (its options parsed by `dsonet.bench.learn.cli`); ``held_out``:
+    held-out items per fact, where more seeds of one plan replay the same answers."""
     if not OLD_PYTHON.exists():
         raise click.UsageError(f"{OLD_PYTHON} is missing: `make install` builds it from drift-old.lock")
     plan = QUICK if quick else FULL
     if seeds:
         plan = replace(plan, seeds=tuple(int(s) for s in seeds.split(",")))
+    if held_out:
+        plan = replace(plan, held_out_per_fact=held_out)
     log = lambda msg: click.echo(f"[{time.strftime('%H:%M:%S')}] {msg}")  # noqa: E731
-    path = run(plan, quick, model, reflector, log)
+    path = run(plan, quick, model, reflector, log, out or "learn-drift-mixed")
     click.echo(f"wrote {path}")

@@ -287,7 +287,8 @@ def _rejections(log: Path, keep: int = 6) -> list[dict]:
               help="With --family drift: feedback tasks per honest node after the poison (default 30).")
 @click.option("--mixed", is_flag=True,
               help="With --family drift: a fleet split between drift.lock's environment and an older one "
-                   "(`dsonet.bench.drift_mixed`), lessons scoped and not; writes learn-drift-mixed.json.")
+                   "(`dsonet.bench.drift_mixed`), lessons scoped and not; writes learn-drift-mixed.json (--out, "
+                   "--held-out per fact, --seeds).")
 @click.option("--out", "out_name", default=None,
               help="Results name under bench/results (default learn / learn-quick, and learn-pilot with --pilot).")
 @click.option("--combine", default=None, metavar="NAME,NAME",
@@ -311,6 +312,7 @@ def cli(quick, families, seeds, held_out, url, model, reflector, reflector_url, 
       dso bench learn --family drift --seeds 0,1,2
       dso bench learn --family drift --facts 16 --feedback-tasks 20
       dso bench learn --family drift --mixed
+      dso bench learn --family drift --mixed --held-out 6 --out learn-drift-mixed-h6
       dso bench learn --family drift --model qwen2.5-coder-1.5b --seeds 0
       dso bench learn --combine learn-drift-qwen2.5-coder-0.5b-seed0,learn-drift-qwen2.5-coder-1.5b-seed0
       dso bench learn --quick
@@ -324,7 +326,7 @@ def cli(quick, families, seeds, held_out, url, model, reflector, reflector_url, 
     if mixed:
         if list(families) != ["drift"] or url or reflector_url or pilot_n or combine:
             raise click.UsageError("--mixed runs with --family drift alone, on the embedded models")
-        return drift_mixed.main(quick, seeds, model, reflector)
+        return drift_mixed.main(quick, seeds, model, reflector, held_out, out_name)
     if "drift" in families or (combine and combine.startswith("learn-drift")):
         return _drift(quick, families, seeds, held_out, url, model, reflector, reflector_url, pilot_n, combine, out_name,
                       n_facts, feedback_tasks)
