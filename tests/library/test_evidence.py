@@ -1,6 +1,7 @@
 """A lesson's evidence (the episodes and distinct agents that gave it, `Provenance`) in the library file:
 written with its row, grown on this library's own row and published again, taken at its largest from a
-peer's re-delivery whatever the order, refused when it is no count, and taken up by a file from before."""
+peer's re-delivery whatever the order, refused when it is no count, taken up by a file from before, and
+shown by `dso show` and `dso search --json`."""
 
 import hashlib
 import json
@@ -8,7 +9,10 @@ import sqlite3
 
 import msgpack
 import pytest
+from click.testing import CliRunner
 
+import dsonet.encoders
+from dsonet.cli.main import cli
 from dsonet.codec import make_batch
 from dsonet.errors import DsoError
 from dsonet.experience import MAX_EVIDENCE, Experience, ExperienceError, Provenance
@@ -16,6 +20,7 @@ from dsonet.identity import NodeIdentity
 from dsonet.library import Library
 from dsonet.library.store.file import StoredRow
 from dsonet.library.transfer import import_file
+from lib_helpers import HashEncoder
 
 LESSON = "When your code would use np.trapz, use np.trapezoid(y, x) instead"
 PEER = NodeIdentity.from_seed(b"evidence-peer")
@@ -113,3 +118,25 @@ def test_a_file_from_before_evidence_opens_with_none_and_keeps_what_it_is_given(
     with Library(path, encoder=encoder, profile=profile) as lib:
         rows = {e.provenance.node_id: _evidence(e) for e in (lib.get(exp.id), *lib.rows.by_seq([1, 2]).values())}
         assert rows == {"": (1, 1), PEER.node_id: (3, 2)}
+
+
+def test_show_and_search_from_the_shell_give_a_lessons_evidence(tmp_path, monkeypatch):
+    monkeypatch.setattr(dsonet.encoders, "default_encoder", HashEncoder)
+    db = tmp_path / "lib.sqlite"
+
+    def run(*args) -> str:
+        result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    exp_id = run("add", LESSON, "--domain", "code", "--confidence", "0.3", "--db", db).strip()
+    assert "evidence" not in run("show", exp_id[:12], "--db", db)  # a lesson written by hand has none
+    with Library(db) as lib:
+        lib.add_evidence(exp_id, 1, 1)
+        lib.add_evidence(exp_id, 1, 1)
+        lib.add_evidence(exp_id)
+    assert f"{exp_id}  [code]  confidence 0.3  evidence: 3 episodes, 2 agents\n" in run("show", exp_id[:12], "--db", db)
+    shown = json.loads(run("show", exp_id[:12], "--db", db, "--json"))
+    (hit,) = map(json.loads, run("search", LESSON, "--min-similarity", "0.9", "--json", "--db", db).splitlines())
+    assert shown["provenance"]["episodes"] == hit["provenance"]["episodes"] == 3
+    assert shown["provenance"]["agents"] == hit["provenance"]["agents"] == 2
