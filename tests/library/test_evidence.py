@@ -38,7 +38,7 @@ def test_an_own_lessons_evidence_grows_and_the_lesson_waits_to_be_published_agai
     with Library(tmp_path / "lib.sqlite", encoder=encoder) as lib:
         exp = lib.add(LESSON, "code", 0.3)
         assert _evidence(exp) == (0, 0)
-        lib.mark_published([exp.id])
+        lib.mark_published([exp])
         assert _evidence(lib.add_evidence(exp.id, 1, 1)) == (1, 1)
         grown = lib.add_evidence(exp.id)  # one more episode, of an agent counted already
         assert grown.id == exp.id and _evidence(grown) == _evidence(lib.get(exp.id)) == (2, 1)
@@ -67,6 +67,19 @@ def test_a_peers_redelivery_with_more_evidence_updates_its_row_whatever_the_orde
             assert lib.add_evidence(got.id) is None  # a peer's row: only its signer counts its evidence
 
 
+def test_a_lesson_whose_evidence_grew_while_its_batch_was_on_its_way_is_published_again(tmp_path, encoder):
+    with Library(tmp_path / "lib.sqlite", encoder=encoder) as lib:
+        exp = lib.add(LESSON, "code", 0.3)
+        lib.add_evidence(exp.id, 1, 1)
+        sent, _ = lib.unpublished()  # a node signs and sends these ...
+        lib.add_evidence(exp.id, 1, 1)  # ... while another agent's episode comes in
+        lib.mark_published(sent)
+        (again,), _ = lib.unpublished()
+        assert again.id == exp.id and _evidence(again) == (2, 2)
+        lib.mark_published([again])
+        assert lib.count_unpublished() == 0
+
+
 @pytest.mark.parametrize("episodes,agents,says", [
     (-1, 0, r"^episodes: -1 must be an integer in \[0, 1000000000\]"),
     (0.5, 0, "^episodes: 0.5 must be an integer"),
@@ -78,7 +91,7 @@ def test_evidence_that_is_no_count_is_refused_naming_the_field_and_nothing_is_st
     with Library(tmp_path / "lib.sqlite", encoder=encoder) as lib:
         exp = lib.add(LESSON, "code", 0.3)
         lib.add_evidence(exp.id, 1, 1)
-        lib.mark_published([exp.id])
+        lib.mark_published(lib.unpublished()[0])
         with pytest.raises(ExperienceError, match=says):
             lib.add_evidence(exp.id, episodes, agents)
         assert _evidence(lib.get(exp.id)) == (1, 1) and lib.count_unpublished() == 0

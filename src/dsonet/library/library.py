@@ -305,8 +305,9 @@ class Library:
     def count_unpublished(self) -> int:
         return self.rows.count_unpublished()
 
-    def mark_published(self, ids: list[str]) -> None:
-        self.rows.mark_published(ids)
+    def mark_published(self, published: list[Experience]) -> None:
+        """These experiences published, as `unpublished` gave them: one whose evidence grew meanwhile goes again."""
+        self.rows.mark_published(published)
 
     # ------------------------------------------------------------------ reading
 

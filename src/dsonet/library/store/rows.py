@@ -335,8 +335,10 @@ class RowStore:
             self._rollback(exc)
         return exp if rows else None
 
-    def mark_published(self, ids: list[str]) -> None:
-        self.db.executemany("UPDATE experiences SET published = 1 WHERE id = ? AND received = 0", [(i,) for i in ids])
+    def mark_published(self, published: list[Experience]) -> None:
+        """Own rows published with the evidence they now hold; one grown while its batch was sent stays unpublished."""
+        self.db.executemany("UPDATE experiences SET published = 1 WHERE id = ? AND received = 0 AND episodes = ?"
+                            " AND agents = ?", [(e.id, e.provenance.episodes, e.provenance.agents) for e in published])
 
     # ------------------------------------------------------------------ reading
 
