@@ -1,6 +1,6 @@
 import pytest
 
-from dsonet.experience import MAX_WORDS, Experience, ExperienceError, experience_id
+from dsonet.experience import MAX_EVIDENCE, MAX_WORDS, Experience, ExperienceError, Provenance, experience_id
 
 
 def test_id_is_the_hash_of_normalised_text_and_domain():
@@ -21,3 +21,23 @@ def test_word_limit_counts_words_after_normalising():
 def test_bad_fields_are_named(kwargs, field):
     with pytest.raises(ExperienceError, match=field):
         Experience(**kwargs)
+
+
+@pytest.mark.parametrize("episodes,agents,says", [
+    (-1, 0, r"provenance.episodes: -1 must be an integer in \[0, 1000000000\]"),
+    (MAX_EVIDENCE + 1, 0, "provenance.episodes: 1000000001"),
+    (1.0, 1, "provenance.episodes: 1.0 must be an integer"),
+    (True, 0, "provenance.episodes: True"),
+    (2, "1", "provenance.agents: '1' must be an integer"),
+    (1, 2, "provenance.agents: 2 agents but 1 episodes"),
+])
+def test_evidence_that_is_no_count_is_refused_naming_the_field(episodes, agents, says):
+    with pytest.raises(ExperienceError, match=says):
+        Provenance("n1", episodes=episodes, agents=agents)
+
+
+def test_evidence_is_provenance_so_a_lesson_keeps_its_id_whatever_its_evidence():
+    plain = Experience("When x fails, do y")
+    learned = Experience("When x fails, do y", provenance=Provenance("n1", episodes=7, agents=3))
+    assert learned.id == plain.id and (plain.provenance.episodes, plain.provenance.agents) == (0, 0)
+    assert Experience.from_dict(learned.to_dict()) == learned

@@ -3,7 +3,8 @@
 An experience's id is the SHA-256 of its canonical content (normalised text and domain, and its
 scope where it has one), so the same lesson learned twice, by two nodes in one environment, is one
 experience: inserts are idempotent and replicas converge. Who learned it lives in ``provenance``,
-which is not hashed.
+which is not hashed; so does its evidence, where it was learned from agents' traffic: how many
+episodes gave it and how many distinct agents (`dsonet.proxy.learning`).
 
 A lesson's ``scope`` is the environment it was learned under: pins ``name==version``
 of the distributions its text and code name, and of ``python``. It is signed with the lesson (it
@@ -25,6 +26,7 @@ from dsonet.scope import Scope
 MAX_WORDS = 32  # training-free GRPO's bound on one experience (DESIGN.md)
 MAX_TEXT_CHARS = 512  # 32 words of ordinary prose fit easily; bounds hostile payloads
 MIN_LESSON_WORDS = 3  # "When x, do y" has four; "ok", "x" or "-" carries nothing an agent can act on
+MAX_EVIDENCE = 10**9  # episodes behind one lesson: far past any fleet's traffic, and a bound on a hostile row's claim
 _DOMAIN = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)*$")
 _WORD = re.compile(r"[^\W\d_]")  # a word: a token with at least one letter (of any script)
 
@@ -50,12 +52,17 @@ def _hash_id(normalised_text: str, domain: str, scope: "Scope | None" = None) ->
 
 @dataclass(frozen=True)
 class Provenance:
-    """Where an experience came from. Not part of its id."""
+    """Where an experience came from. Not part of its id, so evidence can grow on the lesson it counts for."""
 
     node_id: str = ""
     model: str = ""
     timestamp_ms: int = 0
     iteration: int = 0
+    episodes: int = 0  # episodes of agents' traffic that gave the lesson; 0: not learned from traffic
+    agents: int = 0  # distinct agents among them
+
+    def __post_init__(self) -> None:
+        check_evidence(self.episodes, self.agents)
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,16 @@ def check_lesson(text: str) -> None:
             f"text: {normalise_text(str(text))[:40]!r} has {words} word(s) with letters; a lesson needs at least "
             f"{MIN_LESSON_WORDS}: a condition and what to do, e.g. 'When a ratio is given, write both parts as "
             "multiples of one unknown'")
+
+
+def check_evidence(episodes: int, agents: int, within: str = "provenance.") -> None:
+    """Refuse evidence counts that are not integers in [0, `MAX_EVIDENCE`], or more agents than episodes
+    (each agent gave one at least); ``within``: the fields' prefix in the error."""
+    for name, n in (("episodes", episodes), ("agents", agents)):
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_EVIDENCE:
+            raise ExperienceError(f"{within}{name}: {n!r:.40} must be an integer in [0, {MAX_EVIDENCE}]")
+    if agents > episodes:
+        raise ExperienceError(f"{within}agents: {agents} agents but {episodes} episodes; each agent gave one at least")
 
 
 def validate(exp: Experience) -> None:

@@ -60,6 +60,10 @@ class LocalMemory:
         with self._lock:
             return self.library.outcome(retrieval_id, helped, lessons, environment)
 
+    def add_evidence(self, exp_id: str, episodes: int = 1, agents: int = 0) -> Experience | None:
+        with self._lock:
+            return self.library.add_evidence(exp_id, episodes, agents)
+
     def delete(self, exp_id: str) -> bool:
         with self._lock:
             return self.library.delete(exp_id)

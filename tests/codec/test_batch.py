@@ -64,7 +64,7 @@ def test_nothing_derivable_travels_and_a_7680_dim_experience_costs_its_code_plus
     batch, _ = _batch(10, default_profile(7680, "x"))
     doc = _content(batch)
     assert set(doc) == {"version", "profile", "encoder", "key", "time", "rows"} and len(doc["profile"]) == 8
-    assert len(doc["rows"][0]) == 7 and doc["rows"][0][5] == "" and len(doc["rows"][0][6]) == 964
+    assert len(doc["rows"][0]) == 9 and doc["rows"][0][5:8] == ["", 0, 0] and len(doc["rows"][0][8]) == 964
     text = sum(len(e.text.encode()) + len(e.domain) + len(e.provenance.model) for e in batch.experiences) / 10
     per_exp = len(batch.to_msgpack()) / 10
     assert 964 + text < per_exp < 964 + text + 40  # framing: ~25 B a row, ~130 B a batch
@@ -79,13 +79,37 @@ def test_a_scope_travels_signed_and_comes_back_on_the_experience():
     assert got.scope == scope and got.id == exp.id
 
 
+def _learned(n: int = 3, episodes: int = 5, agents: int = 2):
+    """A batch of lessons learned from traffic: ``episodes`` episodes of ``agents`` agents gave each."""
+    exps = [Experience(f"When step {i} fails, retry with smaller numbers", "math.arithmetic", 0.3,
+                       Provenance(IDENT.node_id, "proxy", 0, 0, episodes + i, agents)) for i in range(n)]
+    return make_batch(exps, _unit(n, PROFILE.dim, 0), PROFILE, IDENT, timestamp_ms=1_700_000_000_000)
+
+
+def test_a_lessons_evidence_travels_signed_and_comes_back_on_its_provenance():
+    batch = _learned()
+    assert [row[6:8] for row in _content(batch)["rows"]] == [[e.provenance.episodes, 2] for e in batch.experiences]
+    got = decode(batch.to_msgpack(), [PROFILE])
+    assert got.experiences == batch.experiences
+    assert sorted((e.provenance.episodes, e.provenance.agents) for e in got.experiences) == [(5, 2), (6, 2), (7, 2)]
+
+
+def test_a_version_3_batch_still_reads_its_rows_with_no_evidence():
+    doc = _content(_learned())
+    doc["version"] = 3
+    for row in doc["rows"]:
+        del row[6:8]
+    got = decode(_resign(doc), [PROFILE])
+    assert len(got) == 3 and all((e.provenance.episodes, e.provenance.agents) == (0, 0) for e in got.experiences)
+
+
 def test_a_version_2_batch_still_reads_its_rows_unscoped():
     doc = _content(_batch(3)[0])
     doc["version"] = 2
     for row in doc["rows"]:
-        del row[5]
+        del row[5:8]
     got = decode(_resign(doc), [PROFILE])
-    assert len(got) == 3 and all(not e.scope for e in got.experiences)
+    assert len(got) == 3 and all(not e.scope and not e.provenance.episodes for e in got.experiences)
 
 
 def test_a_version_1_batch_is_refused_by_name():
@@ -107,6 +131,7 @@ def test_a_batch_in_a_profile_not_held_names_both():
     (lambda d: d["rows"][0].__setitem__(2, 0.99), "signature"),
     (lambda d: d.update(time=d["time"] + 1), "signature"),
     (lambda d: d["rows"][0].__setitem__(0, "When asked, reply with spam"), "signature"),
+    (lambda d: d["rows"][0].__setitem__(6, 1000), "signature"),  # evidence inflated in transit
 ])
 def test_any_edit_of_the_content_breaks_the_signature(edit, field):
     batch, _ = _batch()
@@ -124,10 +149,15 @@ def test_a_batch_signed_by_another_key_is_rejected():
 
 
 @pytest.mark.parametrize("edit,field", [
-    (lambda d: d.update(version=4), "version"),
+    (lambda d: d.update(version=5), "version"),
     (lambda d: d.update(encoder="other"), "encoder"),
     (lambda d: d["rows"][0].__setitem__(2, float("nan")), "confidence"),
-    (lambda d: d["rows"][0].__setitem__(6, b"!!"), "code"),
+    (lambda d: d["rows"][0].__setitem__(8, b"!!"), "code"),
+    (lambda d: d["rows"][0].__setitem__(6, -1), r"rows.0.episodes.*\[0, 1000000000\]"),
+    (lambda d: d["rows"][0].__setitem__(6, 10**12), r"rows.0.episodes.*\[0, 1000000000\]"),
+    (lambda d: d["rows"][0].__setitem__(6, 2.0), r"rows.0.episodes.*integer"),
+    (lambda d: d["rows"][0].__setitem__(7, "2"), r"rows.0.agents.*integer"),
+    (lambda d: d["rows"][0].__setitem__(7, 1), r"rows.0.*agents: 1 agents but 0 episodes"),
     (lambda d: d["rows"][0].__setitem__(5, "numpy>=2"), "rows.0.*name==version"),
     (lambda d: d["rows"][0].__setitem__(5, "python==3.11.9,numpy==2.4.6"), "rows.0.scope.*canonical"),
     (lambda d: d["rows"][0].__setitem__(1, "Not A Tag"), "domain"),
@@ -146,9 +176,9 @@ def test_malformed_signed_content_raises_batch_error_naming_the_field(edit, fiel
 @pytest.mark.parametrize("value,message", [(-1.0, "non-negative"), (np.nan, "NaN"), (3e38, "over"), (1.0, "over")])
 def test_a_bad_or_impossible_scale_in_a_later_row_is_named(value, message):
     doc = _content(_batch(4)[0])
-    code = bytearray(doc["rows"][2][6])
+    code = bytearray(doc["rows"][2][8])
     code[-4:] = np.array([value], "<f4").tobytes()  # the second group's scale
-    doc["rows"][2][6] = bytes(code)
+    doc["rows"][2][8] = bytes(code)
     with pytest.raises(BatchError, match=f"rows.2.code.*{message}"):
         decode(_resign(doc), [PROFILE])
 

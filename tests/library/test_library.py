@@ -182,7 +182,7 @@ def test_unpublished_then_mark_published(tmp_path, encoder, profile):
         assert [e.id for e in exps] == ids and len(codes) == 3  # the codes stored, not a second compression
         stored = lib.search_index.index.reconstruct(np.concatenate([lib.search_index.rows_of(i) for i in ids]))
         np.testing.assert_allclose(decompress(codes), stored, atol=1e-6)
-        lib.mark_published(ids[:2])
+        lib.mark_published(exps[:2])
         assert [e.id for e in lib.unpublished()[0]] == ids[2:]
 
 

@@ -20,7 +20,7 @@ from dsonet.scope import Scope
 LESSON = "When a ratio is given, write both parts as multiples of one unknown"
 OTHER = "When a list must stay sorted, insert with bisect instead of sorting again"
 EXACT = 0.99  # the test encoder gives a text itself at cosine 1 and any other text about 0
-STORE_CALLS = ("add", "search", "outcome", "delete", "all", "stats", "close")
+STORE_CALLS = ("add", "search", "outcome", "add_evidence", "delete", "all", "stats", "close")
 
 
 @dataclass
@@ -108,6 +108,19 @@ def test_per_lesson_verdicts_judge_only_the_named_lessons_and_a_stray_one_is_ref
     assert case.outcomes(exp.id) == (0, 0)
     assert case.store.outcome(rid, lessons={exp.id: False}) == 1
     assert case.outcomes(exp.id) == (1, 0)
+
+
+def test_a_lessons_evidence_grows_in_every_store_and_its_hits_carry_it(case):
+    exp = case.store.add(LESSON, domain="code", confidence=0.3)
+    assert case.store.add_evidence(exp.id, 1, 1).provenance.agents == 1
+    grown = case.store.add_evidence(exp.id)  # one more episode, of the same agent
+    assert (grown.id, grown.provenance.episodes, grown.provenance.agents) == (exp.id, 2, 1)
+    (hit,) = case.store.search(LESSON, min_similarity=EXACT)
+    assert {k: hit.to_json()["provenance"][k] for k in ("episodes", "agents")} == {"episodes": 2, "agents": 1}
+    with pytest.raises(DsoError, match="agents"):
+        case.store.add_evidence(exp.id, 1, 2)
+    assert case.store.add_evidence("0" * 64) is None
+    assert [(e.provenance.episodes, e.provenance.agents) for e in case.store.all()] == [(2, 1)]
 
 
 def test_a_deleted_lesson_is_gone_from_search_listing_and_stats(case):

@@ -68,11 +68,13 @@ def proxy(tmp_path, encoder):
     memory.close()
 
 
-def replay(proxy, run: dict) -> list[httpx.Response]:
-    """Every request of ``run`` through the proxy, in order, as the framework sent it."""
+def replay(proxy, run: dict, key: str | None = None) -> list[httpx.Response]:
+    """Every request of ``run`` through the proxy, in order, as the framework sent it (with ``key``, its API key)."""
     url, upstream, _, _ = proxy
     upstream.state.answers.extend(call["response"] for call in run["calls"])
-    return [httpx.post(f"{url}/v1/chat/completions", json=call["request"], timeout=60) for call in run["calls"]]
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return [httpx.post(f"{url}/v1/chat/completions", json=call["request"], headers=headers, timeout=60)
+            for call in run["calls"]]
 
 
 @pytest.mark.parametrize("name", sorted(ERRORS))
@@ -99,26 +101,28 @@ def test_smolagents_recovery_by_hand_is_one_episode_however_often_resent_and_no_
 
 
 def test_an_agents_sdk_recovery_is_one_lesson_on_probation_however_often_its_history_is_resent(proxy):
-    _, _, memory, learner = proxy
+    _, _, memory, _ = proxy
     run = recorded("agents-sdk-cumproduct")
     replay(proxy, run)
     replay(proxy, run)  # every request resends the run so far; the whole run again adds nothing
     (lesson,) = memory.all()
     assert lesson.text == ("When your code would use np.cumproduct, use np.cumprod(a) instead: this environment "
                            "refuses np.cumproduct (AttributeError).")
-    assert lesson.confidence == pytest.approx(PROBATION) and learner.evidence == {lesson.id: 1}
+    assert lesson.confidence == pytest.approx(PROBATION)
+    assert (lesson.provenance.episodes, lesson.provenance.agents) == (1, 1)
 
 
 def test_the_lesson_of_one_run_is_injected_into_a_near_tasks_run_whose_results_are_its_outcomes(proxy):
-    _, upstream, memory, learner = proxy
-    replay(proxy, recorded("agents-sdk-cumproduct"))
+    _, upstream, memory, _ = proxy
+    replay(proxy, recorded("agents-sdk-cumproduct"), key="sk-first-agent")
     (lesson,) = memory.all()
     uses_before = memory.library.outcomes(lesson.id)[0]
-    near = replay(proxy, recorded("agents-sdk-cumproduct-near"))
+    near = replay(proxy, recorded("agents-sdk-cumproduct-near"), key="sk-second-agent")
     first = upstream.state.requests[-len(near)]
     assert near[0].headers["x-dso-lessons"] == lesson.id and lesson.text in first["messages"][0]["content"]
     # its first answer still wrote np.cumproduct (the task names it): a failure the lesson did not advise,
     # no verdict; the np.cumprod calls that followed ran, and each result came back with the next request
     assert memory.library.outcomes(lesson.id) == (uses_before + 2, uses_before + 2)
-    # the near run's own recovery wrote np.cumprod(b): the same advice, more evidence, no second lesson
-    assert [e.id for e in memory.all()] == [lesson.id] and learner.evidence[lesson.id] >= 2
+    # the near run's own recovery wrote np.cumprod(b): the same advice, more evidence (another agent's), one lesson
+    (grown,) = memory.all()
+    assert grown.id == lesson.id and grown.provenance.episodes >= 2 and grown.provenance.agents == 2

@@ -96,7 +96,8 @@ def test_one_agents_fix_becomes_the_next_agents_lesson_and_its_run_the_lessons_o
         assert "use np.trapezoid" in lesson.text and "not np.trapz" in lesson.text
         assert lesson.domain == "code" and lesson.confidence == pytest.approx(PROBATION)
         _turn(client, history + [{"role": "user", "content": "thanks"}])  # the run resent: the same episode, once
-        assert learner.evidence == {lesson.id: 1} and len(memory.all()) == 1
+        (again,) = memory.all()
+        assert again.id == lesson.id and (again.provenance.episodes, again.provenance.agents) == (1, 1)
 
         # agent B, a near task: the lesson is injected; the code it answers with comes back with its result
         headers, answer = _turn(client, [{"role": "user", "content": TASK_B}])
@@ -127,7 +128,8 @@ def test_a_history_posted_to_episodes_is_learned_once_and_a_proxy_that_does_not_
     memory.close()
 
 
-def test_two_agents_that_named_their_variable_otherwise_give_one_lesson_with_both_as_its_evidence(tmp_path, encoder):
+def test_agents_that_named_their_variable_otherwise_give_one_lesson_with_each_episode_and_agent_as_its_evidence(
+        tmp_path, encoder):
     def run(var: str) -> list[dict]:
         task = f"```python\nimport numpy as np\n{var} = np.arange(1, 6)\n```\nAssign to r the cumulative product of {var}."
         return [{"role": "user", "content": task},
@@ -139,10 +141,14 @@ def test_two_agents_that_named_their_variable_otherwise_give_one_lesson_with_bot
 
     memory = LocalMemory(Library(tmp_path / "lib.sqlite", encoder=encoder))
     learner = TrafficLearner(memory)
-    first, second = learner.observe(run("a")), learner.observe(run("b"))
+    first, second = learner.observe(run("a"), "Bearer sk-alice"), learner.observe(run("b"), "Bearer sk-bob")
     (lesson,) = memory.all()  # "np.cumprod(a)" and "np.cumprod(b)": one advice, one row
-    assert "use np.cumprod(a) instead" in lesson.text
-    assert first.lessons == second.lessons == [lesson.id] and learner.evidence == {lesson.id: 2}
+    assert "use np.cumprod(a) instead" in lesson.text and first.lessons == second.lessons == [lesson.id]
+    assert (lesson.provenance.episodes, lesson.provenance.agents) == (2, 2)
+    learner.observe(run("c"), "Bearer sk-alice")  # another episode of an agent counted already
+    learner.observe(run("d"))  # and one with no key: the proxy itself, one more agent
+    (lesson,) = memory.all()
+    assert (lesson.provenance.episodes, lesson.provenance.agents) == (4, 3)
     memory.close()
 
 
@@ -207,6 +213,7 @@ def test_an_error_that_names_no_fix_is_put_to_the_upstream_and_its_lesson_kept_o
     lessons = memory.all()
     assert [e.text for e in lessons] == ([reply] if kept else [])
     assert all(e.confidence == pytest.approx(PROBATION) and e.domain == "code" for e in lessons)
+    assert all((e.provenance.episodes, e.provenance.agents) == (1, 1) for e in lessons)  # the episode reflected on
     memory.close()
 
 

@@ -39,8 +39,8 @@ class CountingLearner(TrafficLearner):
         self.requests = self.episodes = self.paired = self.outcomes = 0
         self.lessons: list[str] = []
 
-    def observe(self, messages: list[dict]) -> Learned:
-        learned = super().observe(messages)
+    def observe(self, messages: list[dict], agent: str = "") -> Learned:
+        learned = super().observe(messages, agent)
         paired = sum(bool(e.fixed_task) for e in learned.episodes)
         self.requests += 1
         self.episodes += len(learned.episodes) - paired

@@ -148,7 +148,8 @@ def empty_answer(threshold: float | None, best_score: float | None, held_back: i
 @node_token_option
 @json_option
 def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None, as_json: bool) -> None:
-    """Show one experience: text, scope, provenance and, from a local library, each stored copy's code (bytes of
+    """Show one experience: text, scope, provenance (with its evidence, for a lesson learned from agents' traffic:
+    the episodes and agents that gave it) and, from a local library, each stored copy's code (bytes of
     signs and scales, digest, baseline), usage counters (per environment for a scoped lesson) and the versions
     `dso edit` replaced. An id prefix of 8+
     characters will do locally; a node needs the full id.
@@ -173,9 +174,11 @@ def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None,
     if as_json:
         _echo_json(data)
         return
-    click.echo(f"{data['id']}  [{data['domain']}]  confidence {data['confidence']}\n  {data['text']}")
-    click.echo("  scope " + (" ".join(data.get("scope") or []) or "none: holds everywhere"))
     prov = data.get("provenance") or {}
+    # a lesson learned from traffic: what its confidence (on probation at first) stands on
+    evidence = f"  evidence: {prov['episodes']} episodes, {prov['agents']} agents" if prov.get("episodes") else ""
+    click.echo(f"{data['id']}  [{data['domain']}]  confidence {data['confidence']}{evidence}\n  {data['text']}")
+    click.echo("  scope " + (" ".join(data.get("scope") or []) or "none: holds everywhere"))
     click.echo("  provenance " + "  ".join(f"{k}={v}" for k, v in prov.items()))
     if data.get("tags"):
         click.echo("  tags " + " ".join(data["tags"]))

@@ -1,14 +1,17 @@
-"""CompressedBatch: the signed unit a node publishes (federated-agents paper §3), protocol v3.
+"""CompressedBatch: the signed unit a node publishes (federated-agents paper §3), protocol v4.
 
 On the wire (msgpack), a batch is ``[content, signature]`` where ``content`` is the msgpack of::
 
-    {"version": 3, "profile": <8-byte profile key>, "encoder": encoder id,
+    {"version": 4, "profile": <8-byte profile key>, "encoder": encoder id,
      "key": <32-byte Ed25519 public key>, "time": unix ms,
-     "rows": [[text, domain, confidence, model, iteration, scope, <code>], ...]}   # sorted by id
+     "rows": [[text, domain, confidence, model, iteration, scope, episodes, agents, <code>], ...]}  # sorted by id
 
 ``scope`` is the lesson's environment in its canonical form (``numpy==2.4.6,python==3.11.9``, ''
-for none; `dsonet.scope`), signed with the rest. Version 2 (rows without a scope)
-is still read: its rows are unscoped.
+for none; `dsonet.scope`), signed with the rest. ``episodes`` and ``agents`` are the lesson's
+evidence where it was learned from agents' traffic (0, 0 otherwise; `Provenance`), signed too: a
+row published again with more evidence reaches peers as the same lesson. Versions 3 (rows without
+evidence) and 2 (rows without a scope either) are still read: their rows have evidence 0, 0, a
+version 2 row no scope.
 
 ``hash`` = SHA-256 of the content bytes; ``signature`` = Ed25519 over the hash's hex digest.
 Nothing a receiver can derive travels: the node id is sha256(key), an experience's id is the
@@ -26,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import msgpack
@@ -35,16 +38,19 @@ import numpy as np
 from dsonet.codec.bitdelta import BitDeltaCodes, compress, decompress, words_per_group
 from dsonet.codec.profile import DEFAULT_ROTATION_SEED, KEY_BYTES, Profile, default_profile  # noqa: F401 (re-exported)
 from dsonet.errors import BatchError, CodecError, DsoError
-from dsonet.experience import MAX_TEXT_CHARS, Experience, Provenance
+from dsonet.experience import MAX_EVIDENCE, MAX_TEXT_CHARS, Experience, Provenance
 from dsonet.identity import NodeIdentity, node_id_of, verify_signature
 from dsonet.scope import Scope
 
-VERSION = 3
-READS = (2, VERSION)  # version 2: rows without a scope
+VERSION = 4
+_ROW_FIELDS = {  # each version read: its row's fields, in order
+    2: ("text", "domain", "confidence", "model", "iteration", "code"),
+    3: ("text", "domain", "confidence", "model", "iteration", "scope", "code"),
+    VERSION: ("text", "domain", "confidence", "model", "iteration", "scope", "episodes", "agents", "code"),
+}
+READS = tuple(_ROW_FIELDS)
 MAX_BATCH_BYTES = 4 * 1024 * 1024  # 4 MiB holds ~1000 experiences at d = 7680, g = d, with text
 MAX_EXPERIENCES = 1000
-_ROW_FIELDS = ("text", "domain", "confidence", "model", "iteration", "scope", "code")
-_V2_ROW_FIELDS = ("text", "domain", "confidence", "model", "iteration", "code")
 _SCOPE_CHARS = 2048  # MAX_LESSON_PINS pins of at most 64 + 2 + 40 characters
 
 
@@ -122,12 +128,11 @@ def sign_batch(experiences: list[Experience], codes: BitDeltaCodes, profile: Pro
     code_bytes = np.concatenate([codes.signs.astype("<u4", copy=False).reshape(len(codes), -1).view(np.uint8),
                                  codes.scales.astype("<f4", copy=False).view(np.uint8)], axis=1)
     rows = [[e.text, e.domain, float(e.confidence), e.provenance.model, int(e.provenance.iteration), str(e.scope),
-             c.tobytes()] for e, c in zip(exps, code_bytes)]
+             e.provenance.episodes, e.provenance.agents, c.tobytes()] for e, c in zip(exps, code_bytes)]
     content = msgpack.packb({"version": VERSION, "profile": bytes.fromhex(profile.key), "encoder": profile.encoder_id,
                              "key": identity.public_key, "time": ts, "rows": rows}, use_bin_type=True)
     digest = hashlib.sha256(content).hexdigest()
-    exps = tuple(Experience(e.text, e.domain, e.confidence, Provenance(identity.node_id, e.provenance.model, ts,
-                                                                       e.provenance.iteration), e.scope) for e in exps)
+    exps = tuple(replace(e, provenance=replace(e.provenance, node_id=identity.node_id, timestamp_ms=ts)) for e in exps)
     return CompressedBatch(profile, identity.node_id, identity.public_key, ts, exps, codes, digest,
                            identity.sign(digest.encode()), content)
 
@@ -237,16 +242,17 @@ def _decode(data: bytes, profiles: list[Profile]) -> CompressedBatch:
         raise BatchError("rows", f"expected 1 to {MAX_EXPERIENCES} rows")
     g, n_groups = profile.group_size, profile.dim // profile.group_size
     sign_len = 4 * n_groups * words_per_group(g)
-    fields = _ROW_FIELDS if version == VERSION else _V2_ROW_FIELDS
+    fields = _ROW_FIELDS[version]
     exps, codes = [], []
     for i, row in enumerate(rows):  # per-record validation; the numeric checks run once over the batch below
         r = _Reader(dict(zip(fields, row)) if isinstance(row, list) and len(row) == len(fields) else row, f"rows.{i}")
         r.keys(set(fields))
         codes.append(r.bytes("code", sign_len + 4 * n_groups))
-        prov = Provenance(node_id, r.str("model", 200), timestamp, r.int("iteration", 0, 2**31))
+        evidence = (r.int("episodes", 0, MAX_EVIDENCE), r.int("agents", 0, MAX_EVIDENCE)) if version >= 4 else (0, 0)
         try:
-            scope = Scope.parse(r.str("scope", _SCOPE_CHARS)) if version == VERSION else Scope()
-            if version == VERSION and str(scope) != r.get("scope"):
+            prov = Provenance(node_id, r.str("model", 200), timestamp, r.int("iteration", 0, 2**31), *evidence)
+            scope = Scope.parse(r.str("scope", _SCOPE_CHARS)) if version >= 3 else Scope()
+            if version >= 3 and str(scope) != r.get("scope"):
                 raise BatchError(f"rows.{i}.scope", "not in canonical form (sorted, normalised names, comma-separated)")
             exps.append(Experience(r.str("text", MAX_TEXT_CHARS), r.str("domain", 64), r.number("confidence"), prov,
                                    scope))
@@ -289,7 +295,8 @@ class _Reader:
 
     def __init__(self, doc: Any, path: str):
         if not isinstance(doc, dict):
-            raise BatchError(path, f"expected a map (or a row of {len(_ROW_FIELDS)} fields), got {type(doc).__name__}")
+            raise BatchError(path, f"expected a map (or a row of {len(_ROW_FIELDS[VERSION])} fields), "
+                                   f"got {type(doc).__name__}")
         self.doc, self.path = doc, path
 
     def _path(self, key: str) -> str:

@@ -43,6 +43,11 @@ class Store(Protocol):
         helped), once per retrieval id; returns how many lessons were judged. ``environment``: where the
         lessons were used, for a search made without one (a search's own environment wins)."""
 
+    def add_evidence(self, exp_id: str, episodes: int = 1, agents: int = 0) -> Experience | None:
+        """More evidence for a lesson the store holds as its own, learned from agents' traffic: ``episodes`` more
+        episodes gave it, ``agents`` more distinct agents (`Provenance`); a node publishes it again with them.
+        Returns the lesson as it now stands, None where the store holds no own copy of it."""
+
     def delete(self, exp_id: str) -> bool:
         """Delete a lesson; returns whether it was held."""
 

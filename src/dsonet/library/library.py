@@ -286,6 +286,12 @@ class Library:
         """(uses, helped) of an experience."""
         return self.rows.outcomes(exp_id)
 
+    def add_evidence(self, exp_id: str, episodes: int = 1, agents: int = 0) -> Experience | None:
+        """More evidence for a lesson this library holds as its own (`dsonet.proxy.learning`): ``episodes`` more
+        episodes gave it, ``agents`` more distinct agents; its row is published again, so peers see the counts grow.
+        The lesson as it now stands; None where no own row of it is held."""
+        return self.rows.add_evidence(exp_id, episodes, agents)
+
     def unpublished(self, limit: int | None = None) -> tuple[list[Experience], BitDeltaCodes | None]:
         """This node's experiences not yet published, oldest first, with the codes stored for them, so a
         node publishes what it stored instead of compressing the floats a second time (coded again from
@@ -299,8 +305,9 @@ class Library:
     def count_unpublished(self) -> int:
         return self.rows.count_unpublished()
 
-    def mark_published(self, ids: list[str]) -> None:
-        self.rows.mark_published(ids)
+    def mark_published(self, published: list[Experience]) -> None:
+        """These experiences published, as `unpublished` gave them: one whose evidence grew meanwhile goes again."""
+        self.rows.mark_published(published)
 
     # ------------------------------------------------------------------ reading
 

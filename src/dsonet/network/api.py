@@ -5,6 +5,8 @@
                                &offset=&signer= -> a page, newest first, and "total"
     GET    /experiences/{id}   -> the experience, or 404
     DELETE /experiences/{id}   -> {"deleted": true} (a signed tombstone is published), or 404
+    POST   /experiences/{id}/evidence  {episodes?, agents?} -> the lesson, its evidence grown by them (learned
+                               from agents' traffic; published again), or 404 where the node holds no own copy
     POST   /search             {query | vector, k?, min_similarity?, max_tokens?, domain?, tags?, environment?}
                                -> {"retrieval_id", "hits": [...], "threshold", "best_score", "held_back"}
                                (a hit: the experience's fields, score, members, sources, fit; `Hit.to_json`)
@@ -38,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dsonet import __version__
 from dsonet.asgi import BearerToken, BodyLimit
 from dsonet.errors import DsoError
+from dsonet.experience import MAX_EVIDENCE
 from dsonet.library import StorageError
 from dsonet.library.errors import DamagedFile
 from dsonet.library.policy import MAX_TOKENS, K
@@ -65,6 +68,13 @@ class SubmitRequest(BaseModel):
     scope: list[str] = Field(default_factory=list, max_length=MAX_LESSON_PINS, description="Where the lesson "
                              "holds: pins name==version of the packages it names and of python, e.g. numpy==2.4.6 "
                              "(signed with it); none: everywhere")
+
+
+class EvidenceRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    episodes: int = Field(1, ge=0, le=MAX_EVIDENCE, strict=True, description="More episodes of agents' traffic "
+                          "that gave the lesson")
+    agents: int = Field(0, ge=0, le=MAX_EVIDENCE, strict=True, description="More distinct agents among them")
 
 
 class SearchRequest(BaseModel):
@@ -149,6 +159,15 @@ def create_app(node: Node, token: str | None = None, max_body_bytes: int = DEFAU
         exp = await node.get(exp_id)
         if exp is None:
             raise HTTPException(404, f"no experience {exp_id[:80]!r} in this node's library")
+        return exp.to_dict()
+
+    @app.post("/experiences/{exp_id}/evidence")
+    async def evidence(exp_id: str, req: EvidenceRequest) -> dict:
+        """More evidence for a lesson this node holds as its own, learned from agents' traffic (`dso proxy
+        --learn`): its counts grow, and it is published again with them."""
+        exp = await node.add_evidence(exp_id, req.episodes, req.agents)
+        if exp is None:
+            raise HTTPException(404, f"no lesson {exp_id[:80]!r} of this node's own in its library")
         return exp.to_dict()
 
     @app.delete("/experiences/{exp_id}")

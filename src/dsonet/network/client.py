@@ -62,6 +62,11 @@ class NodeClient:
         data = self._call("GET", f"/experiences/{exp_id}")
         return Experience.from_dict(data) if data else None
 
+    def add_evidence(self, exp_id: str, episodes: int = 1, agents: int = 0) -> Experience | None:
+        """`Library.add_evidence` on the node, which publishes the lesson again; None where it holds no own copy."""
+        data = self._call("POST", f"/experiences/{exp_id}/evidence", json={"episodes": episodes, "agents": agents})
+        return Experience.from_dict(data) if data else None
+
     def delete(self, exp_id: str) -> bool:
         return bool(self._call("DELETE", f"/experiences/{exp_id}"))
 

@@ -329,6 +329,13 @@ class Node:
     async def get(self, exp_id: str):
         return await self._locked(self.library.get, exp_id)
 
+    async def add_evidence(self, exp_id: str, episodes: int = 1, agents: int = 0) -> Experience | None:
+        """`Library.add_evidence`; the lesson, its evidence grown, waits to be published again."""
+        exp = await self._locked(self.library.add_evidence, exp_id, episodes, agents)
+        if exp is not None:
+            self.publisher.submitted()
+        return exp
+
     async def delete(self, exp_id: str) -> bool:
         """Delete locally and publish a signed tombstone (peers honour it for experiences we authored)."""
         removed = await self._locked(self.library.delete, exp_id)

@@ -105,7 +105,7 @@ class Publisher:
                     payload = batch.to_msgpack()
                     await self.transport.publish(payload, self.subject(BATCH),
                                                  {MSG_ID: batch.hash, SENDER: self.node_id})
-                    await self._locked(self.library.mark_published, [e.id for e in batch.experiences])
+                    await self._locked(self.library.mark_published, list(batch.experiences))
                     self.metrics.published_batches.inc()
                     self.metrics.published_experiences.inc(len(batch))
                     self.metrics.published_bytes.inc(len(payload))

@@ -13,7 +13,8 @@
 With ``learner`` (`dso proxy --learn`), every request's history is read for episodes (code that
 failed, its error line, and later code that ran) that become lessons, and every answer given with
 lessons is watched for its result in the run's next requests: that result is the lessons' outcome,
-with nothing for the client to call (`dsonet.proxy.learning`). With ``reflect`` as well (`--reflect`), an
+with nothing for the client to call; each lesson carries its evidence, the episodes and the agents
+(told apart by their API keys) that gave it (`dsonet.proxy.learning`). With ``reflect`` as well (`--reflect`), an
 episode whose error line names no fix is put to the upstream model (the model the request named, the
 proxy's own credentials), in the background, and the lesson of its reply is kept on probation.
 
@@ -191,10 +192,11 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
         history = history_of(body)  # as the client sent it, before any injection
         # before the search, not after the answer: a lesson this history teaches can serve this very request
         if learner is not None:
-            unexplained = await anyio.to_thread.run_sync(learn, history)
+            agent = request.headers.get("authorization", "")  # who the evidence counts (`learning.agent_key`)
+            unexplained = await anyio.to_thread.run_sync(learn, history, agent)
             if reflect and unexplained and isinstance(body.get("model"), str):
                 auth = {k: v for k, v in upstream_headers(request).items() if k == "authorization"}
-                task = asyncio.create_task(reflect_on(unexplained, body["model"], auth))
+                task = asyncio.create_task(reflect_on(unexplained, body["model"], auth, agent))
                 reflecting.add(task)
                 task.add_done_callback(reflecting.discard)
         try:
@@ -218,15 +220,16 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
         watch = None if learner is None or not r else lambda answer: learner.answered(history, r, answer_of(answer))
         return await forward(request, path, json.dumps(body).encode(), lesson_headers(r), watch)
 
-    def learn(history: list[dict]) -> list[Episode]:
-        learned = learner.observe(history)
+    def learn(history: list[dict], agent: str) -> list[Episode]:
+        learned = learner.observe(history, agent)
         if learned.episodes or learned.outcomes:
             log.info("learned from traffic: %d new episodes, lessons %s, %d inferred outcomes",
                      len(learned.episodes), learned.lessons, learned.outcomes)
         return learned.unexplained
 
-    async def reflect_on(episodes: list[Episode], model: str, auth: dict[str, str]) -> None:
-        """Each episode put to the upstream's ``model`` (`episodes.reflection`); what its replies teach, kept."""
+    async def reflect_on(episodes: list[Episode], model: str, auth: dict[str, str], agent: str) -> None:
+        """Each episode put to the upstream's ``model`` (`episodes.reflection`); what its replies teach, kept
+        with ``agent``'s episode as evidence."""
         for episode in episodes:
             body = {"model": model, "messages": [{"role": "user", "content": reflection(episode)}],
                     "temperature": 0, "max_tokens": REFLECTION_TOKENS}
@@ -237,7 +240,7 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
             except (httpx.HTTPError, ValueError, LookupError, TypeError) as exc:  # a reply without a message too
                 log.warning("no reflection on an episode: the upstream's answer failed (%s)", exc)
                 continue
-            said = await anyio.to_thread.run_sync(learner.reflected, episode, text)
+            said = await anyio.to_thread.run_sync(learner.reflected, episode, text, agent)
             log.info("reflected on an episode: %s", f"lesson {said}" if said else "its reply held no lesson that holds")
 
     @app.post("/v1/chat/completions")
@@ -293,7 +296,8 @@ def create_app(memory: Store, upstream: str, *, upstream_key: str | None = None,
             messages = responses_messages(body)
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             return openai_response(400, 'send {"messages": [...]} (a chat history) or {"input": [...]} (Responses items)')
-        learned = await anyio.to_thread.run_sync(learner.observe, messages)
+        agent = request.headers.get("authorization", "")
+        learned = await anyio.to_thread.run_sync(learner.observe, messages, agent)
         return JSONResponse({"episodes": len(learned.episodes), "lessons": learned.lessons,
                              "outcomes": learned.outcomes})
 

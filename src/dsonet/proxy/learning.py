@@ -8,8 +8,13 @@ Every request an agent sends holds its run so far. `TrafficLearner.observe` read
   lesson's 0.5) with the domain ``code``; outcomes then keep or evict it, as for any lesson. A request
   resent with one more turn yields each episode once (``seen``); the same lesson reached by another
   episode, or by another agent whose code named its variables otherwise (`code_lessons.advice_key`:
-  "np.cumprod(a)" and "np.cumprod(b)" advise one thing), counts as more evidence for it (``evidence``),
-  not a second row.
+  "np.cumprod(a)" and "np.cumprod(b)" advise one thing), counts as more evidence for it, not a second row.
+- **evidence**: each episode that gives a lesson adds one to its ``episodes`` in the memory, and one to
+  its ``agents`` where the agent is new to it (`Provenance`; `Store.add_evidence`): a node publishes the
+  lesson again, so its peers and every search see how many episodes and agents gave it. An agent is the
+  API key its requests carry (the ``Authorization`` header, as OpenAI clients send theirs; only its
+  hash is kept): agents that share a key are one, and requests without one are the proxy's own, one
+  agent. Agents are told apart since this proxy started: one seen again after a restart counts again.
 - **pairs across runs** (with a `Pairing`, as `dso proxy --learn` makes one): a failure no run of its
   own fixed, beside another run's code that ran for the same kind of task (`dsonet.learn.pairing`),
   learned as an episode is; its ``fixed_task`` names the other run's task.
@@ -43,6 +48,7 @@ from dsonet.learn.episodes import (DOMAIN, PROBATION, Episode, attempts, episode
                                    remember, task_of)
 from dsonet.learn.pairing import Pairing
 from dsonet.library import Hits
+from dsonet.library.contract import Store
 from dsonet.scope import Probe, Scope
 
 REMEMBERED = 4096  # episode keys and answered turns kept (oldest forgotten first)
@@ -68,9 +74,14 @@ def _remember(table: OrderedDict, key: str, value) -> None:
     remember(table, key, value, REMEMBERED)
 
 
+def agent_key(authorization: str) -> str:
+    """An agent as evidence counts it: a hash of the API key its requests carry, never the key itself."""
+    return hashlib.sha256(authorization.encode()).hexdigest()
+
+
 class TrafficLearner:
-    def __init__(self, memory, domain: str = DOMAIN, confidence: float = PROBATION, environment: Probe | None = None,
-                 pairing: Pairing | None = None):
+    def __init__(self, memory: Store, domain: str = DOMAIN, confidence: float = PROBATION,
+                 environment: Probe | None = None, pairing: Pairing | None = None):
         """``environment``: what the agents run (`dso proxy --python/--scope`): each lesson is scoped to
         its Python and the distributions the lesson and its episode's code name there (`Probe.lesson_scope`).
         ``pairing``: a run's failures are also paired with other runs' code that ran for near tasks
@@ -79,7 +90,7 @@ class TrafficLearner:
         self.environment, self.pairing = environment, pairing
         self._lock = threading.RLock()  # the proxy reads requests on several threads at once; its tables are shared
         self.seen: OrderedDict[str, None] = OrderedDict()
-        self.evidence: dict[str, int] = {}  # lesson id -> episodes that gave it
+        self._agents: OrderedDict[str, set[str]] = OrderedDict()  # lesson id -> the agents that gave it (`agent_key`)
         self._advised: OrderedDict[str, str] = OrderedDict()  # advice_key -> the id of the lesson that says it
         self._answered: OrderedDict[str, tuple[str, dict[str, str]]] = OrderedDict()  # code -> (retrieval, {id: text})
 
@@ -93,12 +104,13 @@ class TrafficLearner:
             for a in attempts(answer):
                 _remember(self._answered, _turn_key(history, a.code), (hits.retrieval_id, lessons))
 
-    def observe(self, messages: list[dict]) -> Learned:
-        """Read one request's history: learn its new episodes and record the outcomes it shows."""
+    def observe(self, messages: list[dict], agent: str = "") -> Learned:
+        """Read one request's history, sent by ``agent`` (its Authorization header; '' none): learn its new
+        episodes and record the outcomes it shows."""
         with self._lock:
-            return self._observe(messages)
+            return self._observe(messages, agent_key(agent))
 
-    def _observe(self, messages: list[dict]) -> Learned:
+    def _observe(self, messages: list[dict], agent: str) -> Learned:
         out = Learned()
         tried = attempts(messages)
         for a in tried:
@@ -116,23 +128,24 @@ class TrafficLearner:
             out.episodes.append(episode)
             if text is None:
                 out.unexplained.append(episode)
-            elif (said := self._store(text, episode)) is not None:
+            elif (said := self._store(text, episode, agent)) is not None:
                 out.lessons.append(said)
         return out
 
-    def reflected(self, episode: Episode, reply: str) -> str | None:
-        """A reflector's ``reply`` about an ``unexplained`` episode (`episodes.reflection` its prompt):
-        its lesson on probation, as a rule lesson would be; the lesson's id, or None where the reply
-        holds none that restates nothing of the episode's task."""
+    def reflected(self, episode: Episode, reply: str, agent: str = "") -> str | None:
+        """A reflector's ``reply`` about an ``unexplained`` episode (`episodes.reflection` its prompt) that
+        ``agent`` sent: its lesson on probation, as a rule lesson would be; the lesson's id, or None where
+        the reply holds none that restates nothing of the episode's task."""
         text = reflected(episode, reply)
         if text is None:
             return None
         with self._lock:
-            return self._store(text, episode)
+            return self._store(text, episode, agent_key(agent))
 
-    def _store(self, text: str, episode: Episode) -> str | None:
-        """The id of the lesson saying ``text`` (added, or one giving the same advice given more evidence),
-        scoped by the lesson and ``episode``'s code where the agents' environment is known."""
+    def _store(self, text: str, episode: Episode, agent: str) -> str | None:
+        """The id of the lesson saying ``text`` (added, or one giving the same advice), scoped by the lesson
+        and ``episode``'s code where the agents' environment is known; ``episode`` and its ``agent`` count
+        as its evidence."""
         key = advice_key(text)
         said = self._advised.get(key)
         if said is None:
@@ -144,7 +157,14 @@ class TrafficLearner:
                 log.warning("a lesson learned from traffic was not stored: %s", exc)
                 return None
         _remember(self._advised, key, said)
-        self.evidence[said] = self.evidence.get(said, 0) + 1
+        agents = self._agents.get(said, set())
+        try:
+            counted = self.memory.add_evidence(said, 1, int(agent not in agents))
+        except DsoError as exc:  # a node that is down, say: the lesson stands, this episode goes uncounted
+            log.warning("an episode of lesson %s was not counted: %s", said[:12], exc)
+            return said
+        if counted is not None:  # None: the memory holds no copy of its own (deleted or evicted since)
+            _remember(self._agents, said, agents | {agent})
         return said
 
     def _outcome(self, retrieval_id: str, lessons: dict[str, str], code: str, error: str | None) -> int:

@@ -30,7 +30,7 @@ CREATE TABLE IF NOT EXISTS experiences (
     code_digest TEXT NOT NULL, received INTEGER NOT NULL,
     vector BLOB, published INTEGER NOT NULL DEFAULT 0,
     uses INTEGER NOT NULL DEFAULT 0, helped INTEGER NOT NULL DEFAULT 0, added_ms INTEGER NOT NULL,
-    scope TEXT NOT NULL DEFAULT '',
+    scope TEXT NOT NULL DEFAULT '', episodes INTEGER NOT NULL DEFAULT 0, agents INTEGER NOT NULL DEFAULT 0,
     UNIQUE (id, signer)
 );
 CREATE INDEX IF NOT EXISTS experiences_id ON experiences (id);
@@ -40,6 +40,9 @@ CREATE TABLE IF NOT EXISTS tombstones (id TEXT NOT NULL, signer TEXT NOT NULL, d
                                        PRIMARY KEY (id, signer));
 CREATE TABLE IF NOT EXISTS evicted (id TEXT NOT NULL, signer TEXT NOT NULL, PRIMARY KEY (id, signer));
 """
+# columns added by ALTER since schema 2, oldest first, as the schema declares them: a file from before gets them
+_ADDED = {"scope": "TEXT NOT NULL DEFAULT ''", "episodes": "INTEGER NOT NULL DEFAULT 0",
+          "agents": "INTEGER NOT NULL DEFAULT 0"}
 _MAGIC = b"SQLite format 3\x00"
 _DAMAGED_CODES = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}  # sqlite3 errors that mean the file, not the moment
 _PAGE_PROBLEMS_SAID = 3  # a message names the first few broken pages, not every one
@@ -69,6 +72,8 @@ class StoredRow(NamedTuple):
     helped: int
     added_ms: int
     scope: str  # the lesson's scope, canonical ('' for none; `dsonet.scope`): a column added by ALTER, so last
+    episodes: int  # its evidence, where it was learned from traffic (`Provenance`): columns added by ALTER too
+    agents: int
 
 
 COLUMNS = StoredRow._fields
@@ -90,8 +95,10 @@ def connect(path: Path) -> sqlite3.Connection:
         _check_pages(db, path)
         if _columns(db, "experiences") and "signer" not in _columns(db, "experiences"):
             _migrate_v1(db)
-        if _columns(db, "experiences") and "scope" not in _columns(db, "experiences"):
-            db.execute("ALTER TABLE experiences ADD COLUMN scope TEXT NOT NULL DEFAULT ''")  # a file from before scopes
+        held = _columns(db, "experiences")
+        for column, declared in _ADDED.items():
+            if held and column not in held:
+                db.execute(f"ALTER TABLE experiences ADD COLUMN {column} {declared}")
         _create_tables(db)
         db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
     except DamagedFile:
@@ -194,7 +201,7 @@ def _migrate_v1(db: sqlite3.Connection) -> None:
         for table in ("experiences", "tombstones", "evicted"):
             db.execute(f"ALTER TABLE {table} RENAME TO {table}_v1")
         _create_tables(db)
-        cols = ", ".join(c for c in COLUMNS if c not in ("seq", "signer", "scope"))
+        cols = ", ".join(c for c in COLUMNS if c not in ("seq", "signer", *_ADDED))
         db.execute(f"INSERT INTO experiences (seq, signer, {cols}) SELECT seq, node_id, {cols} FROM experiences_v1"
                    " ORDER BY seq")
         db.execute(f"INSERT INTO tombstones SELECT id, '{ANY_SIGNER}', deleted_ms FROM tombstones_v1")

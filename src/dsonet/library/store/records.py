@@ -70,8 +70,8 @@ class Written:
 
 def row_experience(row: StoredRow) -> Experience:
     """An experience from a full row; its provenance's node id is the row's signer."""
-    return Experience(row.text, row.domain, row.confidence, Provenance(row.signer, row.model, row.timestamp_ms,
-                                                                       row.iteration), Scope.parse(row.scope))
+    prov = Provenance(row.signer, row.model, row.timestamp_ms, row.iteration, row.episodes, row.agents)
+    return Experience(row.text, row.domain, row.confidence, prov, Scope.parse(row.scope))
 
 
 def row_code(rows: list[StoredRow] | list[IndexRow], group_size: int,

@@ -9,7 +9,8 @@ included), and a tombstone removes only its signer's rows.
 Convergence (a CRDT): the rows are a function of the *set* of delivered items and tombstones,
 whatever the order or the number of deliveries. For one (id, signer) delivered twice with
 different codes, this node's own row wins (it holds the float), then the higher confidence,
-then the smaller code digest. A tombstone wins over its (id, signer) forever; a local delete
+then the smaller code digest; its evidence (`Provenance.episodes`, ``agents``: counts that only grow)
+is the largest delivered, whichever code stays. A tombstone wins over its (id, signer) forever; a local delete
 tombstones the id for every signer. Capacity eviction drops rows and remembers them, so a
 re-delivery does not bring them back. Peers' rows are cut in fair shares (``standing``,
 `dsonet.library.store.eviction`: the largest holders first, keys not trusted by outcomes sharing one
@@ -35,7 +36,7 @@ from typing import Callable, Iterable, Iterator, NamedTuple
 import numpy as np
 
 from dsonet.codec.profile import baseline_digest
-from dsonet.experience import Experience
+from dsonet.experience import Experience, check_evidence
 from dsonet.library.errors import LibraryError, StorageError
 from dsonet.library.store.eviction import TRUSTED, fair_cuts
 from dsonet.library.store.file import ANY_SIGNER, COLUMNS, StoredRow, connect
@@ -124,6 +125,7 @@ class RowStore:
         indexed: dict[int, IndexRow] = {}  # seq -> the row as written
         inserts: dict[int, tuple] = {}  # seq -> the new row's values
         updates: dict[int, tuple] = {}  # seq -> the better code's values for a row held already
+        grown: list[tuple] = []  # (episodes, agents, seq): the evidence a row held already is delivered with
         self.db.execute("BEGIN IMMEDIATE")
         try:
             if within is not None:
@@ -150,13 +152,15 @@ class RowStore:
                     seq, next_seq = next_seq, next_seq + 1
                     inserts[seq] = (seq, eid, who, exp.text, exp.domain, float(exp.confidence), prov.model,
                                     prov.timestamp_ms, prov.iteration, eid, sign_blob, scale_blob, bid, digest,
-                                    int(received), vec, now, str(exp.scope))
+                                    int(received), vec, now, str(exp.scope), prov.episodes, prov.agents)
                     present[key] = _Present(seq, int(received), float(exp.confidence), digest, int(vec is not None))
                     added.append(eid)
                     indexed[seq] = IndexRow(seq, eid, who, exp.domain, sign_blob, scale_blob, bid,
                                             int(vec is not None), int(not received), float(exp.confidence))
                     continue
                 dup += 1
+                if prov.episodes:
+                    grown.append((prov.episodes, prov.agents, held.seq))
                 if (-int(received), float(exp.confidence), -_rank(digest)) <= \
                         (-held.received, held.confidence, -_rank(held.code_digest)):
                     continue
@@ -166,7 +170,7 @@ class RowStore:
                     inserts[held.seq] = (*inserts[held.seq][:5], float(exp.confidence), prov.model, prov.timestamp_ms,
                                          prov.iteration, eid, sign_blob, scale_blob, bid, digest, int(received),
                                          vec if vec is not None else inserts[held.seq][15], now,
-                                         inserts[held.seq][17])  # the scope: part of the id, so the same
+                                         *inserts[held.seq][17:])  # scope (in the id: the same) and evidence
                 else:
                     updates[held.seq] = (float(exp.confidence), prov.model, prov.timestamp_ms, prov.iteration,
                                          sign_blob, scale_blob, bid, digest, int(received), vec, held.seq)
@@ -174,11 +178,13 @@ class RowStore:
                                              int(not received), float(exp.confidence))
             self.db.executemany(
                 "INSERT INTO experiences (seq, id, signer, text, domain, confidence, model, timestamp_ms, iteration,"
-                " lineage, signs, scales, baseline_id, code_digest, received, vector, added_ms, scope)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", inserts.values())
+                " lineage, signs, scales, baseline_id, code_digest, received, vector, added_ms, scope, episodes,"
+                " agents) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", inserts.values())
             self.db.executemany(
                 "UPDATE experiences SET confidence=?, model=?, timestamp_ms=?, iteration=?, signs=?, scales=?,"
                 " baseline_id=?, code_digest=?, received=?, vector=COALESCE(?, vector) WHERE seq=?", updates.values())
+            self.db.executemany("UPDATE experiences SET episodes = MAX(episodes, ?), agents = MAX(agents, ?)"
+                                " WHERE seq = ?", grown)
             evicted = self._evict_over_capacity()
             self.db.execute("COMMIT")
         except BaseException as exc:
@@ -311,8 +317,28 @@ class RowStore:
     def count_unpublished(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM experiences WHERE received = 0 AND published = 0").fetchone()[0]
 
-    def mark_published(self, ids: list[str]) -> None:
-        self.db.executemany("UPDATE experiences SET published = 1 WHERE id = ? AND received = 0", [(i,) for i in ids])
+    def add_evidence(self, exp_id: str, episodes: int, agents: int) -> Experience | None:
+        """``episodes`` and ``agents`` more of an experience's own row's evidence (`Library.add_evidence`); the
+        row is to be published again. Its experience as it now stands, or None where no own row is held."""
+        check_evidence(episodes, agents, within="")
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            rows = self._stored("SELECT * FROM experiences WHERE id = ? AND received = 0 ORDER BY seq LIMIT 1",
+                                (exp_id,))
+            if rows:
+                row = rows[0]._replace(episodes=rows[0].episodes + episodes, agents=rows[0].agents + agents)
+                exp = row_experience(row)  # refuses counts past their bound before anything is written
+                self.db.execute("UPDATE experiences SET episodes = ?, agents = ?, published = 0 WHERE seq = ?",
+                                (row.episodes, row.agents, row.seq))
+            self.db.execute("COMMIT")
+        except BaseException as exc:
+            self._rollback(exc)
+        return exp if rows else None
+
+    def mark_published(self, published: list[Experience]) -> None:
+        """Own rows published with the evidence they now hold; one grown while its batch was sent stays unpublished."""
+        self.db.executemany("UPDATE experiences SET published = 1 WHERE id = ? AND received = 0 AND episodes = ?"
+                            " AND agents = ?", [(e.id, e.provenance.episodes, e.provenance.agents) for e in published])
 
     # ------------------------------------------------------------------ reading
 
