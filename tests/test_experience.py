@@ -41,3 +41,9 @@ def test_evidence_is_provenance_so_a_lesson_keeps_its_id_whatever_its_evidence()
     learned = Experience("When x fails, do y", provenance=Provenance("n1", episodes=7, agents=3))
     assert learned.id == plain.id and (plain.provenance.episodes, plain.provenance.agents) == (0, 0)
     assert Experience.from_dict(learned.to_dict()) == learned
+
+
+def test_a_provenance_field_this_version_does_not_know_is_left_out_not_an_error():
+    data = Experience("When x fails, do y", provenance=Provenance("n1", episodes=2, agents=1)).to_dict()
+    data["provenance"]["from_a_newer_peer"] = 1
+    assert Experience.from_dict(data).provenance == Provenance("n1", episodes=2, agents=1)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from dsonet.errors import DsoError
 from dsonet.scope import Scope
@@ -96,7 +96,8 @@ class Experience:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Experience":
-        prov = data.get("provenance") or {}
+        # a field a newer peer's provenance carries that this one does not know is left out, not an error
+        prov = {k: v for k, v in (data.get("provenance") or {}).items() if k in _PROVENANCE_FIELDS}
         return cls(
             text=data["text"],
             domain=data.get("domain", "general"),
@@ -104,6 +105,9 @@ class Experience:
             provenance=Provenance(**prov),
             scope=Scope.parse(data.get("scope") or ()),
         )
+
+
+_PROVENANCE_FIELDS = frozenset(f.name for f in fields(Provenance))
 
 
 def check_lesson(text: str) -> None:
