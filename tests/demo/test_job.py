@@ -25,6 +25,7 @@ def test_one_agents_error_learned_from_its_traffic_is_another_agents_first_try_p
     [lesson] = act.lessons
     assert lesson.startswith("When computing the integral") and "use integrate.simpson(" in lesson
     assert "not integrate.simps" in lesson and act.admitted == 1  # node B read it through DeltaSoup
+    assert act.evidence == ((1, 1),)  # one episode, one agent: signed by node A, as node B holds it
     # agent B (the 0.5B) failed alone; with the lesson in the same prompt its first try passed
     assert not act.before.passed and not act.before.lessons
     assert act.after.passed and act.after.lessons == (lesson,) and "integrate.simpson(" in act.after.code

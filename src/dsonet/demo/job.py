@@ -67,6 +67,7 @@ class JobAct:
     episodes: int  # what A's learning proxy read off its traffic
     lessons: tuple[str, ...]  # what it filed in node A's library, on probation
     admitted: int  # of them, rows node B holds after reading node A's batch
+    evidence: tuple[tuple[int, int], ...]  # (episodes, agents) each admitted row carries, as node A signed it
     before: Line  # agent B's first try, its node empty
     after: Line  # agent B's first try with its proxy injecting what node B holds
     seconds: float
@@ -112,9 +113,10 @@ async def run_job(config: JobConfig, sandbox: Sandbox, workdir: Path, echo=print
                  "through DeltaSoup")
             await fleet.publish()
             await fleet.settle()
-            admitted = sum(e.text in lessons for e in node_b.all())
+            held = [e for e in node_b.all() if e.text in lessons]
             texts = {e.id: e.text for e in node_b.all()}
             after = await asyncio.to_thread(b.solve, task_b)
     return JobAct(config.fact, config.model_a, config.model, task_a.question, task_b.question, _lines(practice, {}),
-                  len({e.key for e in episodes(list(practice.messages))}), lessons, admitted,
+                  len({e.key for e in episodes(list(practice.messages))}), lessons, len(held),
+                  tuple((e.provenance.episodes, e.provenance.agents) for e in held),
                   _lines(before, {})[0], _lines(after, texts)[0], round(asyncio.get_running_loop().time() - start, 1))

@@ -81,7 +81,8 @@ def _job_lines(job: JobAct) -> list[str]:
     lines += [f"    try {i}: {said(line)}" for i, line in enumerate(job.practice, 1)]
     lines += [f"  A's proxy read {job.episodes} episode(s) off that traffic and filed, on probation in node A:"]
     lines += [f"    {text}" for text in job.lessons] or ["    nothing"]
-    lines += [f"  node A published; node B admitted {job.admitted} of them through DeltaSoup",
+    lines += [f"  node A published; node B admitted {job.admitted} of them through DeltaSoup, with the evidence "
+              "node A signed: " + ", ".join(f"{e} episode(s), {a} agent(s)" for e, a in job.evidence),
               f"  agent B again, its proxy injecting what node B holds: {said(job.after)}",
               "  " + ("one agent's error became another agent's first-try pass" if job.shown else
                       "the story did not hold on this run: see the lines above")]
