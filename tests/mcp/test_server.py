@@ -255,10 +255,16 @@ def test_an_episode_of_the_agents_own_work_becomes_a_lesson_on_probation_or_says
                                                                "error": refused, "fixed_code": "r = np.trapezoid(y, x)"})
             nothing = await c.call_tool("learn_from_episode", {"task": task, "failed_code": "r = sum(y)",
                                                                "error": "ValueError: wrong", "fixed_code": "r = 1"})
-            return learned.structured_content, nothing.structured_content
+            again = await c.call_tool("learn_from_episode", {"task": task, "failed_code": "r = np.trapz(y, x)",
+                                                             "error": refused, "fixed_code": "r = np.trapezoid(y, x)"})
+            return learned.structured_content, nothing.structured_content, again.structured_content
 
-    learned, nothing = anyio.run(session)
+    learned, nothing, again = anyio.run(session)
     assert learned["learned"] and "use np.trapezoid" in learned["text"] and "not np.trapz" in learned["text"]
+    # its evidence, published with it: a second episode of the same lesson from this server's one host
+    assert (learned["episodes"], learned["agents"]) == (1, 1)
+    assert again["id"] == learned["id"] and (again["episodes"], again["agents"]) == (2, 1)
+    assert (memory.library.all()[0].provenance.episodes, memory.library.all()[0].provenance.agents) == (2, 1)
     (row,) = memory.library.all()
     assert row.id == learned["id"] and row.domain == "code" and row.confidence == pytest.approx(0.3)
     assert not nothing["learned"] and "names nothing" in nothing["reason"] and len(memory.library.all()) == 1

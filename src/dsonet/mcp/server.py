@@ -7,7 +7,8 @@ verbs: add, search, list, delete):
                     the best score, and a retrieval id (none when no lesson passed)
     add             store one experience ("When X, do Y", at most 32 words)
     learn_from_episode  code that failed, its error line and the code that then ran: the lesson the error
-                    spells out, stored on probation (`dsonet.learn.episodes`)
+                    spells out, stored on probation (`dsonet.learn.episodes`), each episode counted as its
+                    evidence (the host is one agent)
     list            the library's lessons, newest first, a page at a time, with ids, domains and authors
     delete          one lesson this node wrote (only when the server runs with --allow-delete; peers'
                     lessons are refused: they are theirs to delete)
@@ -88,6 +89,8 @@ class EpisodeOut(BaseModel):
     id: str | None = None
     text: str | None = None
     reason: str | None = None
+    episodes: int | None = None  # the lesson's evidence, as published with it: episodes that gave it
+    agents: int | None = None  # and distinct agents among them (this server's host is one)
 
 
 class ListedLesson(BaseModel):
@@ -175,6 +178,7 @@ def build_server(memory: Store, *, k: int = K, min_similarity: float | None = No
     delete tool."""
     server = _Server("dsonet", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     lock = threading.Lock()
+    counted: set[str] = set()  # lessons this server's host has given an episode of: counted as one agent once
     default_environment = None if environment is None else environment.strings()
 
     def guard(fn, *args, **kwargs):
@@ -242,7 +246,11 @@ def build_server(memory: Store, *, k: int = K, min_similarity: float | None = No
             return EpisodeOut(learned=False, reason="the error line names nothing the failed code wrote, so no rule "
                                                     "lesson follows from it; add one yourself with the add tool")
         exp = guard(memory.add, text, domain=DOMAIN, confidence=PROBATION, tags=tuple(add_tags))
-        return EpisodeOut(learned=True, id=exp.id, text=exp.text)
+        # the host that runs this server is one agent, as `dso proxy --learn` counts an API key
+        grown = guard(memory.add_evidence, exp.id, 1, int(exp.id not in counted))
+        counted.add(exp.id)
+        prov = (grown or exp).provenance
+        return EpisodeOut(learned=True, id=exp.id, text=exp.text, episodes=prov.episodes, agents=prov.agents)
 
     @server.tool(name="list")
     def list_lessons(
