@@ -22,13 +22,17 @@ def test_a_demo_report_plots_each_condition_with_its_interval_and_shows_lessons_
                "lessons": [{"node": "node0", "text": PAYLOAD}],
                "example": {"question": "What is <b>2+2</b>?", "lessons": [{"source": "node3", "text": PAYLOAD}],
                            "fleet": "r = 4"}}
+    job = {"question": "Integrate <i>z</i>", "lessons": [PAYLOAD], "agent B again": "r = 1\n-> passed"}
     page = write_html_report(tmp_path / "out" / "demo.html", "dso demo", conditions_from_demo(results),
-                             lessons=results["lessons"], example=results["example"]).read_text()
+                             lessons=results["lessons"], example=results["example"],
+                             sections={"On the job": job}).read_text()
     assert re.findall(r'class="bar" data-name="([^"]+)"', page) == ["without", "fleet"]
     assert page.count('class="interval"') == 2
     assert "+14.2% vs without, paired 95% [+8.3%, +20.8%]" in page
     assert "<script" not in page and "<b id=x>" not in page and "<b>2+2</b>" not in page
-    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 2  # the lesson, and the example's lesson
+    # the lesson, the example's lesson and the act's lesson, each escaped
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 3
+    assert "<h2>On the job</h2>" in page and "Integrate &lt;i&gt;z&lt;/i&gt;" in page and "-&gt; passed" in page
     assert "What is &lt;b&gt;2+2&lt;/b&gt;?" in page and "r = 4" in page
     assert "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")  # nothing from elsewhere
 

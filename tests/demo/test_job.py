@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 import pytest
 
-from dsonet.demo.job import JobConfig, run_job
+from dsonet.demo.job import JobConfig, job_record, run_job
 from dsonet.demo.text import _job_lines
 from dsonet.learn import drift
 from dsonet.learn.sandbox import Sandbox
@@ -33,4 +33,7 @@ def test_one_agents_error_learned_from_its_traffic_is_another_agents_first_try_p
     assert json.loads(json.dumps(asdict(act)))["fact"] == "scipy-simps"
     text = "\n".join(_job_lines(act))
     assert "== On the job ==" in text and "first-try pass" in text and lesson in text
+    record = job_record(act)  # what the HTML report shows
+    assert record["question"] == act.question_b and record["lessons"] == [lesson]
+    assert record["agent B again, the lesson injected"].endswith("-> passed")
 

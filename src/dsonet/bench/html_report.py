@@ -57,10 +57,11 @@ def conditions_from_learn_row(row: Mapping) -> list[Condition]:
 
 def write_html_report(path: str | Path, title: str, conditions: Sequence[Condition],
                       lessons: Sequence[str | Mapping] = (), example: Mapping | None = None,
-                      notes: Sequence[str] = ()) -> Path:
+                      notes: Sequence[str] = (), sections: Mapping[str, Mapping] = {}) -> Path:
     """Write the page to ``path`` (its folder made if missing); returns the path. ``lessons``: texts,
     or mappings holding ``text`` and what else to show beside it (node, source, score); ``example``:
-    one task as the JSON has it (its ``question``, the ``lessons`` it was given, the answers)."""
+    one task as the JSON has it (its ``question``, the ``lessons`` it was given, the answers);
+    ``sections``: more such records under headings of their own (the demo's act on the job)."""
     if not conditions:
         raise ReportError("conditions: none given; a report plots at least one condition's accuracy")
     for c in conditions:
@@ -79,6 +80,8 @@ def write_html_report(path: str | Path, title: str, conditions: Sequence[Conditi
         body.append(f"<h2>Lessons ({len(lessons)})</h2>{_lessons(lessons)}")
     if example:
         body.append(f"<h2>An example</h2>{_example(example)}")
+    for heading, record in sections.items():
+        body.append(f"<h2>{escape(heading)}</h2>{_example(record)}")
     page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")
     path = Path(path)

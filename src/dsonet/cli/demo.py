@@ -81,6 +81,7 @@ def demo(json_out: Path, fresh_answers: bool, **options) -> None:
     """
     from dsonet.bench.html_report import conditions_from_demo, write_html_report
     from dsonet.demo import DemoConfig, format_report, run_demo
+    from dsonet.demo.job import job_record
 
     if fresh_answers:
         options["answer_cache"] = None
@@ -90,5 +91,6 @@ def demo(json_out: Path, fresh_answers: bool, **options) -> None:
     results = report.to_dict()
     json_out.write_text(json.dumps(results, indent=1, default=str) + "\n")
     page = write_html_report(json_out.with_suffix(".html"), "dso demo: a fleet of coding agents learns its libraries",
-                             conditions_from_demo(results), lessons=results["lessons"], example=results["example"])
+                             conditions_from_demo(results), lessons=results["lessons"], example=results["example"],
+                             sections={} if report.job is None else {"On the job": job_record(report.job)})
     click.echo(f"wrote {json_out} and {page}")

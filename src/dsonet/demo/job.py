@@ -120,3 +120,18 @@ async def run_job(config: JobConfig, sandbox: Sandbox, workdir: Path, echo=print
                   len({e.key for e in episodes(list(practice.messages))}), lessons, len(held),
                   tuple((e.provenance.episodes, e.provenance.agents) for e in held),
                   _lines(before, {})[0], _lines(after, texts)[0], round(asyncio.get_running_loop().time() - start, 1))
+
+
+def job_record(act: JobAct) -> dict:
+    """The act as the HTML report shows a record: agent B's question and the lessons it was given first."""
+    def said(line: Line) -> str:
+        return f"{line.code}\n-> {'passed' if line.passed else line.said}"
+
+    return {"question": act.question_b, "lessons": list(act.after.lessons),
+            f"agent B ({act.model_b}), its node empty": said(act.before),
+            f"agent A ({act.model_a}), another instance, through dso proxy --learn":
+                "\n".join(said(line) for line in act.practice),
+            "filed by A's proxy, on probation": "\n".join(act.lessons) or "nothing",
+            "admitted by node B, with the evidence node A signed": f"{act.admitted} " + "".join(
+                f"({e} episode(s), {a} agent(s))" for e, a in act.evidence),
+            "agent B again, the lesson injected": said(act.after)}
