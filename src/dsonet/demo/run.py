@@ -106,7 +106,8 @@ async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> Dem
 
     plan = config.plan(config.min_similarity)
     splits = scenario.make_splits(plan, config.seed)
-    echo(f"[1/{STEPS}] Loading the agent ({config.llm_url or 'embedded'} {model or ''}), the reflector and the sandbox; "
+    echo(f"[1/{STEPS}] Loading the agent ({config.llm_url or 'embedded'} {model or ''}), the reflector and the "
+         "sandbox; "
          f"drift: {config.facts} change facts + {len(scenario.facts_for(plan)) - config.facts} controls, "
          f"{sum(map(len, splits.train))} training / {len(splits.validation)} validation / {len(splits.held_out)} "
          "held-out instances")
@@ -147,8 +148,8 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
         echo(f"      {label}: {len(items.tasks)} held-out tasks")
         return await s.answer(label, items, **kw)
 
-    echo(f"[3/{STEPS}] Each honest node learns on its own facts: G = {plan.group_size} attempts per task, each run in the "
-         f"sandbox; the reflector ({reflector.name}) turns what running them showed into 'When X, do Y'; "
+    echo(f"[3/{STEPS}] Each honest node learns on its own facts: G = {plan.group_size} attempts per task, each run in "
+         f"the sandbox; the reflector ({reflector.name}) turns what running them showed into 'When X, do Y'; "
          f"{plan.candidates} candidates, kept only if they fix validation tasks")
     learned = await s.learn(scenario.learn_config(plan, s.retrieval, config.seed))
     clock.lap("learn")
@@ -178,8 +179,8 @@ async def _story(config: DemoConfig, plan: scenario.DriftPlan, fleet, tasks, spl
     runs["poisoned"] = await evaluate("poisoned")
     clock.lap("poison_and_eval")
 
-    echo(f"[7/{STEPS}] Feedback: each honest node's agent solves {plan.feedback_tasks} practice tasks with the lessons its "
-         "node recalls, runs them, and reports each result as those lessons' outcome (POST /outcomes)")
+    echo(f"[7/{STEPS}] Feedback: each honest node's agent solves {plan.feedback_tasks} practice tasks with the lessons "
+         "its node recalls, runs them, and reports each result as those lessons' outcome (POST /outcomes)")
     feedback = await s.feedback()
     runs["after_feedback"] = await evaluate("after_feedback")
     clock.lap("feedback_and_eval")
