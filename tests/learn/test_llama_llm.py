@@ -49,3 +49,17 @@ def test_the_embedded_qwen_answers_greedily_shares_one_load_and_continues_a_pref
                          {"role": "assistant", "content": "When"}]
     text = llm.generate([lesson], n=1, temperature=0.0, max_tokens=40)[0].texts[0]
     assert text.startswith("When") and "\n" not in text
+
+
+def test_a_job_alone_on_the_machine_gets_every_core_and_one_among_others_half(monkeypatch):
+    monkeypatch.delenv("DSONET_LLM_THREADS", raising=False)
+    monkeypatch.setattr(llama_llm, "_cores", lambda: 2)
+    monkeypatch.setattr(llama_llm.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
+    assert llama_llm.idle_threads() == 2 and llama_llm.default_threads() == 1
+    monkeypatch.setattr(llama_llm.os, "getloadavg", lambda: (1.2, 1.0, 0.9))  # another job holds a core
+    assert llama_llm.idle_threads() == 1
+    monkeypatch.setattr(llama_llm, "_cores", lambda: 16)
+    monkeypatch.setattr(llama_llm.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert llama_llm.idle_threads() == 4  # at most 4, as default_threads
+    monkeypatch.setenv("DSONET_LLM_THREADS", "3")
+    assert llama_llm.idle_threads() == llama_llm.default_threads() == 3

@@ -45,6 +45,10 @@ import click
               help="Where the nodes keep their keys and libraries, new or empty (default: a temporary directory).")
 @click.option("--fresh-answers", is_flag=True, help="Generate every answer again instead of replaying the ones an "
               "earlier run kept in the answer cache (~/.cache/dsonet/demo/answers.sqlite).")
+@click.option("--threads", type=click.IntRange(1, 64), default=None,
+              help="llama.cpp threads of the embedded models [default: every core (at most 4) when the machine is "
+                   "otherwise idle, else half; env DSONET_LLM_THREADS]. Threads that share a core with other work "
+                   "busy-wait for each other and run several times slower.")
 @click.option("--job/--no-job", default=True, show_default=True,
               help="The last act, on the embedded models: one agent's error, learned by its `dso proxy --learn` from "
                    "its traffic alone, becomes another agent's first-try pass (about a minute; never cached).")
@@ -85,6 +89,10 @@ def demo(json_out: Path, fresh_answers: bool, **options) -> None:
 
     if fresh_answers:
         options["answer_cache"] = None
+    if options["threads"] is None and options["llm_url"] is None:
+        from dsonet.learn.llama_llm import idle_threads
+
+        options["threads"] = idle_threads()
     report = asyncio.run(run_demo(DemoConfig(**options), echo=click.echo))
     click.echo(format_report(report))
     json_out.parent.mkdir(parents=True, exist_ok=True)

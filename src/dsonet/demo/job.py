@@ -44,6 +44,7 @@ class JobConfig:
     seed: int = 0  # which two instances of the fact A and B are given (`drift.instances`)
     tries: int = 3  # agent A's, as `dso bench agents` gives its agents
     max_tokens: int = 48
+    threads: int | None = None  # llama.cpp threads; None: half the cores
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,8 @@ async def run_job(config: JobConfig, sandbox: Sandbox, workdir: Path, echo=print
         learner = TrafficLearner(node_a)
         with ExitStack() as stack:
             def agent(name: str, memory, tries: int, **kw) -> Agent:
-                model = stack.enter_context(Served(serve_app(ServedModel.of(embedded(name, slots=2), name))))
+                llm = embedded(name, config.threads, slots=2)
+                model = stack.enter_context(Served(serve_app(ServedModel.of(llm, name))))
                 proxy = stack.enter_context(Served(proxy_app(memory, f"{model.url}/v1", **kw)))
                 made = Agent(0, f"{proxy.url}/v1", name, check, tries, config.max_tokens)
                 stack.callback(made.close)

@@ -66,6 +66,8 @@ class DemoConfig:
     workdir: Path | None = None  # where nodes keep keys and libraries: new or empty (a temporary directory by default)
     answer_cache: Path | None = ANSWER_CACHE  # greedy answers and seeded samples kept on disk; None: always generate
     job: bool = True  # the last act (`dsonet.demo.job`): on the embedded models only
+    threads: int | None = None  # llama.cpp threads of the embedded models; None: half the cores (`dso demo` asks
+    # for `idle_threads`: every core where the machine is otherwise idle)
 
     def __post_init__(self) -> None:
         if not 0 <= self.byzantine < self.nodes - self.byzantine:
@@ -111,8 +113,9 @@ async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> Dem
          f"drift: {config.facts} change facts + {len(scenario.facts_for(plan)) - config.facts} controls, "
          f"{sum(map(len, splits.train))} training / {len(splits.validation)} validation / {len(splits.held_out)} "
          "held-out instances")
-    agent = _cached(open_llm(config.llm_url, model), config.answer_cache)
-    reflector = _cached(open_llm(config.llm_url, reflector_name), config.answer_cache) if reflector_name else agent
+    agent = _cached(open_llm(config.llm_url, model, threads=config.threads), config.answer_cache)
+    reflector = _cached(open_llm(config.llm_url, reflector_name, threads=config.threads), config.answer_cache) \
+        if reflector_name else agent
     with Sandbox(preload=drift.PRELOAD) as sandbox:
         tasks = scenario.taskset(splits, sandbox)
         clock.lap("load")
@@ -127,7 +130,7 @@ async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> Dem
             return report
         echo(f"[9/{STEPS}] On the job: one agent's error, learned by its `dso proxy --learn` from its traffic alone, "
              "becomes another agent's first-try pass")
-        act = await run_job(JobConfig(), sandbox, workdir / "job", echo)
+        act = await run_job(JobConfig(threads=config.threads), sandbox, workdir / "job", echo)
         clock.lap("job")
         return replace(report, job=act, seconds=clock.laps())
 
