@@ -102,3 +102,26 @@ def test_a_backlog_the_stream_promised_but_never_sent_is_merged_at_the_next_drai
     ran, held = asyncio.run(main())
     assert ran == [0, 1]  # none while more was said to follow; one at the drain
     assert held["rows"] == 2 * ROWS and held["clusters"] == 2 * ROWS
+
+
+def test_a_refused_batch_read_again_counts_once_against_its_sender(tmp_path):
+    """A chunk comes again when the stream redelivers it or after a heal: the refusal stands, the count is of
+    batches, not deliveries (a forged batch counted twice once failed the demo's two-node test)."""
+    async def main() -> tuple[int, int]:
+        config = NodeConfig(tmp_path, encoder=None, dim=DIM, encoder_id=PROFILE.encoder_id, rule="mean",
+                            batch_interval_s=3600)
+        node = await Node.open(config, InProcessHub().transport(), NodeIdentity.from_seed(b"refusing-reader"),
+                               profile=PROFILE)
+        payload, signer = _payloads()[0]
+        forged = payload[:-8] + bytes(8)  # its signature no longer verifies
+        chunk = [Message(forged, subject_for("dso", "batch", "math"), 1, int(time.time() * 1000), {SENDER: signer})]
+        try:
+            node.ingest.read_chunk(chunk)
+            node.ingest.read_chunk(chunk)
+            peer = node.ingest.peers[signer[:64]]
+            return peer.rejected, (await node.stats())["library"]["rows"]
+        finally:
+            await node.close()
+
+    rejected, rows = asyncio.run(main())
+    assert (rejected, rows) == (1, 0)

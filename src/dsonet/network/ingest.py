@@ -24,9 +24,11 @@ history does not reject it as stale while a fresh replay of an old batch still i
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import sqlite3
 import time
+from collections import OrderedDict
 from concurrent.futures import Executor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -49,6 +51,7 @@ log = logging.getLogger(__name__)
 
 TOMBSTONE = "tombstone"
 MAX_PEERS = 1024
+REFUSED_REMEMBERED = 4096  # refused messages whose count is kept (oldest forgotten first)
 REFERENCE_ROWS = 256  # trusted rows (own, then trusted peers') added to every round's pool (see `round`)
 MAX_ROUND_ROWS = 4096  # a round closes early once this many rows wait
 # Batches held back from senders over their rate, in the ledger (see `defer_or_reject`), in bytes:
@@ -88,6 +91,9 @@ class Ingest:
         self.state, self.worker = lock, worker
         self.encode_texts, self.on_round = encode_texts, on_round
         self.peers: dict[str, Peer] = {}
+        # messages already counted as refused: a chunk read again (redelivered by the stream, or after a heal)
+        # refuses them again, and a peer's count is of batches, not of deliveries
+        self._refused: OrderedDict[bytes, None] = OrderedDict()
         self._merge_queued = False
         self._unmerged_rows = 0  # stored since the last merge, while a backlog was read
         # replay protection outlives a restart: the batches stored within the freshness window (with
@@ -121,7 +127,7 @@ class Ingest:
                 continue  # our own message: its experiences are in the library already
             self.metrics.received.inc()
             if msg.headers.get(SENDER, "") in self.bans:  # a header naming a banned key drops only its own message
-                self._reject(msg.headers[SENDER], Banned(msg.headers[SENDER]))
+                self._reject(msg.headers[SENDER], Banned(msg.headers[SENDER]), msg.data)
                 continue
             subject = parse_subject(msg.subject)
             if subject is not None and subject.kind == TOMBSTONE:
@@ -136,7 +142,7 @@ class Ingest:
             except RateLimited as exc:
                 self._defer_or_reject(msg, exc)
             except (BatchError, AggregationError) as exc:
-                self._reject(msg.headers.get(SENDER, "unknown"), exc)
+                self._reject(msg.headers.get(SENDER, "unknown"), exc, msg.data)
         self.round(last_ms)
         with self.state:
             self.ledger.undefer(resubmitted)  # only once their round is stored
@@ -168,7 +174,7 @@ class Ingest:
         if room:
             self.metrics.deferred_batches.inc()
             return
-        self._reject(signer, exc)
+        self._reject(signer, exc, msg.data)
 
     def _submit_deferred(self, now_ms: int) -> list[str]:
         """Submit the held-back batches again (fresh as of when they were received), each signer's in
@@ -196,7 +202,7 @@ class Ingest:
             except RateLimited:
                 return False
             except (BatchError, AggregationError) as exc:
-                self._reject("deferred", exc)
+                self._reject("deferred", exc, payload)
             done.append(digest)
         return True
 
@@ -330,12 +336,19 @@ class Ingest:
         try:
             tomb = decode_tombstone(msg.data)
         except TombstoneError as exc:
-            self._reject(msg.headers.get(SENDER, "unknown"), exc)
+            self._reject(msg.headers.get(SENDER, "unknown"), exc, msg.data)
             return
         deleted = self.library.apply_tombstones(list(tomb.ids), signer=tomb.node_id)  # its signer's rows only
         self.metrics.deleted.inc(len(deleted))
 
-    def _reject(self, sender_hint: str, exc: DsoError) -> None:
+    def _reject(self, sender_hint: str, exc: DsoError, payload: bytes = b"") -> None:
+        if payload:
+            key = hashlib.sha256(payload).digest()
+            if key in self._refused:
+                return
+            self._refused[key] = None
+            if len(self._refused) > REFUSED_REMEMBERED:
+                self._refused.popitem(last=False)
         field_name = exc.reason
         self.metrics.rejected_batches.labels(reason=field_name.split(".")[0]).inc()
         peer = self._peer(sender_hint[:64])
