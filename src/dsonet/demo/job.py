@@ -56,6 +56,11 @@ class Line:
     passed: bool
     lessons: tuple[str, ...]  # the texts the proxy injected into the prompt that wrote it
 
+    @property
+    def outcome(self) -> str:
+        """What running it showed: "passed", or the environment's line."""
+        return "passed" if self.passed else self.said
+
 
 @dataclass(frozen=True)
 class JobAct:
@@ -115,8 +120,9 @@ async def run_job(config: JobConfig, sandbox: Sandbox, workdir: Path, echo=print
                  "through DeltaSoup")
             await fleet.publish()
             await fleet.settle()
-            held = [e for e in node_b.all() if e.text in lessons]
-            texts = {e.id: e.text for e in node_b.all()}
+            rows = node_b.all()
+            held = [e for e in rows if e.text in lessons]
+            texts = {e.id: e.text for e in rows}
             after = await asyncio.to_thread(b.solve, task_b)
     return JobAct(config.fact, config.model_a, config.model, task_a.question, task_b.question, _lines(practice, {}),
                   len({e.key for e in episodes(list(practice.messages))}), lessons, len(held),
@@ -127,7 +133,7 @@ async def run_job(config: JobConfig, sandbox: Sandbox, workdir: Path, echo=print
 def job_record(act: JobAct) -> dict:
     """The act as the HTML report shows a record: agent B's question and the lessons it was given first."""
     def said(line: Line) -> str:
-        return f"{line.code}\n-> {'passed' if line.passed else line.said}"
+        return f"{line.code}\n-> {line.outcome}"
 
     return {"question": act.question_b, "lessons": list(act.after.lessons),
             f"agent B ({act.model_b}), its node empty": said(act.before),

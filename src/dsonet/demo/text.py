@@ -72,7 +72,7 @@ def format_report(report: DemoReport) -> str:
 
 def _job_lines(job: JobAct) -> list[str]:
     def said(line: Line) -> str:
-        return f"{line.code!r} -> " + ("passed" if line.passed else line.said)
+        return f"{line.code!r} -> {line.outcome}"
 
     lines = ["", f"== On the job == {job.fact}: no task file, no reference, no lesson written by anyone; "
              "each agent behind its own `dso proxy`, before its own node",
