@@ -29,7 +29,7 @@ import logging
 import sqlite3
 import time
 from collections import OrderedDict
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Callable
@@ -320,8 +320,12 @@ class Ingest:
         `refit_index`): searches meanwhile show new rows unmerged."""
         self._merge_queued = False  # first: a write from now on queues another merge
         self._unmerged_rows = 0
-        rebuild_merged(self.library, self.state)
-        refit_index(self.library, self.state)
+        # the clustering and the fit read the same settled rows and install apart, each under the lock
+        # for a moment: on two cores they run side by side (numpy leaves the GIL for the heavy parts)
+        with ThreadPoolExecutor(1, thread_name_prefix="refit") as fitter:
+            fitting = fitter.submit(refit_index, self.library, self.state)
+            rebuild_merged(self.library, self.state)
+            fitting.result()
 
     def schedule_merge(self) -> None:
         """A merge on the ingest thread, in turn with the rounds, not awaited; one queued at a time,
