@@ -53,6 +53,15 @@ def test_an_own_lessons_evidence_grows_and_the_lesson_waits_to_be_published_agai
         assert lib.add_evidence("0" * 64) is None
 
 
+def test_an_edited_lesson_keeps_the_evidence_that_taught_it(tmp_path, encoder):
+    with Library(tmp_path / "lib.sqlite", encoder=encoder) as lib:
+        exp = lib.add(LESSON, "code", 0.3)
+        lib.add_evidence(exp.id, 3, 2)
+        new = lib.update(exp.id, LESSON.replace("instead", "instead: np.trapz is gone in NumPy 2"))
+        assert new.id != exp.id and _evidence(new) == _evidence(lib.get(new.id)) == (3, 2)
+        assert new.provenance.node_id == exp.provenance.node_id and lib.get(exp.id) is None
+
+
 def test_a_peers_redelivery_with_more_evidence_updates_its_row_whatever_the_order(tmp_path, encoder, profile):
     vector = encoder.encode([LESSON])
     batches = [make_batch([_learned(e, a, c)], vector, profile, PEER) for e, a, c in ((1, 1, 0.3), (4, 2, 0.3),
@@ -129,8 +138,9 @@ def test_a_file_from_before_evidence_opens_with_none_and_keeps_what_it_is_given(
         assert _evidence(lib.add_evidence(exp.id, 1, 1)) == (1, 1)
         lib.ingest(make_batch([_learned(3, 2)], encoder.encode([LESSON]), profile, PEER))
     with Library(path, encoder=encoder, profile=profile) as lib:
-        rows = {e.provenance.node_id: _evidence(e) for e in (lib.get(exp.id), *lib.rows.by_seq([1, 2]).values())}
-        assert rows == {"": (1, 1), PEER.node_id: (3, 2)}
+        _, (peers,) = lib.listing(signer=PEER.node_id)
+        rows = {e.provenance.node_id: _evidence(e) for e in (lib.get(exp.id), peers)}
+        assert rows == {"": (1, 1), PEER.node_id: (3, 2)} and len(lib.copies(exp.id)) == 2
 
 
 def test_show_and_search_from_the_shell_give_a_lessons_evidence(tmp_path, monkeypatch):

@@ -170,8 +170,7 @@ def test_update_reencodes_keeps_lineage_and_tombstones_old(tmp_path, encoder, pr
         new = lib.update(old.id, "When stuck on geometry, draw a labelled diagram")
         assert lib.get(old.id) is None and old.id in lib.tombstones()
         assert lib.get(new.id).text == new.text and new.confidence == 0.7
-        lineage = lib.db.execute("SELECT lineage FROM experiences WHERE id = ?", (new.id,)).fetchone()[0]
-        assert lineage == old.id
+        assert lib.rows.lineage(new.id) == old.id
         assert lib.search_vector(encoder.encode([new.text])[0], k=1)[0].experience.id == new.id
 
 
@@ -201,13 +200,13 @@ def test_record_outcome_counts(tmp_path, encoder, profile):
         exp = lib.add("When x, do y")
         lib.record_outcome(exp.id, True)
         lib.record_outcome(exp.id, False)
-        assert lib.db.execute("SELECT uses, helped FROM experiences").fetchone() == (2, 1)
+        assert lib.outcomes(exp.id) == (2, 1) and [(c.uses, c.helped) for c in lib.copies(exp.id)] == [(2, 1)]
 
 
 def test_readers_read_while_a_writer_holds_a_transaction(tmp_path, encoder, profile, identity):
     with open_lib(tmp_path, encoder, profile) as lib:
         lib.ingest(make_batch(experiences(4, seed=9), unit(4, 9), profile, identity))
-        lib.db.execute("BEGIN IMMEDIATE")
+        lib.db.execute("BEGIN IMMEDIATE")  # the file's locking itself: no call of the library holds a write open
         lib.db.execute("DELETE FROM experiences")
         reader = sqlite3.connect(str(tmp_path / "lib.sqlite"), timeout=0.1)
         assert reader.execute("SELECT COUNT(*) FROM experiences").fetchone() == (4,)

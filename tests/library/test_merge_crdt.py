@@ -33,7 +33,10 @@ def deliveries(profile):
 
 
 def state(lib):
-    rows = lib.db.execute("SELECT id, signer, confidence, code_digest FROM experiences ORDER BY id, signer").fetchall()
+    """Every (id, signer) row with its confidence and whole code, read through the store room (the CRDT
+    is its rules); the tombstones; the merged view."""
+    rows = sorted((r.id, r.signer, r.confidence, r.signs + r.scales + lib.rows.baseline(r.baseline_id).tobytes())
+                  for chunk in lib.rows.index_rows() for r in chunk)
     return rows, lib.tombstones(), sorted((k, tuple(v)) for k, v in lib.clusters().items())
 
 

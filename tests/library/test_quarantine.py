@@ -4,6 +4,7 @@ operator lists the quarantined rows and drops them."""
 
 import logging
 import sqlite3
+from contextlib import closing
 
 import pytest
 
@@ -60,7 +61,8 @@ def test_damaged_rows_are_quarantined_counted_and_the_rest_served(tmp_path, enco
 def test_a_row_damaged_after_open_is_quarantined_at_the_read_that_finds_it(tmp_path, encoder, profile):
     path, exps = _library_with_rows(tmp_path, encoder, profile)
     with Library(path, encoder=encoder, profile=profile) as lib:
-        lib.rows.db.execute("UPDATE experiences SET text = CAST(X'57686ee0' AS TEXT) WHERE id = ?", (exps[2].id,))
+        with closing(sqlite3.connect(path)) as db, db:  # another writer damages a row under the open library
+            db.execute("UPDATE experiences SET text = CAST(X'57686ee0' AS TEXT) WHERE id = ?", (exps[2].id,))
         with pytest.raises(sqlite3.OperationalError, match="decode"):
             lib.all()  # what a reader sees; a node heals it (`Node._healing`)
         assert lib.heal() and lib.stats()["quarantined"] == 1

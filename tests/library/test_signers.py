@@ -70,7 +70,7 @@ def test_a_schema_1_file_opens_migrated_and_keeps_working(tmp_path, profile):
     with Library(path, encoder=HashEncoder(), profile=profile) as lib:
         stats = lib.stats()
         assert stats["experiences"] == 6 and stats["with_float_vector"] == 4 and stats["tombstones"] == 1
-        assert lib.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("2",)
+        assert lib.rows.meta("schema") == "2"
         exp = lib.all()[0]
         assert lib.search_vector(lib.vectors([exp.id])[0], k=1, min_similarity=0.5)[0].experience.id == exp.id
         assert sum(lib.outcomes(e.id)[1] for e in lib.all()) == 1  # the counters came along
