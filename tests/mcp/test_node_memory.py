@@ -27,8 +27,10 @@ def node(tmp_path):
         yield served
 
 
-def _counters(node):
-    return node.library.db.execute("SELECT SUM(uses), SUM(helped) FROM experiences").fetchone()
+def _counters(node) -> tuple[int, int]:
+    """(uses, helped) summed over every lesson the node holds."""
+    counts = [node.library.outcomes(e.id) for e in node.library.all()]
+    return sum(u for u, _ in counts), sum(h for _, h in counts)
 
 
 def test_mcp_tools_over_a_node(node):

@@ -34,10 +34,6 @@ def memory(tmp_path):
     mem.close()
 
 
-def _counters(lib: Library, exp_id: str) -> tuple[int, int]:
-    return lib.db.execute("SELECT uses, helped FROM experiences WHERE id = ?", (exp_id,)).fetchone()
-
-
 def test_search_add_outcome_and_stats_through_the_sdk_client(memory):
     async def session():
         async with Client(build_server(memory)) as c:
@@ -59,7 +55,7 @@ def test_search_add_outcome_and_stats_through_the_sdk_client(memory):
     assert found["lessons"].count(LESSON) == 1  # the rendered block carries the lesson's text
     assert outcome.structured_content["recorded"] == 1
     assert again.is_error and "already recorded" in again.content[0].text  # one vote per retrieval
-    assert _counters(memory.library, added["id"]) == (1, 1)
+    assert memory.library.outcomes(added["id"]) == (1, 1)
     assert '"experiences": 1' in stats.content[0].text
 
 

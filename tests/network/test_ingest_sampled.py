@@ -70,7 +70,7 @@ def test_a_caught_trusted_key_loses_every_row_it_got_in_on_a_samples_word(tmp_pa
         caught = [LIE.format(q=f"question {i}") for i in range(20)]  # every row a lie: any sample catches it
         await send(_batch(node, liar, caught, np.repeat(lure[:1], 20, axis=0)))
         after = [await _top(node, lure[q]) for q in range(len(QUESTIONS))]
-        held = {eid for (eid,) in node.library.db.execute("SELECT id FROM experiences")}
+        held = {e.id for e in await node.all()}
         quarantined = {q["id"] for q in await node.quarantined()}
         reputation = node.soup.reputation.get(liar.node_id)
         await sender.close()

@@ -66,13 +66,14 @@ def test_new_keys_past_their_row_budget_are_dropped_and_known_ones_deferred(tmp_
         clock[0] += 2.0  # the window passes; a message carries the held-back batch along
         await _publish(sender, _batch(node.profile, NodeIdentity.from_seed(b"rows-carrier"), 3, 1, now()))
         await hub.drained([node.durable])
-        signers = [s for (s,) in node.library.db.execute("SELECT signer FROM experiences")]
+        signers = [e.provenance.node_id for e in await node.all()]  # each batch's texts its own: an id a row
+        rows = (await node.stats())["library"]["rows"]
         left = node.ledger.count_deferred()
         await node.close()
-        return held, dropped, left, signers, known.node_id, stranger.node_id
+        return held, dropped, left, signers, rows, known.node_id, stranger.node_id
 
-    held, dropped, left, signers, known, stranger = asyncio.run(main())
-    assert (held, dropped, left) == (1, 1.0, 0)
+    held, dropped, left, signers, rows, known, stranger = asyncio.run(main())
+    assert (held, dropped, left) == (1, 1.0, 0) and rows == len(signers)
     assert signers.count(known) == 4 and stranger not in signers  # nothing the known key sent was lost
 
 
@@ -111,7 +112,7 @@ def test_peers_texts_are_encoded_without_holding_the_lock(tmp_path):
         still_encoding = not encoder.release.is_set()
         encoder.release.set()
         await hub.drained([node.durable])
-        held = sum(node.library.search_index.held)
+        held = (await node.stats())["library"]["with_float_vector"]
         await node.close()
         return during, still_encoding, held
 
@@ -139,7 +140,7 @@ def test_with_encode_texts_each_peer_text_is_encoded_once_the_rounds_check_reuse
         encoded.clear()  # what the sender encoded is not the node's
         await _publish(hub.transport(), honest)
         await hub.drained([node.durable])
-        held = sum(node.library.search_index.held)
+        held = (await node.stats())["library"]["with_float_vector"]
         await node.close()
         return held
 

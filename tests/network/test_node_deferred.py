@@ -4,12 +4,14 @@ and in total, and read a page at a time."""
 
 import asyncio
 import time
+from contextlib import closing
 
 import numpy as np
 
 from dsonet.codec import default_profile, make_batch
 from dsonet.experience import Experience
 from dsonet.identity import NodeIdentity
+from dsonet.library.store.rows import RowStore
 from dsonet.network import ingest as ingest_module
 from dsonet.network.ingest import DEFERRED_PAGE
 from dsonet.network.node import Node, NodeConfig
@@ -45,7 +47,7 @@ def test_a_replay_of_a_long_stream_admits_every_acknowledged_batch_in_order_desp
             for k, key in enumerate(keys):
                 batch = _batch(profile, key, 100 * k + step, 2, clock[0])
                 await sender.publish(batch.to_msgpack(), subject_for("dso", "batch", "math"))
-                published[key.node_id] += [e.text for e in batch.experiences]
+                published[key.node_id] += [e.id for e in batch.experiences]
                 clock[0] += 1.0 / 3
         # a receiver taking 5 batches a key per 30 s reads the whole stream at once
         node = await _node(tmp_path / "receiver", clock, hub, rate_limit=5, rate_window_ms=30_000)
@@ -58,18 +60,19 @@ def test_a_replay_of_a_long_stream_admits_every_acknowledged_batch_in_order_desp
             await sender.publish(_batch(profile, NodeIdentity.from_seed(f"carrier{step}".encode()), 1000 + step, 1,
                                         clock[0]).to_msgpack(), subject_for("dso", "batch", "math"))
             await hub.drained([node.durable])
-        stored = node.library.db.execute("SELECT signer, text FROM experiences ORDER BY seq").fetchall()
         rate_drops = node.metrics.registry.get_sample_value("dso_rejected_batches_total", {"reason": "rate"})
         left = node.ledger.count_deferred()
         await node.close()
+        with closing(RowStore(node.library.path)) as store:  # the file's rows in the order they were stored
+            stored = [(r.signer, r.id) for chunk in store.index_rows() for r in chunk]
         return published, stored, held, rate_drops, left
 
     published, stored, held, rate_drops, left = asyncio.run(main())
     # before: 75 of the 90 batches were rejected for "rate" (their keys had no batch stored yet when
     # their sixth came) and never admitted
     assert held > 0 and rate_drops is None and left == 0
-    for signer, texts in published.items():
-        assert [t for s, t in stored if s == signer] == texts  # every row, in the order it was published
+    for signer, ids in published.items():
+        assert [i for s, i in stored if s == signer] == ids  # every row, in the order it was published
 
 
 def test_the_deferred_queue_is_bounded_in_bytes_per_key_and_in_total_and_read_in_pages(tmp_path, monkeypatch):
@@ -93,7 +96,8 @@ def test_the_deferred_queue_is_bounded_in_bytes_per_key_and_in_total_and_read_in
                 await sender.publish(_batch(node.profile, key, 100 * k + seed, 40, clock[0], words=20).to_msgpack(),
                                      subject_for("dso", "batch", "math"))
         await hub.drained([node.durable])
-        per_key = dict(node.library.db.execute("SELECT signer, SUM(length(payload)) FROM deferred GROUP BY signer"))
+        per_key = {s: sum(len(p) for _, _, p, _ in node.ledger.deferred(s, limit=1000))
+                   for s in node.ledger.deferred_signers()}
         total = sum(per_key.values())
         pages = []
         read = node.ledger.deferred

@@ -42,7 +42,7 @@ def traffic(encoder) -> list[bytes]:
 
 def rows(path, encoder) -> tuple[list, dict]:
     with Library(path, encoder=encoder) as lib:
-        found = sorted(lib.db.execute("SELECT id, signer, confidence FROM experiences"))
+        found = sorted((r.id, r.signer, r.confidence) for chunk in lib.rows.index_rows() for r in chunk)  # every row
         return found, lib.clusters()
 
 

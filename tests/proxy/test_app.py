@@ -101,8 +101,7 @@ def test_outcome_is_recorded_once_for_the_lessons_of_that_response(proxy, memory
     assert first.json()["recorded"] == 1 and again.status_code == 404
     assert "already recorded" in again.json()["error"]["message"]
     assert httpx.post(f"{proxy.url}/v1/outcomes", json={"retrieval_id": rid}).status_code == 422
-    uses, helped = memory.library.db.execute("SELECT uses, helped FROM experiences").fetchone()
-    assert (uses, helped) == (1, 0)
+    assert [memory.library.outcomes(e.id) for e in memory.library.all()] == [(1, 0)]
 
 
 def test_an_error_the_caller_ran_into_convicts_only_the_lesson_that_advised_it(tmp_path, upstream):
@@ -121,8 +120,9 @@ def test_an_error_the_caller_ran_into_convicts_only_the_lesson_that_advised_it(t
         reply = post({"error": "AttributeError: module 'numpy' has no attribute 'trapz'", "code": "r = np.trapz(u, t)"})
         assert reply.status_code == 200 and reply.json()["refuted"] == [ids[poison]] and reply.json()["recorded"] == 1
         assert post({"helped": True}).status_code == 404  # the retrieval's outcome is in
-        rows = dict(memory.library.db.execute("SELECT text, uses - helped FROM experiences").fetchall())
-        assert rows == {poison: 1, right: 0}
+        lib = memory.library
+        harmed = {e.text: uses - helped for e in lib.all() for uses, helped in [lib.outcomes(e.id)]}
+        assert harmed == {poison: 1, right: 0}
         raw = _client(proxy).chat.completions.with_raw_response.create(
             model="m", messages=[{"role": "user", "content": right}])
         rid = raw.headers["x-dso-retrieval-id"]
