@@ -46,7 +46,7 @@ def test_rows_past_each_new_keys_free_rows_share_one_budget(batch_of, cloud):
 def test_trusted_keys_have_no_row_budget_and_released_batches_give_their_rows_back(batch_of, cloud):
     soup = _soup(new_key_row_limit=10, new_key_free_rows=0, new_keys_row_limit=10)
     old = batch_of("old", cloud(30, 0))
-    soup.reputation._rep[old.node_id] = 0.9
+    soup.reputation.restore({old.node_id: (0.9, 0, 0)})
     soup.submit(old.to_msgpack(), now_ms=NOW)  # 30 rows: a trusted key is not a newcomer
     soup.submit(batch_of("new", cloud(10, 1)).to_msgpack(), now_ms=NOW)
     with pytest.raises(RateLimited):

@@ -168,7 +168,7 @@ def test_one_lying_row_among_honest_ones_is_caught_when_the_sender_is_not_yet_tr
     for reputation in (0.5, 0.95):  # a new key, then a trusted one
         soup = soup_for(DeltaSoupConfig(seed=0, reencode_per_batch=2), encoder=_Encoder(table))
         sender = batch_of("mixed", sent, texts)
-        soup.reputation._rep[sender.node_id] = reputation
+        soup.reputation.restore({sender.node_id: (reputation, 0, 0)})
         soup.submit(sender.to_msgpack(), now_ms=NOW)
         result = soup.round(now_ms=NOW)
         checked.append(not result.keep[0].any())
@@ -230,5 +230,5 @@ def test_keys_not_yet_trusted_have_a_smaller_rate_and_a_bounded_number_per_windo
     with pytest.raises(AggregationError, match="3 keys not yet trusted"):  # a fourth fresh key in the window
         soup.submit(batch_of("sybil", cloud(2, 8)).to_msgpack(), now_ms=NOW)
     trusted = batch_of("old", cloud(2, 9))
-    soup.reputation._rep[trusted.node_id] = 0.9
+    soup.reputation.restore({trusted.node_id: (0.9, 0, 0)})
     soup.submit(trusted.to_msgpack(), now_ms=NOW)  # a trusted key is not a newcomer
