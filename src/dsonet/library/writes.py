@@ -6,6 +6,7 @@ them, and our encodings of its texts as their floats where given."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -13,7 +14,7 @@ import numpy as np
 from dsonet.codec import CompressedBatch, Profile
 from dsonet.codec.batch import check_unit
 from dsonet.errors import BatchError
-from dsonet.experience import Experience, Provenance, check_lesson
+from dsonet.experience import Experience, check_lesson
 from dsonet.library.admitted import Admitted
 from dsonet.library.errors import LibraryError
 from dsonet.library.index.row_index import RowIndex
@@ -46,9 +47,9 @@ class Writes:
             raise LibraryError(f"exp_id: {exp_id!r} is not in the library (or was deleted); add it instead")
         check_lesson(text)
         lineage = self.rows.lineage(exp_id)
+        # the episodes that taught the lesson still stand behind its new wording: its evidence goes with it
         new = Experience(text, old.domain if domain is None else domain, old.confidence,
-                         Provenance(old.provenance.node_id, old.provenance.model, int(time.time() * 1000),
-                                    old.provenance.iteration), old.scope)
+                         replace(old.provenance, timestamp_ms=int(time.time() * 1000)), old.scope)
         if new.id == exp_id:
             return old
         self.own([new], encode([new.text]))
