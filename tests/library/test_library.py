@@ -32,28 +32,9 @@ def test_library_persists_and_reloads_index_and_floats(tmp_path, encoder, profil
     with open_lib(tmp_path, encoder, profile) as lib:
         assert len(lib) == 50
         after = lib.search_vector(vecs[7], k=3, min_similarity=-1)
+        assert np.allclose(lib.vectors([exps[5].id])[0], vecs[5])  # the float itself, from the file
     assert [(h.experience.id, round(h.score, 5)) for h in after] == [(h.experience.id, round(h.score, 5)) for h in before]
     assert after[0].experience.id == exps[7].id
-
-
-def test_held_floats_are_read_from_the_file_to_rescore_only_the_best_candidates(tmp_path, encoder, profile):
-    from dsonet.library.index.row_index import RESCORE
-
-    exps, vecs = experiences(300), unit(300, seed=3)
-    q = vecs[11] + 0.5 * vecs[12]
-    q /= np.linalg.norm(q)
-    with open_lib(tmp_path, encoder, profile) as lib:
-        lib.add_vectors(exps, vecs)
-    with open_lib(tmp_path, encoder, profile) as lib:  # reopened: which rows are held comes from the file
-        rows, scores = lib.rank(q, 10)
-        exact = vecs @ q
-        ids = {e.id: i for i, e in enumerate(exps)}
-        truth = np.array([exact[ids[lib.search_index.ids[r]]] for r in rows])
-        rescored = np.isclose(scores, truth, atol=1e-6)
-        assert rescored.sum() == RESCORE  # exactly the best RESCORE candidates, and no others
-        assert list(rows[:2]) == lib.search_index.rows_of(exps[11].id) + lib.search_index.rows_of(exps[12].id)
-        assert np.all(np.diff(scores) <= 0)
-        assert np.allclose(lib.vectors([exps[5].id])[0], vecs[5])  # the float itself, from the file
 
 
 def test_opening_with_another_profile_is_a_clear_error(tmp_path, encoder, profile):
