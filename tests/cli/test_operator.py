@@ -28,7 +28,7 @@ def test_an_operator_lists_and_drops_quarantined_rows_and_bans_and_resets_a_key(
                .json()["id"] for i in range(3)]
     node.stop()
     db = sqlite3.connect(tmp_path / "library.sqlite")
-    db.execute("UPDATE experiences SET signs = signs || X'00' WHERE id = ?", (ids[1],))
+    db.execute("UPDATE experiences SET signs = signs || X'00' WHERE id = ?", (ids[1],))  # damage: a byte too many
     db.commit()
     db.close()
     key = NodeIdentity.from_seed(b"operator-cli").node_id
