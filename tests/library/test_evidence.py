@@ -163,3 +163,8 @@ def test_show_and_search_from_the_shell_give_a_lessons_evidence(tmp_path, monkey
     (hit,) = map(json.loads, run("search", LESSON, "--min-similarity", "0.9", "--json", "--db", db).splitlines())
     assert shown["provenance"]["episodes"] == hit["provenance"]["episodes"] == 3
     assert shown["provenance"]["agents"] == hit["provenance"]["agents"] == 2
+    with Library(db) as lib:  # a peer's proxies learned the same lesson from their own agents: the counts add up
+        lib.ingest(make_batch([_learned(2, 2)], lib.encoder.encode([LESSON]), lib.profile, PEER))
+    shown = run("show", exp_id[:12], "--db", db)
+    assert "confidence 0.3  evidence: 5 episodes, 4 agents (from 2 signers)\n" in shown
+    assert f"code from {PEER.node_id[:12]}: " in shown and "evidence 2 episodes, 2 agents" in shown

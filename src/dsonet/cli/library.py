@@ -175,22 +175,33 @@ def show(exp_id: str, db: Path | None, node: str | None, node_token: str | None,
         _echo_json(data)
         return
     prov = data.get("provenance") or {}
-    # a lesson learned from traffic: what its confidence (on probation at first) stands on
-    evidence = f"  evidence: {prov['episodes']} episodes, {prov['agents']} agents" if prov.get("episodes") else ""
-    click.echo(f"{data['id']}  [{data['domain']}]  confidence {data['confidence']}{evidence}\n  {data['text']}")
+    click.echo(f"{data['id']}  [{data['domain']}]  confidence {data['confidence']}{_evidence(data)}\n  {data['text']}")
     click.echo("  scope " + (" ".join(data.get("scope") or []) or "none: holds everywhere"))
     click.echo("  provenance " + "  ".join(f"{k}={v}" for k, v in prov.items()))
     if data.get("tags"):
         click.echo("  tags " + " ".join(data["tags"]))
     for c in data.get("copies", []):
-        click.echo(f"  code: {c['sign_bytes']} B signs + {c['scale_bytes']} B scales, baseline {c['baseline_id']}, "
-                   f"digest {c['code_digest'][:16]}; float held: {c['float_held']}; received: {c['received']}; "
-                   f"published: {c['published']}; used {c['uses']} times, helped {c['helped']}")
+        click.echo(f"  code from {c['signer'][:12] or '(this file)'}: {c['sign_bytes']} B signs + {c['scale_bytes']} B "
+                   f"scales, baseline {c['baseline_id']}, digest {c['code_digest'][:16]}; float held: {c['float_held']}; "
+                   f"received: {c['received']}; published: {c['published']}; used {c['uses']} times, helped "
+                   f"{c['helped']}" + (f"; evidence {c['episodes']} episodes, {c['agents']} agents" if c['episodes'] else ""))
     for env, n in data.get("used_in", {}).items():  # a scoped lesson's outcomes, per environment it was used in
         click.echo(f"  used in {env or 'an environment not told'}: {n['uses']} times, helped {n['helped']}")
     for v in data.get("history", []):  # newest first: what `dso edit` replaced
         click.echo(f"  before {time.strftime('%Y-%m-%d %H:%M', time.gmtime(v['replaced_ms'] / 1000))} UTC, "
                    f"{v['id'][:12]} [{v['domain']}]: {v['text']}")
+
+
+def _evidence(data: dict) -> str:
+    """What a lesson learned from traffic stands on (its confidence starts on probation): the episodes and
+    agents of every signer's copy added up, since each node's proxies saw their own agents' episodes (an
+    agent behind two nodes' proxies is counted by each); a node's client sees its own row's only."""
+    copies = data.get("copies") or [data.get("provenance") or {}]
+    episodes, agents = (sum(c.get(k, 0) for c in copies) for k in ("episodes", "agents"))
+    if not episodes:
+        return ""
+    signers = sum(1 for c in copies if c.get("episodes"))
+    return f"  evidence: {episodes} episodes, {agents} agents" + (f" (from {signers} signers)" if signers > 1 else "")
 
 
 @click.command("list")

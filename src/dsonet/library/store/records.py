@@ -48,6 +48,9 @@ class Copy(NamedTuple):
     published: bool
     uses: int
     helped: int
+    signer: str
+    episodes: int  # the evidence this signer's row carries (`Provenance`)
+    agents: int
 
 
 @dataclass(frozen=True)

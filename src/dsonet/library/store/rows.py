@@ -385,9 +385,10 @@ class RowStore:
         """Every signer's row of an experience, oldest first: its code's sizes, digest and baseline,
         its flags and its counters."""
         rows = self.db.execute("SELECT code_digest, length(signs), length(scales), baseline_id, vector IS NOT NULL, "
-                               "received, published, uses, helped FROM experiences WHERE id = ? ORDER BY seq", (exp_id,))
-        return [Copy(digest, sign_bytes, scale_bytes, bid, bool(held), bool(received), bool(published), uses, helped)
-                for digest, sign_bytes, scale_bytes, bid, held, received, published, uses, helped in rows]
+                               "received, published, uses, helped, signer, episodes, agents FROM experiences "
+                               "WHERE id = ? ORDER BY seq", (exp_id,))
+        return [Copy(digest, sign_bytes, scale_bytes, bid, bool(held), bool(received), bool(published), *rest)
+                for digest, sign_bytes, scale_bytes, bid, held, received, published, *rest in rows]
 
     def ids_starting(self, prefix: str, limit: int) -> list[str]:
         """Up to ``limit`` distinct experience ids that begin with ``prefix`` (its ``%`` and ``_`` taken
