@@ -71,3 +71,27 @@ def test_one_seed_of_the_scenario_runs_every_condition_on_real_nodes(tmp_path):
     assert 0.0 <= facts["poison_rows_hidden"] <= 1.0 and len(facts["poison_rows_hidden_per_node"]) == 2
     trained = [len(part) for part in make_splits(plan, 0).train]
     assert [node["rollouts"] for node in facts["learning"]] == [plan.group_size * t for t in trained]
+
+
+def test_a_plan_with_probation_keeps_its_own_result_files(tmp_path, monkeypatch):
+    """`--probation` learns other lessons: its per-seed files are neither pooled into learn-drift.json nor
+    pooled from the plain plan's, and its nodes live in a folder of their own."""
+    monkeypatch.setattr(bench_drift, "RESULTS_DIR", tmp_path)
+    names = [bench_drift.seed_name("qwen2.5-coder-0.5b", 0), bench_drift.seed_name("qwen2.5-coder-0.5b", 0, True),
+             bench_drift.seed_name("qwen2.5-coder-1.5b", 1, True)]
+    for name in names:
+        (tmp_path / f"{name}.json").write_text("{}")
+    assert names[1] == "learn-drift-probation-qwen2.5-coder-0.5b-seed0"
+    assert [p.stem for p in bench_drift.seed_files()] == [names[0]]
+    assert [p.stem for p in bench_drift.seed_files(probation=True)] == [names[1], names[2]]
+    assert [p.stem for p in bench_drift.seed_files("qwen2.5-coder-1.5b", probation=True)] == [names[2]]
+
+
+def test_probation_is_refused_outside_the_drift_fleet():
+    from click.testing import CliRunner
+
+    from dsonet.cli.main import cli
+
+    for args in (["--family", "lcm"], ["--family", "drift", "--mixed"]):
+        result = CliRunner().invoke(cli, ["bench", "learn", "--probation", *args])
+        assert result.exit_code == 2 and "--probation is a plan of the drift fleet" in result.output

@@ -182,8 +182,8 @@ def _per_fact(facts: list[str], ids: np.ndarray, cat: dict) -> dict:
 
 # -- running and combining ---------------------------------------------------------------------------
 
-def seed_name(model: str, seed: int) -> str:
-    return f"learn-drift-{model.replace('/', '_')}-seed{seed}"
+def seed_name(model: str, seed: int, probation: bool = False) -> str:
+    return f"learn-drift-{'probation-' if probation else ''}{model.replace('/', '_')}-seed{seed}"
 
 
 def run(model: str, plan: DriftPlan, quick: bool = False, reflector: str | None = None, log=print) -> list[Path]:
@@ -194,14 +194,16 @@ def run(model: str, plan: DriftPlan, quick: bool = False, reflector: str | None 
     cache = cache_dir() / "bench-learn" / ("drift-answers-quick.sqlite" if quick else "drift-answers.sqlite")
     agent, other = CachedLLM(open_llm(None, model), cache), CachedLLM(open_llm(None, OTHER[model]), cache)
     teacher = CachedLLM(open_llm(None, reflector or REFLECTOR), cache)
-    root = cache_dir() / "bench-learn" / ("drift-quick" if quick else "drift") / model
+    # a plan with probation learns other lessons: its nodes and result files stand apart (the answers are shared)
+    runs = ("drift-quick" if quick else "drift") + ("-probation" if plan.probation else "")
+    root = cache_dir() / "bench-learn" / runs / model
     paths = []
     for seed in plan.seeds:
         hits, misses = agent.hits + other.hits + teacher.hits, agent.misses + other.misses + teacher.misses
         data = asyncio.run(run_seed(agent, other, teacher, plan, seed, root, log))
         data["facts"]["answers"] = {"generated": agent.misses + other.misses + teacher.misses - misses,
                                     "from_cache": agent.hits + other.hits + teacher.hits - hits}
-        paths.append(write_results(seed_name(model, seed), {"llm": model, "other_agent": other.name,
+        paths.append(write_results(seed_name(model, seed, plan.probation), {"llm": model, "other_agent": other.name,
                                                             "reflector": teacher.name, "plan": asdict(plan),
                                                             "quick": quick, **data}, quick=quick))
         log(f"  wrote {paths[-1]}")
@@ -253,15 +255,15 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def seed_files(model: str | None = None, quick: bool = False) -> list[Path]:
-    """The per-seed result files written so far (of one model, or all)."""
-    stem = seed_name(model, 0).removesuffix("-seed0") if model else "learn-drift-"
+def seed_files(model: str | None = None, quick: bool = False, probation: bool = False) -> list[Path]:
+    """The per-seed result files written so far (of one model, or all), of plans with probation or without."""
+    stem = seed_name(model, 0, probation).removesuffix("-seed0") if model else "learn-drift-"
     return sorted(p for p in RESULTS_DIR.glob(f"{stem}*-seed*{'-quick' if quick else ''}.json")
-                  if quick == p.stem.endswith("-quick"))
+                  if quick == p.stem.endswith("-quick") and probation == p.stem.startswith("learn-drift-probation-"))
 
 
 def main(quick: bool, seeds: str | None, held_out: int | None, model: str, reflector: str | None, n_facts: int | None,
-         feedback_tasks: int | None, combine_names: str | None, out_name: str | None) -> None:
+         feedback_tasks: int | None, combine_names: str | None, out_name: str | None, probation: bool = False) -> None:
     """`dso bench learn --family drift` (its options parsed by `dsonet.bench.learn.cli`)."""
     if combine_names:
         path = combine([RESULTS_DIR / f"{name}.json" for name in combine_names.split(",")], out_name or "learn-drift")
@@ -276,10 +278,12 @@ def main(quick: bool, seeds: str | None, held_out: int | None, model: str, refle
         plan = replace(plan, facts=n_facts)
     if feedback_tasks:
         plan = replace(plan, feedback_tasks=feedback_tasks)
+    plan = replace(plan, probation=probation)
     log = lambda msg: click.echo(f"[{time.strftime('%H:%M:%S')}] {msg}")  # noqa: E731
     try:
         run(model, plan, quick, reflector, log)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--model") from exc
-    path = combine(seed_files(quick=quick), out_name or "learn-drift", quick)
+    path = combine(seed_files(quick=quick, probation=probation),
+                   out_name or ("learn-drift-probation" if probation else "learn-drift"), quick)
     click.echo(f"wrote {path} and {path.with_suffix('.png')}")

@@ -289,12 +289,16 @@ def _rejections(log: Path, keep: int = 6) -> list[dict]:
               help="With --family drift: a fleet split between drift.lock's environment and an older one "
                    "(`dsonet.bench.drift_mixed`), lessons scoped and not; writes learn-drift-mixed.json (--out, "
                    "--held-out per fact, --seeds).")
+@click.option("--probation", is_flag=True,
+              help="With --family drift: a lesson that ties at the learner's gate goes in on probation (confidence "
+                   "0.3) for the feedback phase's outcomes to settle, instead of being refused; writes "
+                   "learn-drift-probation-<model>-seed<s>.json and learn-drift-probation.json.")
 @click.option("--out", "out_name", default=None,
               help="Results name under bench/results (default learn / learn-quick, and learn-pilot with --pilot).")
 @click.option("--combine", default=None, metavar="NAME,NAME",
               help="Only merge the rows of earlier runs' results (e.g. one per family) into learn.json and its plot.")
 def cli(quick, families, seeds, held_out, url, model, reflector, reflector_url, pilot_n, probe_practice, n_facts,
-        feedback_tasks, mixed, out_name, combine):
+        feedback_tasks, mixed, probation, out_name, combine):
     """Held-out accuracy per task family without lessons, with the node's own lessons, with neutral
     text of the same length, with the fleet's (through DeltaSoup), with a poisoned fleet, with the
     poison alone, and with the family's hand-written correct lesson alone (can any lesson help?);
@@ -312,6 +316,7 @@ def cli(quick, families, seeds, held_out, url, model, reflector, reflector_url, 
       dso bench learn --family drift --seeds 0,1,2
       dso bench learn --family drift --facts 16 --feedback-tasks 20
       dso bench learn --family drift --mixed
+      dso bench learn --family drift --probation --seeds 0
       dso bench learn --family drift --mixed --held-out 6 --out learn-drift-mixed-h6
       dso bench learn --family drift --model qwen2.5-coder-1.5b --seeds 0
       dso bench learn --combine learn-drift-qwen2.5-coder-0.5b-seed0,learn-drift-qwen2.5-coder-1.5b-seed0
@@ -323,13 +328,16 @@ def cli(quick, families, seeds, held_out, url, model, reflector, reflector_url, 
       dso bench learn --pilot 30 --probe 32 --family aiw --reflector-llm http://localhost:8000/v1 --reflector Qwen/Qwen3-8B
       dso bench learn --llm http://localhost:8000/v1 --model Qwen/Qwen3-8B
     """
+    if probation and (list(families) != ["drift"] or mixed or combine):
+        raise click.UsageError("--probation is a plan of the drift fleet: give --family drift alone (no --mixed, "
+                               "no --combine; combine learn-drift-probation-* files by name)")
     if mixed:
         if list(families) != ["drift"] or url or reflector_url or pilot_n or combine:
             raise click.UsageError("--mixed runs with --family drift alone, on the embedded models")
         return drift_mixed.main(quick, seeds, model, reflector, held_out, out_name)
     if "drift" in families or (combine and combine.startswith("learn-drift")):
         return _drift(quick, families, seeds, held_out, url, model, reflector, reflector_url, pilot_n, combine, out_name,
-                      n_facts, feedback_tasks)
+                      n_facts, feedback_tasks, probation)
     if combine:
         parts = [json.loads((RESULTS_DIR / f"{name}.json").read_text()) for name in combine.split(",")]
         rows = [r for part in parts for r in part["rows"]]
@@ -387,8 +395,8 @@ def cli(quick, families, seeds, held_out, url, model, reflector, reflector_url, 
 
 
 def _drift(quick, families, seeds, held_out, url, model, reflector, reflector_url, pilot_n, combine, out_name,
-           n_facts, feedback_tasks) -> None:
+           n_facts, feedback_tasks, probation: bool = False) -> None:
     """`dso bench learn --family drift`: a configuration of the drift scenario (`dsonet.bench.drift`)."""
     if not combine and (list(families) != ["drift"] or url or reflector_url or pilot_n):
         raise click.UsageError("--family drift runs alone, on the embedded models (no --llm, --reflector-llm or --pilot)")
-    drift.main(quick, seeds, held_out, model, reflector, n_facts, feedback_tasks, combine, out_name)
+    drift.main(quick, seeds, held_out, model, reflector, n_facts, feedback_tasks, combine, out_name, probation)
