@@ -15,7 +15,14 @@ from dsonet.learn.sandbox import Sandbox
 @pytest.mark.slow
 def test_one_agents_error_learned_from_its_traffic_is_another_agents_first_try_pass(tmp_path):
     with Sandbox(preload=drift.PRELOAD) as sandbox:
-        act = asyncio.run(run_job(JobConfig(), sandbox, tmp_path / "job", echo=lambda _: None))
+        config = JobConfig(answers=tmp_path / "answers.sqlite")
+        act = asyncio.run(run_job(config, sandbox, tmp_path / "job", echo=lambda _: None))
+        again = asyncio.run(run_job(config, sandbox, tmp_path / "job-again", echo=lambda _: None))
+    # a warm rerun replays the served models' sequences: the same story, nothing generated
+    assert act.answers["generated"] > 0 and act.answers["from_cache"] == 0
+    assert again.answers == {"generated": 0, "from_cache": act.answers["generated"]}
+    assert (again.practice, again.lessons, again.before, again.after) == (act.practice, act.lessons, act.before,
+                                                                          act.after)
 
     # agent A (the 1.5B) failed on the removed name, read the error line and wrote a line that ran
     assert "integrate.simps" in act.practice[0].code and "AttributeError" in act.practice[0].said

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dsonet.bench.agent_loop import Agent, RunRecord, locked
 from dsonet.bench.proxy import Served
 from dsonet.learn import drift
+from dsonet.learn.cache import CachedRuns
 from dsonet.learn.episodes import episodes
 from dsonet.learn.llama_llm import embedded
 from dsonet.learn.sandbox import Sandbox
@@ -45,6 +46,7 @@ class JobConfig:
     tries: int = 3  # agent A's, as `dso bench agents` gives its agents
     max_tokens: int = 48
     threads: int | None = None  # llama.cpp threads; None: half the cores
+    answers: Path | None = None  # the served models' sequences kept on disk (`CachedRuns`); None: always generate
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class JobAct:
     before: Line  # agent B's first try, its node empty
     after: Line  # agent B's first try with its proxy injecting what node B holds
     seconds: float
+    answers: dict[str, int]  # the served models' sequences: generated, and replayed from ``JobConfig.answers``
 
     @property
     def shown(self) -> bool:
@@ -102,9 +105,15 @@ async def run_job(config: JobConfig, sandbox: Sandbox, workdir: Path, echo=print
         node_a, node_b = fleet.stores
         learner = TrafficLearner(node_a)
         with ExitStack() as stack:
+            caches: list[CachedRuns] = []
+
             def agent(name: str, memory, tries: int, **kw) -> Agent:
                 llm = embedded(name, config.threads, slots=2)
-                model = stack.enter_context(Served(serve_app(ServedModel.of(llm, name))))
+                served = ServedModel.of(llm, name)
+                if config.answers is not None:  # a warm rerun replays them, as the demo's other acts do
+                    caches.append(CachedRuns(served.run, llm.name, config.answers))
+                    served = replace(served, run=caches[-1])
+                model = stack.enter_context(Served(serve_app(served)))
                 proxy = stack.enter_context(Served(proxy_app(memory, f"{model.url}/v1", **kw)))
                 made = Agent(0, f"{proxy.url}/v1", name, check, tries, config.max_tokens)
                 stack.callback(made.close)
@@ -127,7 +136,8 @@ async def run_job(config: JobConfig, sandbox: Sandbox, workdir: Path, echo=print
     return JobAct(config.fact, config.model_a, config.model, task_a.question, task_b.question, _lines(practice, {}),
                   len({e.key for e in episodes(list(practice.messages))}), lessons, len(held),
                   tuple((e.provenance.episodes, e.provenance.agents) for e in held),
-                  _lines(before, {})[0], _lines(after, texts)[0], round(asyncio.get_running_loop().time() - start, 1))
+                  _lines(before, {})[0], _lines(after, texts)[0], round(asyncio.get_running_loop().time() - start, 1),
+                  {"generated": sum(c.misses for c in caches), "from_cache": sum(c.hits for c in caches)})
 
 
 def job_record(act: JobAct) -> dict:

@@ -130,7 +130,7 @@ async def run_demo(config: DemoConfig = DemoConfig(), echo: Echo = print) -> Dem
             return report
         echo(f"[9/{STEPS}] On the job: one agent's error, learned by its `dso proxy --learn` from its traffic alone, "
              "becomes another agent's first-try pass")
-        act = await run_job(JobConfig(threads=config.threads), sandbox, workdir / "job", echo)
+        act = await run_job(JobConfig(threads=config.threads, answers=config.answer_cache), sandbox, workdir / "job", echo)
         clock.lap("job")
         return replace(report, job=act, seconds=clock.laps())
 

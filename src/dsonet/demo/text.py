@@ -85,7 +85,8 @@ def _job_lines(job: JobAct) -> list[str]:
               "node A signed: " + ", ".join(f"{e} episode(s), {a} agent(s)" for e, a in job.evidence),
               f"  agent B again, its proxy injecting what node B holds: {said(job.after)}",
               "  " + ("one agent's error became another agent's first-try pass" if job.shown else
-                      "the story did not hold on this run: see the lines above")]
+                      "the story did not hold on this run: see the lines above")
+              + f" ({job.seconds:.0f} s{_answer_line(job.answers)})"]
     return lines
 
 

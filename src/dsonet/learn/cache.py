@@ -14,10 +14,12 @@ import hashlib
 import json
 import sqlite3
 import threading
+from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from dsonet.learn.chat import Chat, Completion, check_args
+from dsonet.learn.llama_engine import Generated, Request
 from dsonet.learn.prompts import PROMPTS_VERSION
 
 
@@ -73,6 +75,68 @@ class CachedLLM:
             for i, c in zip(chunk, done):
                 out[i] = c
         return out  # type: ignore[return-value]
+
+
+class CachedRuns:
+    """`LlamaCppLLM.run` (a served model's engine, `dsonet.serve.ServedModel.run`) remembering every sequence it
+    finishes, so a demo's served agents answer a warm rerun from disk as its other acts do. The key is all that
+    decides a sequence: the model's name, the prompt's tokens, temperature, max_tokens, seed, stop strings and
+    grammar. A replayed sequence reaches its caller as a generated one does (its text in one streamed piece,
+    then ``on_done``); a cancelled one is not kept."""
+
+    def __init__(self, run: Callable[..., list[Generated]], name: str, path: str | Path):
+        self._run, self.name = run, name
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS runs (key TEXT PRIMARY KEY, text TEXT NOT NULL, "
+                        "tokens INTEGER NOT NULL, finish TEXT NOT NULL)")
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def __call__(self, requests: Sequence[Request], intake: Callable[[], Sequence[Request]] | None = None
+                 ) -> list[Generated]:
+        requests = list(requests)
+        out = [self._replayed(r) for r in requests]
+        todo = [i for i, g in enumerate(out) if g is None]
+
+        def fresh() -> list[Request]:  # sequences arriving meanwhile: the cached ones are answered at once
+            return [self._keeping(r) for r in intake() if self._replayed(r) is None]
+
+        if todo or intake is not None:
+            for i, g in zip(todo, self._run([self._keeping(requests[i]) for i in todo],
+                                            intake=fresh if intake is not None else None)):
+                out[i] = g
+        return out  # type: ignore[return-value]
+
+    def _key(self, r: Request) -> str:
+        blob = json.dumps([self.name, list(r.tokens), r.temperature, r.max_tokens, r.seed, list(r.stop), r.grammar])
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def _replayed(self, r: Request) -> Generated | None:
+        with self._lock:
+            row = self.db.execute("SELECT text, tokens, finish FROM runs WHERE key = ?", (self._key(r),)).fetchone()
+        if row is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        generated = Generated(*row)
+        if r.on_text is not None and generated.text:
+            r.on_text(generated.text)
+        if r.on_done is not None:
+            r.on_done(generated)
+        return generated
+
+    def _keeping(self, r: Request) -> Request:
+        key, then = self._key(r), r.on_done
+
+        def done(g: Generated) -> None:
+            if g.finish != "cancelled":
+                with self._lock:
+                    self.db.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?)", (key, g.text, g.tokens, g.finish))
+            if then is not None:
+                then(g)
+        return replace(r, on_done=done)
 
 
 def answer_counts(*llms) -> dict[str, int]:
