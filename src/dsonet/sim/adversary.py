@@ -22,6 +22,7 @@ import numpy as np
 
 from dsonet.codec import Profile, decode, make_batch
 from dsonet.codec.batch import claims
+from dsonet.encoders.cache import cached_encode
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
 from dsonet.network.transport import MSG_ID, SENDER, Message, Transport, subject_for
@@ -73,7 +74,8 @@ def view(wire: list[Message], honest: dict[str, bytes], encoder, profile: Profil
          seed: int) -> View:
     """What the attackers see now; ``honest`` maps honest node ids to their public keys."""
     payloads = [m.data for m in wire if m.headers.get(SENDER) in honest and is_batch(m)]
-    query_vectors = encoder.encode(questions, kind="query")
+    # the attacker's guess at the fleet's queries is the same list every run: encoded once, kept on disk
+    query_vectors = cached_encode(encoder, questions, kind="query")
     # With nothing honest on the wire, the attackers aim at the queries they expect instead.
     vectors = np.concatenate([decode(p, [profile]).vectors() for p in payloads]) if payloads else query_vectors
     return View(honest_vectors=vectors, honest_payloads=payloads, honest_ids=list(honest.items()),
