@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
 import httpx
 
@@ -45,8 +45,9 @@ _ERROR_LINE = re.compile(r"^[A-Z]\w*(?:Error|Exception|Warning)\b")
 class Try:
     passed: bool
     said: str  # what the environment answered (the next user turn)
-    tokens: int  # prompt + completion tokens of the request that wrote this try's code
+    tokens: int  # prompt + completion tokens of the request that wrote it (a framework's: all since the last try)
     lessons: tuple[str, ...]  # the ids the proxy injected into that request (X-DSO-Lessons)
+    code: str = ""  # what the try wrote: the loop's reply, a framework's tool call's code
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,16 @@ class RunRecord:
     @property
     def tokens(self) -> int:
         return sum(t.tokens for t in self.tries)
+
+
+class Solver(Protocol):
+    """What the bench asks of an agent, the loop's or a framework's (`agent_smolagents.SmolAgent`)."""
+
+    index: int
+
+    def solve(self, task: Task) -> RunRecord: ...
+
+    def close(self) -> None: ...
 
 
 def environment_says(check: Check) -> str:
@@ -98,7 +109,7 @@ class Agent:
             reply, tokens, lessons = self._complete(messages, self.max_tokens, self.retry_temperature if k else 0.0, k)
             check = self.check(task, reply)
             said = environment_says(check)
-            tries.append(Try(check.passed, said, tokens, lessons))
+            tries.append(Try(check.passed, said, tokens, lessons, reply))
             last = check.passed or k == self.tries - 1
             messages += [{"role": "assistant", "content": reply},
                          {"role": "user", "content": said if last else f"{said}\n{RETRY}"}]

@@ -30,6 +30,9 @@ greedy sampling and token limits, and differs only in the lessons its proxy inje
 conditions go through proxies that do not learn, so no held-out task teaches the fleet; the
 feedback phase's proxies learn (as `--learn` does) besides inferring outcomes, so the last
 condition may also hold lessons learned then (counted in ``phases.feedback``).
+
+``framework`` picks the agents of every phase: the bench's own loop (``loop``) or smolagents' own
+agent (``smolagents``, `dsonet.bench.agent_smolagents`); the row says which.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ import click
 import numpy as np
 
 from dsonet.bench.agent_loop import RunRecord, locked
-from dsonet.bench.agents_fleet import Proxies, episodes_in, held_out, open_proxies, work
+from dsonet.bench.agents_fleet import FRAMEWORKS, Proxies, agent_type, episodes_in, held_out, open_proxies, work
 from dsonet.bench.agents_report import COLUMNS, row
 from dsonet.bench.proxy import Served
 from dsonet.bench.report import format_table, write_results
@@ -76,6 +79,7 @@ class AgentsPlan:
     retry_temperature: float = 0.7  # a retry samples (the first try is greedy): Training-free GRPO's temperature
     model: str = MODELS[0]
     seed: int = 0  # rotates which agent practises on which facts
+    framework: str = FRAMEWORKS[0]  # whose agents: the bench's loop, or a real framework's (`agents_fleet.FRAMEWORKS`)
 
     def drift(self) -> DriftPlan:
         """The drift scenario's plan these sizes give (its splits, its facts in play)."""
@@ -124,6 +128,7 @@ async def run_fleet(plan: AgentsPlan, workdir: Path, log=print) -> dict:
     """Every step on a started fleet; what each condition's runs showed and what the fleet held at the end."""
     from dsonet.serve import ServedModel, create_app as serve_app  # loads jinja2
 
+    agent_type(plan.framework)  # a missing framework says so before anything starts
     dplan, t0 = plan.drift(), time.perf_counter()
     splits = make_splits(dplan, plan.seed)
     log(f"{len(splits.held_out)} held-out tasks of {len(facts_for(dplan))} facts; {sum(map(len, splits.train))} "
@@ -135,7 +140,7 @@ async def run_fleet(plan: AgentsPlan, workdir: Path, log=print) -> dict:
         check = locked(lambda task, reply: drift.check(sandbox, task, reply))
         async with running(True, plan.agents, workdir, plan.model) as fleet:
             px = open_proxies(stack, [p.url for p in fleet.procs], f"{model.url}/v1", plan.model, check,
-                              plan.tries, plan.answer_tokens, plan.retry_temperature)
+                              plan.tries, plan.answer_tokens, plan.retry_temperature, plan.framework)
             steps = Steps(px, splits.held_out, log)
             await steps.condition("none")  # 1. the nodes are empty
             await steps.learn("practice", [splits.train[i] for i in range(plan.agents)])  # 2.
@@ -168,30 +173,29 @@ def held_at_end(states: list, byz_ids: set[str]) -> dict:
 def example(held: list, runs: dict[str, list[RunRecord]], texts: dict[str, str]) -> dict | None:
     """One held-out task that failed its first try without lessons and passed it with the fleet's."""
     for task, none, fleet in zip(held, runs["none"], runs["fleet"]):
-        if not none.first_try and fleet.first_try and fleet.tries[0].lessons:
-            return {"task": task.question, "fact": task.entry["fact"], "none": none.messages[2]["content"],
-                    "none_said": none.tries[0].said, "fleet": fleet.messages[2]["content"],
+        if none.tries and not none.first_try and fleet.first_try and fleet.tries[0].lessons:
+            return {"task": task.question, "fact": task.entry["fact"], "none": none.tries[0].code,
+                    "none_said": none.tries[0].said, "fleet": fleet.tries[0].code,
                     "lessons": [texts.get(i, i) for i in fleet.tries[0].lessons]}
     return None
 
 
 def _record(r: RunRecord) -> dict:
     """A run as the result file keeps it: each try's code, what the environment said, tokens and lessons."""
-    codes = [m["content"] for m in r.messages if m["role"] == "assistant"]
-    return {"task": r.task_id, "agent": r.agent, "passed": [t.passed for t in r.tries], "code": codes,
-            "said": [t.said for t in r.tries], "tokens": [t.tokens for t in r.tries],
-            "lessons": [list(t.lessons) for t in r.tries]}
+    return {"task": r.task_id, "agent": r.agent, "passed": [t.passed for t in r.tries],
+            "code": [t.code for t in r.tries], "said": [t.said for t in r.tries],
+            "tokens": [t.tokens for t in r.tries], "lessons": [list(t.lessons) for t in r.tries]}
 
 
 def run(plan: AgentsPlan, out: str = "agents", log=print) -> Path:
-    """The bench at ``plan``'s sizes: bench/results/<out>.json, one row for the bench's own loop."""
+    """The bench at ``plan``'s sizes: bench/results/<out>.json, one row for ``plan.framework``'s agents."""
     workdir = cache_dir() / "bench-agents" / out
     shutil.rmtree(workdir, ignore_errors=True)  # the nodes start empty
     workdir.mkdir(parents=True)
     got = asyncio.run(run_fleet(plan, workdir, log))
     control = np.array([fact_of(t).control for t in got["held"]], bool)
     steps: Steps = got["steps"]
-    result = row("loop", plan.model, plan.tries, steps.runs, control, got["poison_ids"])
+    result = row(plan.framework, plan.model, plan.tries, steps.runs, control, got["poison_ids"])
     counted = got["counted"]
     result |= {"poison_rows_hidden": counted["poison_rows_hidden"], "honest_rows_hidden": counted["honest_rows_hidden"],
                "episodes_learned": got["episodes"]["learned"], "episodes_paired": got["episodes"]["paired"],
@@ -221,24 +225,34 @@ def run(plan: AgentsPlan, out: str = "agents", log=print) -> Path:
               help="Feedback tasks per agent after the poison (their outcomes inferred by the proxies).")
 @click.option("--model", type=click.Choice(MODELS), default=AgentsPlan.model, show_default=True,
               help="The embedded model every agent runs (served once, as `dso llm serve`).")
+@click.option("--framework", type=click.Choice(FRAMEWORKS), default=AgentsPlan.framework, show_default=True,
+              help="Whose agents: the bench's own loop, or smolagents' ToolCallingAgent with a run_python tool "
+                   "(pip install 'dsonet[frameworks]').")
 @click.option("--seed", type=int, default=0, show_default=True, help="Rotates which agent practises on which facts.")
 @click.option("--out", default="agents", show_default=True, help="Results name: bench/results/OUT.json.")
-def cli(agents, facts, n_eval, tries, practice_per_fact, feedback_tasks, model, seed, out) -> None:
+def cli(agents, facts, n_eval, tries, practice_per_fact, feedback_tasks, model, framework, seed, out) -> None:
     """Agents that learn on the job: honest coding agents (write a line of Python, run it in the
     sandbox, read the result, retry) each through its own `dso proxy --learn` and node on a NATS
     cluster, and a Byzantine node publishing the drift poison. Per condition (no lessons, the agent's
     own, the fleet's, poisoned, poisoned after a feedback phase whose outcomes the proxies infer):
     first-try pass rate, solved within the tries, tries and tokens per solved task, with paired 95%
     intervals resampling tasks. Writes bench/results/OUT.json. The defaults are the full size (hours on
-    2 cores); shrink with --facts, --n-eval, --tries, --agents.
+    2 cores); shrink with --facts, --n-eval, --tries, --agents. --framework smolagents runs smolagents'
+    own agent in every phase instead of the bench's loop (its row's framework).
 
     \b
     Examples:
       dso bench agents                                      the full size: 72 facts, 144 held-out tasks
       dso bench agents --facts 2 --n-eval 4 --tries 1 --practice-per-fact 1 --feedback-tasks 2 --out agents-smoke
+      dso bench agents --framework smolagents --facts 2 --n-eval 4 --feedback-tasks 2 --out agents-smolagents
     """
+    try:
+        agent_type(framework)
+    except ModuleNotFoundError as e:
+        raise click.UsageError(str(e)) from e
     plan = replace(AgentsPlan(), agents=agents, facts=facts, n_eval=n_eval, tries=tries,
-                   practice_per_fact=practice_per_fact, feedback_tasks=feedback_tasks, model=model, seed=seed)
+                   practice_per_fact=practice_per_fact, feedback_tasks=feedback_tasks, model=model,
+                   framework=framework, seed=seed)
     log = lambda msg: click.echo(f"[{time.strftime('%H:%M:%S')}] {msg}")  # noqa: E731
     path = run(plan, out, log)
     click.echo(f"wrote {path}")

@@ -4,7 +4,9 @@ Per honest node two proxies (`dsonet.proxy.app.create_app`, each on a port of it
 HTTP API as its memory): a learning one (`--learn`: its `TrafficLearner` reads every request and
 answer for episodes and outcomes) for the practice and feedback phases, and a plain one for the
 held-out conditions, so that held-out tasks never teach the fleet what it is then scored on. Both
-forward to the one served model (`dsonet.serve`, what `dso llm serve` runs).
+forward to the one served model (`dsonet.serve`, what `dso llm serve` runs). The agent behind each
+proxy is the bench's own loop (`agent_loop.Agent`, framework ``loop``) or a real framework's
+(`agent_smolagents.SmolAgent`, ``smolagents``), the same in every phase.
 
 `work` runs a phase: every agent through its own list of tasks, the agents at once, one
 progress bar over all of them.
@@ -19,7 +21,7 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from dsonet.bench.agent_loop import Agent, RunRecord
+from dsonet.bench.agent_loop import Agent, RunRecord, Solver
 from dsonet.bench.proxy import Served
 from dsonet.learn.drift import Check
 from dsonet.encoders.minilm_numpy import numpy_minilm
@@ -56,16 +58,37 @@ class CountingLearner(TrafficLearner):
 
 @dataclass
 class Proxies:
-    learning: list[Agent] = field(default_factory=list)  # through a `--learn` proxy (practice, feedback)
-    plain: list[Agent] = field(default_factory=list)  # through a proxy that only injects (held-out)
+    learning: list[Solver] = field(default_factory=list)  # through a `--learn` proxy (practice, feedback)
+    plain: list[Solver] = field(default_factory=list)  # through a proxy that only injects (held-out)
     learners: list[CountingLearner] = field(default_factory=list)
 
 
+FRAMEWORKS = ("loop", "smolagents")
+INSTALL_SMOLAGENTS = "pip install 'dsonet[frameworks]' (or: pip install smolagents==1.22.0)"
+
+
+def agent_type(framework: str) -> type:
+    """The agent class of ``framework``; a ModuleNotFoundError naming the install command where it is missing."""
+    if framework == "loop":
+        return Agent
+    if framework != "smolagents":
+        raise ValueError(f"unknown framework {framework!r}: one of {', '.join(FRAMEWORKS)}")
+    try:
+        from dsonet.bench.agent_smolagents import SmolAgent
+    except ModuleNotFoundError as e:
+        if e.name != "smolagents":
+            raise
+        raise ModuleNotFoundError(f"--framework smolagents needs smolagents: {INSTALL_SMOLAGENTS}",
+                                  name=e.name) from e
+    return SmolAgent
+
+
 def open_proxies(stack: ExitStack, node_urls: list[str], upstream: str, model: str, check: Callable[[Task, str], Check],
-                 tries: int, max_tokens: int, retry_temperature: float) -> Proxies:
-    """Two proxies per node, started on ``stack`` (closed with it), and an agent behind each."""
+                 tries: int, max_tokens: int, retry_temperature: float, framework: str = "loop") -> Proxies:
+    """Two proxies per node, started on ``stack`` (closed with it), and a ``framework`` agent behind each."""
     from dsonet.proxy.app import create_app  # loads uvicorn
 
+    make = agent_type(framework)
     out = Proxies()
     for i, url in enumerate(node_urls):
         memory = NodeClient(url)  # the node's HTTP API is the proxy's memory, as `dso proxy --node` opens it
@@ -74,17 +97,17 @@ def open_proxies(stack: ExitStack, node_urls: list[str], upstream: str, model: s
         for app, agents in ((create_app(memory, upstream, learner=learner), out.learning),
                             (create_app(memory, upstream), out.plain)):
             served = stack.enter_context(Served(app))
-            agent = Agent(i, f"{served.url}/v1", model, check, tries, max_tokens, retry_temperature)
+            agent = make(i, f"{served.url}/v1", model, check, tries, max_tokens, retry_temperature)
             stack.callback(agent.close)
             agents.append(agent)
         out.learners.append(learner)
     return out
 
 
-def work(agents: list[Agent], jobs: list[list[Task]], label: str) -> list[list[RunRecord]]:
+def work(agents: list[Solver], jobs: list[list[Task]], label: str) -> list[list[RunRecord]]:
     """Agent k solves ``jobs[k]`` in order, every agent at once; their records, per agent."""
     with tqdm(total=sum(map(len, jobs)), desc=label, unit="task") as bar, ThreadPoolExecutor(len(agents)) as pool:
-        def solve_all(agent: Agent, tasks: list[Task]) -> list[RunRecord]:
+        def solve_all(agent: Solver, tasks: list[Task]) -> list[RunRecord]:
             out = []
             for task in tasks:
                 out.append(agent.solve(task))
@@ -93,7 +116,7 @@ def work(agents: list[Agent], jobs: list[list[Task]], label: str) -> list[list[R
         return list(pool.map(solve_all, agents, jobs))
 
 
-def held_out(agents: list[Agent], tasks: list[Task], label: str) -> list[RunRecord]:
+def held_out(agents: list[Solver], tasks: list[Task], label: str) -> list[RunRecord]:
     """Task i solved by agent i mod len(agents) (the same in every condition); records in the tasks' order."""
     n = len(agents)
     per_agent = work(agents, [tasks[k::n] for k in range(n)], label)

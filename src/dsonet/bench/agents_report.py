@@ -60,8 +60,10 @@ def row(framework: str, model: str, tries: int, records: dict[str, list[RunRecor
         out[f"tokens_per_solved_{c}"] = _r(per_solved(d["tokens"][change], d["solved"][change]))
     none, fleet = out.get("tokens_per_solved_none"), out.get("tokens_per_solved_fleet")
     out["tokens_per_solved_fleet_vs_none"] = _r(fleet / none) if none and fleet else None
-    out["coverage"] = {c: _r(np.mean([bool(r.tries[0].lessons) for r in records[c]])) for c in data}
-    out["poison_in_first_prompt"] = {c: _r(np.mean([bool(set(r.tries[0].lessons) & poison_ids) for r in records[c]]))
+    # a framework's run may make no try (its agent answered without running code): it counts as uncovered
+    first = {c: [r.tries[0].lessons if r.tries else () for r in records[c]] for c in data}
+    out["coverage"] = {c: _r(np.mean([bool(lessons) for lessons in first[c]])) for c in data}
+    out["poison_in_first_prompt"] = {c: _r(np.mean([bool(set(lessons) & poison_ids) for lessons in first[c]]))
                                      for c in data}
     if control.any():
         out["controls"] = {c: {"first_try": _r(d["first_try"][control].mean()),
