@@ -270,7 +270,11 @@ HEAVY = {*EXTRAS, "uvicorn", "langchain_core", "huggingface_hub"}
 # A core dependency slow to import: scipy.sparse takes 0.1-0.4 s, and `dso node --help`, `dso search --help`...
 # load the library (their option defaults live there), so the library's duplicate clusters import it when run.
 SLOW_CORE = {"scipy"}
-CLEAN_BENCHES = tuple(sorted(path.stem for path in (SRC / "bench").glob("*.py") if path.stem != "__init__"))
+# a framework's adapter exists to drive its optional package (`dso bench agents --framework smolagents` imports it
+# only when asked, and says how to install it when it is missing)
+FRAMEWORK_ADAPTERS = {"agent_smolagents"}
+CLEAN_BENCHES = tuple(sorted(path.stem for path in (SRC / "bench").glob("*.py")
+                             if path.stem != "__init__" and path.stem not in FRAMEWORK_ADAPTERS))
 
 
 def _heavy_modules() -> set[str]:
