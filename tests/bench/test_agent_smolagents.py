@@ -111,6 +111,13 @@ def test_steps_without_a_run_cost_a_try_and_smolagents_own_last_request_closes(s
     assert REFUSED in str(bodies[-1]["messages"])
 
 
+def test_code_that_does_not_parse_gets_pythons_own_error_line(smol):
+    broken = STALE + "}"  # the 0.5B's calls ended on a stray brace: the bench's check finds no code in it
+    record, ran, bodies = solve(smol, [call(broken), call(FIXED)], tries=3)
+    assert ran == [broken, FIXED] and record.tries[0].said == "SyntaxError: unmatched '}'"
+    assert "SyntaxError: unmatched '}'" in str(bodies[1]["messages"])  # what the model read next
+
+
 def test_a_missing_smolagents_names_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "smolagents", None)  # what importing an uninstalled package raises
     monkeypatch.delitem(sys.modules, "dsonet.bench.agent_smolagents", raising=False)

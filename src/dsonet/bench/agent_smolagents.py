@@ -120,7 +120,7 @@ class SmolAgent:
             if run is None or run.closed:
                 return OVER
             check = self.check(run.task, code)
-            said = environment_says(check)
+            said = _syntax_error(code) or environment_says(check)
             run.tries.append(Try(check.passed, said, run.tokens, run.lessons, code))
             run.tokens = 0
             run.closed = check.passed or len(run.tries) == self.tries
@@ -155,3 +155,13 @@ class SmolAgent:
 
     def close(self) -> None:
         self.http.close()
+
+
+def _syntax_error(code: str) -> str | None:
+    """Python's own line for a tool call's code that does not parse: a tool runs the code it is given, where the
+    bench's check reads code leniently out of a chat reply and would say only that it found none."""
+    try:
+        compile(code, "<run_python>", "exec")
+    except SyntaxError as exc:
+        return f"SyntaxError: {exc.msg}"
+    return None
