@@ -128,7 +128,7 @@ async def run_fleet(plan: AgentsPlan, workdir: Path, log=print) -> dict:
     """Every step on a started fleet; what each condition's runs showed and what the fleet held at the end."""
     from dsonet.serve import ServedModel, create_app as serve_app  # loads jinja2
 
-    agent_type(plan.framework)  # a missing framework says so before anything starts
+    make = agent_type(plan.framework)  # a missing framework says so before anything starts
     dplan, t0 = plan.drift(), time.perf_counter()
     splits = make_splits(dplan, plan.seed)
     log(f"{len(splits.held_out)} held-out tasks of {len(facts_for(dplan))} facts; {sum(map(len, splits.train))} "
@@ -140,7 +140,7 @@ async def run_fleet(plan: AgentsPlan, workdir: Path, log=print) -> dict:
         check = locked(lambda task, reply: drift.check(sandbox, task, reply))
         async with running(True, plan.agents, workdir, plan.model) as fleet:
             px = open_proxies(stack, [p.url for p in fleet.procs], f"{model.url}/v1", plan.model, check,
-                              plan.tries, plan.answer_tokens, plan.retry_temperature, plan.framework)
+                              plan.tries, plan.answer_tokens, plan.retry_temperature, make)
             steps = Steps(px, splits.held_out, log)
             await steps.condition("none")  # 1. the nodes are empty
             await steps.learn("practice", [splits.train[i] for i in range(plan.agents)])  # 2.

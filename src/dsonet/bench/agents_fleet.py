@@ -84,11 +84,11 @@ def agent_type(framework: str) -> type:
 
 
 def open_proxies(stack: ExitStack, node_urls: list[str], upstream: str, model: str, check: Callable[[Task, str], Check],
-                 tries: int, max_tokens: int, retry_temperature: float, framework: str = "loop") -> Proxies:
-    """Two proxies per node, started on ``stack`` (closed with it), and a ``framework`` agent behind each."""
+                 tries: int, max_tokens: int, retry_temperature: float, make: type = Agent) -> Proxies:
+    """Two proxies per node, started on ``stack`` (closed with it), and an agent of class ``make`` behind each
+    (`agent_type`)."""
     from dsonet.proxy.app import create_app  # loads uvicorn
 
-    make = agent_type(framework)
     out = Proxies()
     for i, url in enumerate(node_urls):
         memory = NodeClient(url)  # the node's HTTP API is the proxy's memory, as `dso proxy --node` opens it

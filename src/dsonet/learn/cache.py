@@ -30,11 +30,8 @@ class CachedLLM:
     def __init__(self, llm, path: str | Path):
         self.llm = llm
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, texts TEXT NOT NULL, "
-                        "prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL)")
+        self.db = _answers_file(self.path, "answers (key TEXT PRIMARY KEY, texts TEXT NOT NULL, "
+                                           "prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL)")
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
@@ -86,11 +83,8 @@ class CachedRuns:
 
     def __init__(self, run: Callable[..., list[Generated]], name: str, path: str | Path):
         self._run, self.name = run, name
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("CREATE TABLE IF NOT EXISTS runs (key TEXT PRIMARY KEY, text TEXT NOT NULL, "
-                        "tokens INTEGER NOT NULL, finish TEXT NOT NULL)")
+        self.db = _answers_file(Path(path), "runs (key TEXT PRIMARY KEY, text TEXT NOT NULL, tokens INTEGER NOT NULL, "
+                                            "finish TEXT NOT NULL)")
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
@@ -137,6 +131,15 @@ class CachedRuns:
             if then is not None:
                 then(g)
         return replace(r, on_done=done)
+
+
+def _answers_file(path: Path, table: str) -> sqlite3.Connection:
+    """The cache file (one file holds both tables), shared by threads; ``table``: its name and columns."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(f"CREATE TABLE IF NOT EXISTS {table}")
+    return db
 
 
 def answer_counts(*llms) -> dict[str, int]:
