@@ -128,3 +128,31 @@ def test_the_default_plan_is_full_size_and_a_small_one_keeps_every_agent_in_feed
     jobs = bench_agents.feedback_jobs(splits, small.agents, small.feedback_tasks)
     assert [len(j) for j in jobs] == [9] * small.agents  # the pool wraps round when it is smaller
     assert not {t.id for t in splits.held_out} & {t.id for j in jobs for t in j}
+
+
+def test_combine_gathers_one_row_per_framework_and_model_and_refuses_two_for_one(tmp_path, monkeypatch):
+    import json
+
+    from click.testing import CliRunner
+
+    def results(name, framework, model, first_try):
+        (tmp_path / "bench" / "results" / f"{name}.json").write_text(json.dumps(
+            {"plan": {"model": model}, "rows": [{"framework": framework, "model": model, "first_try_fleet": first_try}],
+             "machine": {"cores": 2}}))
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    results("a", "loop", "m1", 0.5)
+    results("b", "smolagents", "m2", 0.25)
+    results("c", "loop", "m1", 0.75)
+    out = CliRunner().invoke(bench_agents.cli, ["--combine", "a,b"])
+    assert out.exit_code == 0, out.output
+    data = json.loads((tmp_path / "bench" / "results" / "agents.json").read_text())
+    assert [(r["framework"], r["model"], r["first_try_fleet"], r["source"]) for r in data["rows"]] == \
+        [("loop", "m1", 0.5, "a"), ("smolagents", "m2", 0.25, "b")]
+    assert data["combined_from"] == ["a", "b"] and data["rows"][1]["plan"] == {"model": "m2"}
+    refused = CliRunner().invoke(bench_agents.cli, ["--combine", "a,c", "--out", "both"])
+    assert refused.exit_code == 2 and "c and a both hold a row for framework 'loop', model 'm1'" in refused.output
+    missing = CliRunner().invoke(bench_agents.cli, ["--combine", "a,zzz", "--out", "both"])
+    assert missing.exit_code == 2 and "no zzz.json" in missing.output
+    assert not (tmp_path / "bench" / "results" / "both.json").exists()

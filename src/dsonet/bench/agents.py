@@ -38,6 +38,7 @@ agent (``smolagents``, `dsonet.bench.agent_smolagents`); the row says which.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import shutil
 import time
@@ -50,9 +51,9 @@ import numpy as np
 
 from dsonet.bench.agent_loop import RunRecord, locked
 from dsonet.bench.agents_fleet import FRAMEWORKS, Proxies, agent_type, episodes_in, held_out, open_proxies, work
-from dsonet.bench.agents_report import COLUMNS, row
+from dsonet.bench.agents_report import COLUMNS, combined, row
 from dsonet.bench.proxy import Served
-from dsonet.bench.report import format_table, write_results
+from dsonet.bench.report import RESULTS_DIR, format_table, write_results
 from dsonet.encoders.cache import cache_dir
 from dsonet.learn import drift
 from dsonet.learn.episodes import DOMAIN
@@ -210,6 +211,21 @@ def run(plan: AgentsPlan, out: str = "agents", log=print) -> Path:
     return path
 
 
+def write_combined(names: list[str], out: str = "agents", results_dir: Path = RESULTS_DIR) -> Path:
+    """bench/results/OUT.json: the rows of the named runs' results, one per (framework, model)."""
+    missing = [n for n in names if not (results_dir / f"{n}.json").is_file()]
+    if missing:
+        raise click.UsageError(f"--combine: no {', '.join(f'{n}.json' for n in missing)} in {results_dir}")
+    if out in names:
+        raise click.UsageError(f"--combine would overwrite {out}.json, one of its inputs: give another --out")
+    try:
+        data = combined({n: json.loads((results_dir / f"{n}.json").read_text()) for n in names})
+    except ValueError as e:
+        raise click.UsageError(f"--combine: {e}") from e
+    print(format_table(data["rows"], COLUMNS))
+    return write_results(out, data, results_dir)
+
+
 @click.command()
 @click.option("--agents", type=click.IntRange(2), default=AgentsPlan.agents, show_default=True,
               help="Honest agents, each with its own proxy and node.")
@@ -230,7 +246,10 @@ def run(plan: AgentsPlan, out: str = "agents", log=print) -> Path:
                    "(pip install 'dsonet[frameworks]').")
 @click.option("--seed", type=int, default=0, show_default=True, help="Rotates which agent practises on which facts.")
 @click.option("--out", default="agents", show_default=True, help="Results name: bench/results/OUT.json.")
-def cli(agents, facts, n_eval, tries, practice_per_fact, feedback_tasks, model, framework, seed, out) -> None:
+@click.option("--combine", default=None, metavar="NAME,NAME",
+              help="Run nothing: gather the rows of bench/results/NAME.json files (one per framework and model) "
+                   "into OUT.json.")
+def cli(agents, facts, n_eval, tries, practice_per_fact, feedback_tasks, model, framework, seed, out, combine) -> None:
     """Agents that learn on the job: honest coding agents (write a line of Python, run it in the
     sandbox, read the result, retry) each through its own `dso proxy --learn` and node on a NATS
     cluster, and a Byzantine node publishing the drift poison. Per condition (no lessons, the agent's
@@ -238,14 +257,19 @@ def cli(agents, facts, n_eval, tries, practice_per_fact, feedback_tasks, model, 
     first-try pass rate, solved within the tries, tries and tokens per solved task, with paired 95%
     intervals resampling tasks. Writes bench/results/OUT.json. The defaults are the full size (hours on
     2 cores); shrink with --facts, --n-eval, --tries, --agents. --framework smolagents runs smolagents'
-    own agent in every phase instead of the bench's loop (its row's framework).
+    own agent in every phase instead of the bench's loop (its row's framework). A run writes one row;
+    --combine gathers several runs' rows into one table.
 
     \b
     Examples:
       dso bench agents                                      the full size: 72 facts, 144 held-out tasks
       dso bench agents --facts 2 --n-eval 4 --tries 1 --practice-per-fact 1 --feedback-tasks 2 --out agents-smoke
       dso bench agents --framework smolagents --facts 2 --n-eval 4 --feedback-tasks 2 --out agents-smolagents
+      dso bench agents --combine agents-paired,agents-smolagents                    both rows into agents.json
     """
+    if combine:
+        click.echo(f"wrote {write_combined(combine.split(','), out)}")
+        return
     try:
         agent_type(framework)
     except ModuleNotFoundError as e:

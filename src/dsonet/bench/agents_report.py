@@ -75,3 +75,19 @@ def row(framework: str, model: str, tries: int, records: dict[str, list[RunRecor
 COLUMNS = ["framework", "model", "n_eval", "first_try_none", "first_try_own", "first_try_fleet", "first_try_poisoned",
            "first_try_poisoned_after_feedback", "solved_within_3_none", "solved_within_3_fleet",
            "tokens_per_solved_none", "tokens_per_solved_fleet", "poison_rows_hidden", "honest_rows_hidden"]
+
+
+def combined(results: dict[str, dict]) -> dict:
+    """One table of rows from several runs' results (name → that run's JSON), a row per
+    (framework, model), each naming its run and keeping its plan: a long run goes in pieces, one
+    framework or model at a time, and the table is what `bench/results/agents.json` holds."""
+    rows, seen = [], {}
+    for name, data in results.items():
+        for r in data["rows"]:
+            key = (r["framework"], r["model"])
+            if key in seen:
+                raise ValueError(f"{name} and {seen[key]} both hold a row for framework {key[0]!r}, model {key[1]!r}: "
+                                 "name one run per (framework, model)")
+            seen[key] = name
+            rows.append({**r, "source": name, "plan": data["plan"], "machine": data.get("machine")})
+    return {"benchmark": "agents", "rows": rows, "combined_from": list(results)}
