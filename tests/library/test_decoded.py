@@ -60,10 +60,10 @@ def test_after_the_merge_only_the_newest_rows_stay_for_the_reference_pool(tmp_pa
                  trust=lambda signer: 1.0) as lib:
         for b, v in zip(batches, decoded):
             lib.ingest(Admitted(b, decoded=v))
-        assert len(lib._decoded) == 800
+        assert len(lib.decoded) == 800
         jobs = lib.merge_jobs()
         lib.install_merged(jobs, lib.build_merged(jobs))
-        assert len(lib._decoded) == RECENT
+        assert len(lib.decoded) == RECENT
         reconstructed = []
         real = CodeIndex.reconstruct
         monkeypatch.setattr(CodeIndex, "reconstruct",

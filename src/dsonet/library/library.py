@@ -8,6 +8,7 @@
              `MergedHits`     that view read as hits: a cluster as one `Hit`, a search's walk
              `ScopedLessons`  lessons' scopes: a search in an environment, outcomes per environment
              `ReferencePool`  the rows a node's round of received batches is judged beside
+             `DecodedRows`    (``lib.decoded``) the ê a round decoded, kept for the merge and the pool
     writes   `Writes`         the write path: rows into the file, then the index and the view follow
 
     lib = Library("lib.sqlite")                     # the default encoder, loaded on first use
@@ -110,13 +111,13 @@ class Library:
             self.rows.close()
             raise
         idx = self.search_index
-        self._decoded = DecodedRows(idx.index.reconstruct, self.profile.dim)  # ê a round decoded (`ingest`)
-        self.view = opened_view(idx, merge, self._decoded, self.rows.db)
+        self.decoded = DecodedRows(idx.index.reconstruct, self.profile.dim)  # ê a round decoded (`ingest`)
+        self.view = opened_view(idx, merge, self.decoded, self.rows.db)
         self.merged_hits = MergedHits(idx, self.view, self.rows, trust)
         self.scoped = ScopedLessons(self.rows, idx, self.merged_hits)
-        self.writes = Writes(self.rows, idx, self._decoded, self.profile, self._view_changed)
+        self.writes = Writes(self.rows, idx, self.decoded, self.profile, self._view_changed)
         self._search = Search(self.rows, idx, self.merged_hits, self.scoped, self.profile, lambda: self.rescorer)
-        self._reference = ReferencePool(idx, self._decoded)
+        self._reference = ReferencePool(idx, self.decoded)
 
     # ------------------------------------------------------------------ setup
 
