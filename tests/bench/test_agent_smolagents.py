@@ -106,6 +106,10 @@ def test_steps_without_a_run_cost_a_try_and_smolagents_own_last_request_closes(s
     # it, the model reading the refusal): their requests count toward the one try
     assert [t.tokens for t in record.tries] == [110 * 4] and [t.lessons for t in record.tries] == [("L2",)]
     assert "run_python first" in str(bodies[3]["messages"])
+    # greedy until the try failed; then each request is seeded by its number, so a refused answer is not
+    # sampled the same way again
+    assert [b["temperature"] for b in bodies[:4]] == [0.0, 0.0, 0.7, 0.7] and [b["seed"] for b in bodies[:4]] == \
+        [0, 0, 2, 3]
     # max_steps (tries + 1) ran out before the tries did; smolagents' own final request carried the last result
     assert len(bodies) == 5 and "tools" not in bodies[-1] and record.close_tokens == 110
     assert REFUSED in str(bodies[-1]["messages"])

@@ -23,9 +23,11 @@ code in smolagents' own interpreter under the bench's venv, not where the drift 
 - Tokens come from the ``usage`` of each response and lessons from its ``X-DSO-Lessons`` header, read
   by a response hook on the OpenAI client's HTTP client (``client_kwargs={"http_client": ...}``),
   which also keeps each request's messages as sent (the last one is the run's ``messages``).
-- The first request is greedy and a retry samples at ``retry_temperature`` (seeded by the try's
-  number), as in the loop: smolagents forwards its model's ``kwargs`` with every request, so they are
-  set before each one. The closing request asks for ``CLOSE_TOKENS``, like the loop's.
+- The first request is greedy and a retry samples at ``retry_temperature``, as in the loop, seeded by
+  the request's number in the run: a step that follows a refused answer is not sampled as the step
+  before it was (seeded by the try's number, the 1.5B wrote the same refused ``final_answer`` word for
+  word until its steps ran out). smolagents forwards its model's ``kwargs`` with every request, so they
+  are set before each one. The closing request asks for ``CLOSE_TOKENS``, like the loop's.
 - A call's JSON around the line costs tokens the loop's fence does not: a try may write
   ``max_tokens + TOOL_CALL_TOKENS``.
 """
@@ -79,6 +81,7 @@ class _Run:
     last_tokens: int = 0  # of the last request
     lessons: tuple[str, ...] = ()  # injected into the last request
     messages: tuple[dict, ...] = ()  # the last request's, as sent
+    requests: int = 0  # sent so far
     closed: bool = False  # a try passed, or the tries are used up
     close_sent: bool = False  # and a request has carried its result since
 
@@ -102,7 +105,7 @@ class SmolAgent:
 
     def solve(self, task: Task) -> RunRecord:
         self._run = run = _Run(task)
-        self._sample(0)
+        self._sample(run)
         for step in self.agent.run(task.question, stream=True, max_steps=self.tries + 1):
             if isinstance(step, ActionStep) and run.close_sent:
                 break  # the last try's result reached the proxy; smolagents' own final request is not needed
@@ -124,7 +127,7 @@ class SmolAgent:
             run.tries.append(Try(check.passed, said, run.tokens, run.lessons, code))
             run.tokens = 0
             run.closed = check.passed or len(run.tries) == self.tries
-            self._sample(len(run.tries), closing=run.closed)
+            self._sample(run)
             return said
 
     def _ran_first(self, answer: Any, memory: Any) -> bool:
@@ -133,11 +136,13 @@ class SmolAgent:
             raise AssertionError("run your line with run_python first; answer once it says r is what the task asks for")
         return True
 
-    def _sample(self, k: int, closing: bool = False) -> None:
-        """How the next request samples: greedy for the first try, ``retry_temperature`` for a retry."""
-        self.model.kwargs.update(max_tokens=CLOSE_TOKENS if closing else self.max_tokens + TOOL_CALL_TOKENS,
-                                 temperature=self.retry_temperature if k and not closing else 0.0,
-                                 seed=0 if closing else k)
+    def _sample(self, run: _Run) -> None:
+        """How the next request samples: greedy until a try has failed and once the run is closed,
+        otherwise at ``retry_temperature`` with the next request's number as its seed."""
+        retry = bool(run.tries) and not run.closed
+        self.model.kwargs.update(max_tokens=CLOSE_TOKENS if run.closed else self.max_tokens + TOOL_CALL_TOKENS,
+                                 temperature=self.retry_temperature if retry else 0.0,
+                                 seed=run.requests if retry else 0)
 
     def _answered(self, response: Any) -> None:
         """The response hook: the request's tokens, injected lessons and messages, into the run."""
@@ -152,6 +157,8 @@ class SmolAgent:
             run.lessons = tuple(i for i in response.headers.get(LESSONS_HEADER, "").split(",") if i)
             run.messages = tuple(json.loads(response.request.content).get("messages", ()))
             run.close_sent = run.closed
+            run.requests += 1
+            self._sample(run)  # a step that runs no tool (a refused answer) is followed by a request of its own
 
     def close(self) -> None:
         self.http.close()
