@@ -4,8 +4,11 @@ reference), the rows' metrics, and the plan's sizes. The whole bench on the real
 even at its smallest (node processes on NATS, the 0.5B answering every try): its evidence is
 bench/results/agents-smoke.json, not a test."""
 
+import json
+
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from fastapi import FastAPI, Request
 
 from dsonet.bench import agents as bench_agents
@@ -131,10 +134,6 @@ def test_the_default_plan_is_full_size_and_a_small_one_keeps_every_agent_in_feed
 
 
 def test_combine_gathers_one_row_per_framework_and_model_and_refuses_two_for_one(tmp_path, monkeypatch):
-    import json
-
-    from click.testing import CliRunner
-
     def results(name, framework, model, first_try):
         (tmp_path / "bench" / "results" / f"{name}.json").write_text(json.dumps(
             {"plan": {"model": model}, "rows": [{"framework": framework, "model": model, "first_try_fleet": first_try}],

@@ -265,7 +265,7 @@ def cli(agents, facts, n_eval, tries, practice_per_fact, feedback_tasks, model, 
       dso bench agents                                      the full size: 72 facts, 144 held-out tasks
       dso bench agents --facts 2 --n-eval 4 --tries 1 --practice-per-fact 1 --feedback-tasks 2 --out agents-smoke
       dso bench agents --framework smolagents --facts 2 --n-eval 4 --feedback-tasks 2 --out agents-smolagents
-      dso bench agents --combine agents-paired,agents-smolagents                    both rows into agents.json
+      dso bench agents --combine agents-paired,agents-smolagents-1.5b               both rows into agents.json
     """
     if combine:
         click.echo(f"wrote {write_combined(combine.split(','), out)}")
