@@ -1,5 +1,5 @@
 """Two drift runs of one seed, condition by condition: paired 95% bootstrap intervals of new − old over the
-change items both answered (controls left out), 10,000 resamples.
+change items both answered (controls left out), 10,000 resamples (`dsonet.learn.evaluate.paired_bootstrap`).
 
     .venv/bin/python bench/scripts/compare_drift.py \\
         bench/results/learn-drift-qwen2.5-coder-0.5b-seed0.json \\
@@ -18,14 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
+from dsonet.learn.evaluate import paired_bootstrap
+
 
 def load(path: str) -> dict:
     return json.loads(Path(path).read_text())
-
-
-def interval(new: np.ndarray, old: np.ndarray, boot: np.ndarray) -> tuple[float, float]:
-    lo, hi = np.percentile((new - old)[boot].mean(axis=1), [2.5, 97.5])
-    return float(lo), float(hi)
 
 
 def main() -> None:
@@ -39,7 +36,6 @@ def main() -> None:
     if ids != [i["id"] for i in old["items"]]:
         raise SystemExit("the two runs answered different items: compare runs of one seed")
     change = np.flatnonzero(~np.array([i["control"] for i in new["items"]]))
-    boot = np.random.default_rng(0).integers(0, len(change), (10_000, len(change)))
 
     def correct(run: dict, cond: str) -> np.ndarray:
         return np.asarray(run["correct"][cond], float)[change]
@@ -48,7 +44,7 @@ def main() -> None:
     for cond in new["correct"]:
         if cond in old["correct"]:
             a, b = correct(new, cond), correct(old, cond)
-            lo, hi = interval(a, b, boot)
+            lo, hi = paired_bootstrap(a, b)
             print(f"| {cond} | {100 * b.mean():.1f}% | {100 * a.mean():.1f}% | [{100 * lo:+.1f}, {100 * hi:+.1f}] |")
     for spec in args.against:
         cond, _, rest = spec.partition("=")
@@ -57,7 +53,7 @@ def main() -> None:
         if [i["id"] for i in third["items"]] != ids:
             raise SystemExit(f"{path} answered different items: compare runs of one seed")
         a, b = correct(new, cond), correct(third, other)
-        lo, hi = interval(a, b, boot)
+        lo, hi = paired_bootstrap(a, b)
         print(f"| new {cond} − {Path(path).name} {other} | {100 * b.mean():.1f}% | {100 * a.mean():.1f}% | "
               f"[{100 * lo:+.1f}, {100 * hi:+.1f}] |")
     for key in ("poison_rows_hidden", "honest_rows_hidden", "wall_s"):
