@@ -134,22 +134,23 @@ def test_the_default_plan_is_full_size_and_a_small_one_keeps_every_agent_in_feed
 
 
 def test_combine_gathers_one_row_per_framework_and_model_and_refuses_two_for_one(tmp_path, monkeypatch):
-    def results(name, framework, model, first_try):
+    def results(name, framework, model, first_try, **practice):
         (tmp_path / "bench" / "results" / f"{name}.json").write_text(json.dumps(
-            {"plan": {"model": model}, "rows": [{"framework": framework, "model": model, "first_try_fleet": first_try}],
-             "machine": {"cores": 2}}))
+            {"plan": {"model": model}, "rows": [{"framework": framework, "model": model, "first_try_fleet": first_try,
+                                                 **practice}], "machine": {"cores": 2}}))
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bench" / "results").mkdir(parents=True)
     results("a", "loop", "m1", 0.5)
     results("b", "smolagents", "m2", 0.25)
     results("c", "loop", "m1", 0.75)
-    out = CliRunner().invoke(bench_agents.cli, ["--combine", "a,b"])
+    results("d", "loop", "m1", 0.6, practice_model="m2")  # m1 measured, m2 learned with: a row of its own
+    out = CliRunner().invoke(bench_agents.cli, ["--combine", "a,b,d"])
     assert out.exit_code == 0, out.output
     data = json.loads((tmp_path / "bench" / "results" / "agents.json").read_text())
     assert [(r["framework"], r["model"], r["first_try_fleet"], r["source"]) for r in data["rows"]] == \
-        [("loop", "m1", 0.5, "a"), ("smolagents", "m2", 0.25, "b")]
-    assert data["combined_from"] == ["a", "b"] and data["rows"][1]["plan"] == {"model": "m2"}
+        [("loop", "m1", 0.5, "a"), ("smolagents", "m2", 0.25, "b"), ("loop", "m1", 0.6, "d")]
+    assert data["combined_from"] == ["a", "b", "d"] and data["rows"][1]["plan"] == {"model": "m2"}
     refused = CliRunner().invoke(bench_agents.cli, ["--combine", "a,c", "--out", "both"])
     assert refused.exit_code == 2 and "c and a both hold a row for framework 'loop', model 'm1'" in refused.output
     missing = CliRunner().invoke(bench_agents.cli, ["--combine", "a,zzz", "--out", "both"])

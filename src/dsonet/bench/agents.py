@@ -31,6 +31,11 @@ conditions go through proxies that do not learn, so no held-out task teaches the
 feedback phase's proxies learn (as `--learn` does) besides inferring outcomes, so the last
 condition may also hold lessons learned then (counted in ``phases.feedback``).
 
+``practice_model`` (where given) is the model the learning phases' agents run (practice, feedback),
+served beside ``model``, which every held-out condition runs: the 0.5B seldom repairs its own error,
+so a fleet of 0.5B agents learns almost nothing from its own traffic, while the 1.5B's repairs can
+teach it; the row names both.
+
 ``framework`` picks the agents of every phase: the bench's own loop (``loop``) or smolagents' own
 agent (``smolagents``, `dsonet.bench.agent_smolagents`); the row says which.
 """
@@ -79,8 +84,13 @@ class AgentsPlan:
     answer_tokens: int = 48  # one line in a fence; the drift bench's limit
     retry_temperature: float = 0.7  # a retry samples (the first try is greedy): Training-free GRPO's temperature
     model: str = MODELS[0]
+    practice_model: str = ""  # the model of the learning phases (practice, feedback); "": ``model``
     seed: int = 0  # rotates which agent practises on which facts
     framework: str = FRAMEWORKS[0]  # whose agents: the bench's loop, or a real framework's (`agents_fleet.FRAMEWORKS`)
+
+    def learner(self) -> str:
+        """The model the practice and feedback phases' agents run."""
+        return self.practice_model or self.model
 
     def drift(self) -> DriftPlan:
         """The drift scenario's plan these sizes give (its splits, its facts in play)."""
@@ -134,14 +144,16 @@ async def run_fleet(plan: AgentsPlan, workdir: Path, log=print) -> dict:
     splits = make_splits(dplan, plan.seed)
     log(f"{len(splits.held_out)} held-out tasks of {len(facts_for(dplan))} facts; {sum(map(len, splits.train))} "
         f"practice tasks on {plan.agents} agents; {plan.feedback_tasks} feedback tasks each")
-    llm = LlamaCppLLM(gguf_path(plan.model), GGUF[plan.model].name, slots=max(plan.agents, 2))
     byz = adversary.byzantine_nodes(plan.poisoners, "agents-byzantine")
-    with Sandbox(preload=drift.PRELOAD) as sandbox, Served(serve_app(ServedModel.of(llm, plan.model))) as model, \
-            ExitStack() as stack:
+    with Sandbox(preload=drift.PRELOAD) as sandbox, ExitStack() as stack:
+        served = {m: stack.enter_context(Served(serve_app(ServedModel.of(
+            LlamaCppLLM(gguf_path(m), GGUF[m].name, slots=max(plan.agents, 2)), m))))
+            for m in dict.fromkeys((plan.model, plan.learner()))}  # one server per model, as `dso llm serve` runs
         check = locked(lambda task, reply: drift.check(sandbox, task, reply))
         async with running(True, plan.agents, workdir, plan.model) as fleet:
-            px = open_proxies(stack, [p.url for p in fleet.procs], f"{model.url}/v1", plan.model, check,
-                              plan.tries, plan.answer_tokens, plan.retry_temperature, make)
+            px = open_proxies(stack, [p.url for p in fleet.procs], {m: f"{s.url}/v1" for m, s in served.items()},
+                              plan.model, plan.learner(), check, plan.tries, plan.answer_tokens,
+                              plan.retry_temperature, make)
             steps = Steps(px, splits.held_out, log)
             await steps.condition("none")  # 1. the nodes are empty
             await steps.learn("practice", [splits.train[i] for i in range(plan.agents)])  # 2.
@@ -198,6 +210,8 @@ def run(plan: AgentsPlan, out: str = "agents", log=print) -> Path:
     steps: Steps = got["steps"]
     result = row(plan.framework, plan.model, plan.tries, steps.runs, control, got["poison_ids"])
     counted = got["counted"]
+    if plan.practice_model:
+        result["practice_model"] = plan.learner()
     result |= {"poison_rows_hidden": counted["poison_rows_hidden"], "honest_rows_hidden": counted["honest_rows_hidden"],
                "episodes_learned": got["episodes"]["learned"], "episodes_paired": got["episodes"]["paired"],
                "episodes_in_histories": got["episodes"]["in_histories"],
@@ -241,6 +255,10 @@ def write_combined(names: list[str], out: str = "agents", results_dir: Path = RE
               help="Feedback tasks per agent after the poison (their outcomes inferred by the proxies).")
 @click.option("--model", type=click.Choice(MODELS), default=AgentsPlan.model, show_default=True,
               help="The embedded model every agent runs (served once, as `dso llm serve`).")
+@click.option("--practice-model", type=click.Choice(MODELS), default=None,
+              help="The model the agents run while they learn (practice and feedback, served beside --model), where "
+                   "it differs from the one measured on the held-out tasks: a fleet whose larger agents' repairs "
+                   "teach the smaller ones. Default: --model.")
 @click.option("--framework", type=click.Choice(FRAMEWORKS), default=AgentsPlan.framework, show_default=True,
               help="Whose agents: the bench's own loop, or smolagents' ToolCallingAgent with a run_python tool "
                    "(pip install 'dsonet[frameworks]').")
@@ -249,7 +267,8 @@ def write_combined(names: list[str], out: str = "agents", results_dir: Path = RE
 @click.option("--combine", default=None, metavar="NAME,NAME",
               help="Run nothing: gather the rows of bench/results/NAME.json files (one per framework and model) "
                    "into OUT.json.")
-def cli(agents, facts, n_eval, tries, practice_per_fact, feedback_tasks, model, framework, seed, out, combine) -> None:
+def cli(agents, facts, n_eval, tries, practice_per_fact, feedback_tasks, model, practice_model, framework, seed, out,
+        combine) -> None:
     """Agents that learn on the job: honest coding agents (write a line of Python, run it in the
     sandbox, read the result, retry) each through its own `dso proxy --learn` and node on a NATS
     cluster, and a Byzantine node publishing the drift poison. Per condition (no lessons, the agent's
@@ -265,6 +284,7 @@ def cli(agents, facts, n_eval, tries, practice_per_fact, feedback_tasks, model, 
       dso bench agents                                      the full size: 72 facts, 144 held-out tasks
       dso bench agents --facts 2 --n-eval 4 --tries 1 --practice-per-fact 1 --feedback-tasks 2 --out agents-smoke
       dso bench agents --framework smolagents --facts 2 --n-eval 4 --feedback-tasks 2 --out agents-smolagents
+      dso bench agents --practice-model qwen2.5-coder-1.5b --facts 20 --n-eval 100 --out agents-mixed
       dso bench agents --combine agents-paired,agents-smolagents-1.5b               both rows into agents.json
     """
     if combine:
@@ -276,7 +296,7 @@ def cli(agents, facts, n_eval, tries, practice_per_fact, feedback_tasks, model, 
         raise click.UsageError(str(e)) from e
     plan = replace(AgentsPlan(), agents=agents, facts=facts, n_eval=n_eval, tries=tries,
                    practice_per_fact=practice_per_fact, feedback_tasks=feedback_tasks, model=model,
-                   framework=framework, seed=seed)
+                   practice_model="" if practice_model in (None, model) else practice_model, framework=framework, seed=seed)
     log = lambda msg: click.echo(f"[{time.strftime('%H:%M:%S')}] {msg}")  # noqa: E731
     path = run(plan, out, log)
     click.echo(f"wrote {path}")

@@ -83,10 +83,12 @@ def agent_type(framework: str) -> type:
     return SmolAgent
 
 
-def open_proxies(stack: ExitStack, node_urls: list[str], upstream: str, model: str, check: Callable[[Task, str], Check],
-                 tries: int, max_tokens: int, retry_temperature: float, make: type = Agent) -> Proxies:
+def open_proxies(stack: ExitStack, node_urls: list[str], upstreams: dict[str, str], model: str, learning_model: str,
+                 check: Callable[[Task, str], Check], tries: int, max_tokens: int, retry_temperature: float,
+                 make: type = Agent) -> Proxies:
     """Two proxies per node, started on ``stack`` (closed with it), and an agent of class ``make`` behind each
-    (`agent_type`)."""
+    (`agent_type`): the learning proxy's agent runs ``learning_model``, the plain one's ``model``, each
+    forwarded to its server (``upstreams``: model -> base URL)."""
     from dsonet.proxy.app import create_app  # loads uvicorn
 
     out = Proxies()
@@ -94,10 +96,10 @@ def open_proxies(stack: ExitStack, node_urls: list[str], upstream: str, model: s
         memory = NodeClient(url)  # the node's HTTP API is the proxy's memory, as `dso proxy --node` opens it
         stack.callback(memory.close)
         learner = CountingLearner(memory)
-        for app, agents in ((create_app(memory, upstream, learner=learner), out.learning),
-                            (create_app(memory, upstream), out.plain)):
+        for app, agents, name in ((create_app(memory, upstreams[learning_model], learner=learner), out.learning,
+                                   learning_model), (create_app(memory, upstreams[model]), out.plain, model)):
             served = stack.enter_context(Served(app))
-            agent = make(i, f"{served.url}/v1", model, check, tries, max_tokens, retry_temperature)
+            agent = make(i, f"{served.url}/v1", name, check, tries, max_tokens, retry_temperature)
             stack.callback(agent.close)
             agents.append(agent)
         out.learners.append(learner)

@@ -79,15 +79,16 @@ COLUMNS = ["framework", "model", "n_eval", "first_try_none", "first_try_own", "f
 
 def combined(results: dict[str, dict]) -> dict:
     """One table of rows from several runs' results (name → that run's JSON), a row per
-    (framework, model), each naming its run and keeping its plan: a long run goes in pieces, one
-    framework or model at a time, and the table is what `bench/results/agents.json` holds."""
+    (framework, model, the model the fleet learned with), each naming its run and keeping its plan: a
+    long run goes in pieces, one framework or model at a time, and the table is what
+    `bench/results/agents.json` holds."""
     rows, seen = [], {}
     for name, data in results.items():
         for r in data["rows"]:
-            key = (r["framework"], r["model"])
+            key = (r["framework"], r["model"], r.get("practice_model", r["model"]))
             if key in seen:
-                raise ValueError(f"{name} and {seen[key]} both hold a row for framework {key[0]!r}, model {key[1]!r}: "
-                                 "name one run per (framework, model)")
+                raise ValueError(f"{name} and {seen[key]} both hold a row for framework {key[0]!r}, model {key[1]!r}, "
+                                 f"practice model {key[2]!r}: name one run per (framework, model, practice model)")
             seen[key] = name
             rows.append({**r, "source": name, "plan": data["plan"], "machine": data.get("machine")})
     return {"benchmark": "agents", "rows": rows, "combined_from": list(results)}
