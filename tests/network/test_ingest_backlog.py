@@ -2,6 +2,7 @@
 is read (each merge reclusters its domains whole), or sooner when it has stored enough unmerged."""
 
 import asyncio
+import threading
 import time
 
 import numpy as np
@@ -11,6 +12,7 @@ from dsonet.codec import make_batch
 from dsonet.codec.batch import default_profile
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
+from dsonet.library.index import code_index
 from dsonet.network import ingest as ingest_module
 from dsonet.network import transport as transport_module
 from dsonet.network.node import Node, NodeConfig
@@ -125,3 +127,48 @@ def test_a_refused_batch_read_again_counts_once_against_its_sender(tmp_path):
 
     rejected, rows = asyncio.run(main())
     assert (rejected, rows) == (1, 0)
+
+
+def test_the_ingest_thread_reads_on_while_the_index_is_refitted(tmp_path, monkeypatch):
+    """A chunk that leaves the index due for a refit hands the fit to the fitter thread: the next chunk is
+    read meanwhile (on two cores the fit had cost the node's round a fifth of its time), no second fit is
+    queued while one runs, and the fit, once installed, covers every row stored meanwhile."""
+    monkeypatch.setattr(code_index, "SKETCH_MIN_ROWS", 2 * ROWS)  # due after the first chunk
+    started, release, fits = threading.Event(), threading.Event(), []
+    fit = code_index.CodeIndex.fit
+
+    def held_fit(self, due):
+        fits.append(due.rows)
+        started.set()
+        assert release.wait(60)
+        return fit(self, due)
+
+    monkeypatch.setattr(code_index.CodeIndex, "fit", held_fit)
+
+    async def main() -> tuple[bool, int, tuple[int, int]]:
+        config = NodeConfig(tmp_path, encoder=None, dim=DIM, encoder_id=PROFILE.encoder_id, rule="mean",
+                            batch_interval_s=3600)
+        node = await Node.open(config, InProcessHub().transport(), NodeIdentity.from_seed(b"backlog-reader"),
+                               profile=PROFILE)
+        now, payloads = int(time.time() * 1000), _payloads()
+        chunks = [[Message(p, subject_for("dso", "batch", "math"), i + 1, now, {SENDER: s}, pending=10)
+                   for i, (p, s) in enumerate(payloads[a:b], a)] for a, b in ((0, 2), (2, 4))]
+        try:
+            reader = threading.Thread(target=lambda: [node.ingest.read_chunk(c) for c in chunks])
+            reader.start()
+            assert started.wait(60)
+            reader.join(30)  # both chunks read while the first fit is held
+            read_on = not reader.is_alive()
+            rows = (await node.stats())["library"]["rows"]
+            release.set()
+            node.ingest.fitter.submit(lambda: None).result(60)  # the fit installed
+            index = node.library.search_index.index
+            return read_on, rows, (index.sketch.n, index.n)
+        finally:
+            release.set()
+            await node.close()
+
+    read_on, rows, (sketched, held) = asyncio.run(main())
+    assert read_on and rows == 4 * ROWS
+    assert fits == [2 * ROWS]  # one fit, on the rows present when it fell due
+    assert sketched == held == 4 * ROWS  # the rows stored meanwhile sketched as it installed

@@ -29,7 +29,7 @@ import logging
 import sqlite3
 import time
 from collections import OrderedDict
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Callable
@@ -81,14 +81,16 @@ class Ingest:
     """A node's receiving side; every method runs on the node's ingest thread (``worker``)."""
 
     def __init__(self, node_id: str, stores: Stores, soup: DeltaSoup, bans: Bans, *, lock: FairLock,
-                 worker: Executor, encode_texts: bool, on_round: Callable[[RoundResult], None]):
+                 worker: Executor, fitter: Executor, encode_texts: bool, on_round: Callable[[RoundResult], None]):
         """``lock``: the library's, taken for each library call (see the module doc); ``worker``: the
-        ingest thread, where a merge is queued; ``encode_texts``: our floats for peers' texts too
+        ingest thread, where a merge is queued; ``fitter``: one thread where the index is refitted
+        while the ingest thread goes on (`refit_index` needs no lock but to look and install); ``encode_texts``: our floats for peers' texts too
         (`NodeConfig.encode_texts`); ``on_round``: sees every round once it is stored."""
         self.node_id, self.soup, self.bans = node_id, soup, bans
         self.library, self.ledger = stores.library, stores.ledger
         self.journal, self.metrics = stores.journal, stores.metrics
-        self.state, self.worker = lock, worker
+        self.state, self.worker, self.fitter = lock, worker, fitter
+        self._fitting: Future | None = None  # the refit started after a chunk, while it runs
         self.encode_texts, self.on_round = encode_texts, on_round
         self.peers: dict[str, Peer] = {}
         # messages already counted as refused: a chunk read again (redelivered by the stream, or after a heal)
@@ -148,8 +150,12 @@ class Ingest:
             self.ledger.undefer(resubmitted)  # only once their round is stored
         if chunk[-1].pending == 0 or self._unmerged_rows >= MERGE_BACKLOG_ROWS:
             self.merge()  # a backlog is merged once it is read: each merge reclusters its domains whole
-        else:  # the merge refits too; without one, a flood could outgrow the index's fit within one read
-            refit_index(self.library, self.state)
+        elif self._fitting is None or self._fitting.done():
+            # the merge refits too; without one, a flood could outgrow the index's fit within one read.
+            # The fit (about a second at d = 7680) runs beside the next chunk's verify and store: on two
+            # cores it cost the node's round a fifth of its time when the ingest thread waited for it
+            self._fitting = self.fitter.submit(refit_index, self.library, self.state)
+            self._fitting.add_done_callback(_log_failure)
 
     # ------------------------------------------------------------------ batches held back
 
@@ -321,11 +327,11 @@ class Ingest:
         self._merge_queued = False  # first: a write from now on queues another merge
         self._unmerged_rows = 0
         # the clustering and the fit read the same settled rows and install apart, each under the lock
-        # for a moment: on two cores they run side by side (numpy leaves the GIL for the heavy parts)
-        with ThreadPoolExecutor(1, thread_name_prefix="refit") as fitter:
-            fitting = fitter.submit(refit_index, self.library, self.state)
-            rebuild_merged(self.library, self.state)
-            fitting.result()
+        # for a moment: on two cores they run side by side (numpy leaves the GIL for the heavy parts).
+        # On the fitter, the fit waits for one still running from a chunk, and finds nothing due if it covered these rows
+        fitting = self.fitter.submit(refit_index, self.library, self.state)
+        rebuild_merged(self.library, self.state)
+        fitting.result()
 
     def schedule_merge(self) -> None:
         """A merge on the ingest thread, in turn with the rounds, not awaited; one queued at a time,
@@ -398,7 +404,7 @@ def refit_index(library: Library, lock: AbstractContextManager) -> bool:
 
 def _log_failure(future) -> None:
     if not future.cancelled() and future.exception() is not None:
-        log.error("merging the library's new rows failed", exc_info=future.exception())
+        log.error("merging the library's new rows or refitting its index failed", exc_info=future.exception())
 
 
 def _turns(sizes: list[int], rows: int = TURN_ROWS) -> list[list[int]]:

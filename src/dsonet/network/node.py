@@ -75,6 +75,7 @@ class Node:
         self.started_ms = int(time.time() * 1000)
         self._worker = ThreadPoolExecutor(1, thread_name_prefix=f"node-{self.node_id[:8]}")  # ingest, in stream order
         self._readers = ThreadPoolExecutor(READERS, thread_name_prefix=f"node-{self.node_id[:8]}-read")
+        self._fitter = ThreadPoolExecutor(1, thread_name_prefix=f"node-{self.node_id[:8]}-refit")  # the index's refits
         self._state = FairLock()  # held for every library call (see the module doc)
         self.library = None
         self.ledger: Ledger | None = None  # deferred batches, outbox, seen hashes: in the library's file
@@ -104,6 +105,7 @@ class Node:
         except DamagedFile as exc:
             node._worker.shutdown()
             node._readers.shutdown()
+            node._fitter.shutdown()
             raise NodeError(f"{exc}{node._rebuild_hint()}") from None
         return node
 
@@ -130,7 +132,7 @@ class Node:
         self.standings = Standings(self.library.rows.db, self.soup.reputation)  # reputation outlasts a restart
         stores = Stores(self.library, self.ledger, self.journal, self.metrics)
         self.ingest = Ingest(self.node_id, stores, self.soup, self.bans, lock=self._state, worker=self._worker,
-                             encode_texts=self.config.encode_texts, on_round=self._round_done)
+                             fitter=self._fitter, encode_texts=self.config.encode_texts, on_round=self._round_done)
         c = self.config
         schedule = Schedule(c.subject_prefix, self.durable, c.batch_interval_s, c.batch_size, c.max_batch_experiences)
         self.publisher = Publisher(self.identity, self.profile, self.transport, stores, schedule, locked=self._locked,
@@ -172,6 +174,7 @@ class Node:
             log.warning("shutdown: %s; the rest is published at the next start", exc)
         await self.transport.close()
         self._worker.shutdown(wait=True)  # what is queued there (a merge after a submit) runs first
+        self._fitter.shutdown(wait=True)  # a refit in flight installs before the library closes
         await self._locked(self._close_state)
         self._readers.shutdown(wait=True)
 
