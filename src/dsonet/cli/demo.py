@@ -51,7 +51,8 @@ import click
                    "busy-wait for each other and run several times slower.")
 @click.option("--job/--no-job", default=True, show_default=True,
               help="The last act, on the embedded models: one agent's error, learned by its `dso proxy --learn` from "
-                   "its traffic alone, becomes another agent's first-try pass (about a minute; never cached).")
+                   "its traffic alone, becomes another agent's first-try pass (about a minute the first time; its sequences are kept in the answer "
+                   "cache too, so a rerun replays it in seconds).")
 @click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path), default=Path("bench/results/demo.json"),
               show_default=True, help="Where to write the report as JSON.")
 def demo(json_out: Path, fresh_answers: bool, **options) -> None:
@@ -72,9 +73,10 @@ def demo(json_out: Path, fresh_answers: bool, **options) -> None:
     and fixes its line through `dso proxy --learn`, which files the lesson in its node; the node
     publishes it, and agent B (the 0.5B) passes a task it failed, on its first try.
 
-    The model's answers are kept in an answer cache: the first run generates them (about 25
-    minutes on two cores), a rerun replays them and runs everything else again (nodes, sharing,
-    attacks, DeltaSoup, the sandboxed checks) in a few minutes; --fresh-answers ignores the cache.
+    The model's answers are kept in an answer cache: the first run generates them (about 13
+    minutes on two quiet cores, the models' assembly included), a rerun replays them and runs
+    everything else again (nodes, sharing, attacks, DeltaSoup, the sandboxed checks) in about a
+    minute; --fresh-answers ignores the cache.
 
     \b
     Examples:

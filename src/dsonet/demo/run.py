@@ -48,10 +48,10 @@ class DemoConfig:
     eval_per_control: int = 2
     # per honest node: tasks solved with the poisoned fleet's lessons, outcomes reported. The 20 training and
     # validation instances gave a signer 3-4 harmful outcomes and 0-1 helpful a node, under the 5 (none helpful)
-    # or 7 (one helpful) that convict it; 5 practice instances a fact more make 70, every one of them (with 50,
-    # byz1 kept the trust of 3 of the 4 honest nodes; with 70, of 2, with 3 and 4 harmful outcomes and none helpful:
-    # the fleet's lessons cover most of its facts, so few prompts carry its poison to be judged).
-    feedback_tasks: int = 70
+    # or 7 (one helpful) that convict it; 5 practice instances a fact more widen the pool. With 70 tasks each
+    # node's outcomes convicted both poisoners after 17-28, with 35 after 16-30, and every held-out figure was
+    # the same to the digit: 35 halves the phase (it was half of a first run's 13 minutes)
+    feedback_tasks: int = 35
     practice_per_fact: int = 5  # training instances per fact used only as feedback tasks, never learned from
     rollouts: int = 4  # G per training instance
     candidates: int = 1  # lesson proposals per group; more are sampled and the execution gate keeps the best
