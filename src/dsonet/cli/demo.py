@@ -20,7 +20,7 @@ import click
               help="Held-out instances per change fact (without and fleet answer all; own, poisoned and after "
                    "feedback every other block).")
 @click.option("--eval-per-control", default=2, show_default=True, help="Held-out instances per control fact.")
-@click.option("--feedback-tasks", default=70, show_default=True,
+@click.option("--feedback-tasks", default=35, show_default=True,
               help="Practice tasks per honest node in the feedback phase, whose outcomes move the signers' reputation.")
 @click.option("--practice-per-fact", default=5, show_default=True,
               help="Training instances per fact that no node learns from, kept for the feedback phase.")
