@@ -72,8 +72,8 @@ def row(framework: str, model: str, tries: int, records: dict[str, list[RunRecor
     return out
 
 
-COLUMNS = ["framework", "model", "n_eval", "first_try_none", "first_try_own", "first_try_fleet", "first_try_poisoned",
-           "first_try_poisoned_after_feedback", "solved_within_3_none", "solved_within_3_fleet",
+COLUMNS = ["framework", "model", "practice_model", "n_eval", "first_try_none", "first_try_own", "first_try_fleet",
+           "first_try_poisoned", "first_try_poisoned_after_feedback", "solved_within_3_none", "solved_within_3_fleet",
            "tokens_per_solved_none", "tokens_per_solved_fleet", "poison_rows_hidden", "honest_rows_hidden"]
 
 
