@@ -131,7 +131,7 @@ def test_a_refused_batch_read_again_counts_once_against_its_sender(tmp_path):
 
 def test_the_ingest_thread_reads_on_while_the_index_is_refitted(tmp_path, monkeypatch):
     """A chunk that leaves the index due for a refit hands the fit to the fitter thread: the next chunk is
-    read meanwhile (on two cores the fit had cost the node's round a fifth of its time), no second fit is
+    read meanwhile (on two cores the node's round took a tenth longer while it waited), no second fit is
     queued while one runs, and the fit, once installed, covers every row stored meanwhile."""
     monkeypatch.setattr(code_index, "SKETCH_MIN_ROWS", 2 * ROWS)  # due after the first chunk
     started, release, fits = threading.Event(), threading.Event(), []

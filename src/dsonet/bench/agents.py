@@ -296,7 +296,8 @@ def cli(agents, facts, n_eval, tries, practice_per_fact, feedback_tasks, model, 
         raise click.UsageError(str(e)) from e
     plan = replace(AgentsPlan(), agents=agents, facts=facts, n_eval=n_eval, tries=tries,
                    practice_per_fact=practice_per_fact, feedback_tasks=feedback_tasks, model=model,
-                   practice_model="" if practice_model in (None, model) else practice_model, framework=framework, seed=seed)
+                   practice_model="" if practice_model in (None, model) else practice_model, framework=framework,
+                   seed=seed)
     log = lambda msg: click.echo(f"[{time.strftime('%H:%M:%S')}] {msg}")  # noqa: E731
     path = run(plan, out, log)
     click.echo(f"wrote {path}")

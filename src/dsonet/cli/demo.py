@@ -51,8 +51,8 @@ import click
                    "busy-wait for each other and run several times slower.")
 @click.option("--job/--no-job", default=True, show_default=True,
               help="The last act, on the embedded models: one agent's error, learned by its `dso proxy --learn` from "
-                   "its traffic alone, becomes another agent's first-try pass (about a minute the first time; its sequences are kept in the answer "
-                   "cache too, so a rerun replays it in seconds).")
+                   "its traffic alone, becomes another agent's first-try pass (about a minute the first time; its "
+                   "sequences are kept in the answer cache too, so a rerun replays it in seconds).")
 @click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path), default=Path("bench/results/demo.json"),
               show_default=True, help="Where to write the report as JSON.")
 def demo(json_out: Path, fresh_answers: bool, **options) -> None:
