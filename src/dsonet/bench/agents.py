@@ -211,7 +211,7 @@ def run(plan: AgentsPlan, out: str = "agents", log=print) -> Path:
     result = row(plan.framework, plan.model, plan.tries, steps.runs, control, got["poison_ids"])
     counted = got["counted"]
     if plan.practice_model:
-        result["practice_model"] = plan.learner()
+        result["practice_model"] = plan.practice_model
     result |= {"poison_rows_hidden": counted["poison_rows_hidden"], "honest_rows_hidden": counted["honest_rows_hidden"],
                "episodes_learned": got["episodes"]["learned"], "episodes_paired": got["episodes"]["paired"],
                "episodes_in_histories": got["episodes"]["in_histories"],
