@@ -89,16 +89,21 @@ class NatsFleet:
         return [self._seen[seq] for seq in sorted(self._seen)]
 
     async def settle(self, timeout_s: float = 300.0) -> None:
-        """Until every durable consumer of the stream (the nodes' and ours) has acknowledged all of it."""
+        """Until every durable consumer of the stream (the nodes' and ours) has acknowledged all of it, up
+        to its last message as the stream's leader knows it. A consumer's own count of what is pending
+        comes from its leader's replica, which may not have stored the last publish yet (a quorum acked
+        it): that count alone read 0 with the poison still unread, and a held-out answer went without it."""
         js, stream = self.attacker.js, self.attacker.config.stream
+        last = (await js.stream_info(stream)).state.last_seq
         deadline = time.monotonic() + timeout_s
         while True:
             consumers = await js.consumers_info(stream)
-            behind = {c.name: c.num_pending + c.num_ack_pending for c in consumers if c.num_pending or c.num_ack_pending}
+            behind = {c.name: last - _acked(c) for c in consumers if _acked(c) < last or c.num_ack_pending}
             if not behind and len(consumers) > len(self.procs):
                 return
             if time.monotonic() > deadline:
-                raise FleetError(f"consumers still behind the stream after {timeout_s:.0f} s: {behind}")
+                raise FleetError(f"consumers still behind the stream's message {last} after {timeout_s:.0f} s: "
+                                 f"{behind}")
             await asyncio.sleep(0.5)
 
     async def close(self) -> list[NodeState]:
@@ -132,3 +137,8 @@ def _start_all(procs: list[NodeProcess]) -> None:
 def _stop_all(procs: list[NodeProcess]) -> None:
     for proc in procs:
         proc.stop()
+
+
+def _acked(consumer) -> int:
+    """The stream sequence up to which a consumer has acknowledged every message."""
+    return consumer.ack_floor.stream_seq if consumer.ack_floor is not None else 0
