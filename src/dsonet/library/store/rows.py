@@ -99,15 +99,15 @@ class RowStore:
     def add_baseline(self, baseline: np.ndarray) -> int:
         self.db.execute("BEGIN IMMEDIATE")
         try:
-            bid = self._baseline_id(baseline)
+            bid = self._baseline_id(baseline, baseline_digest(baseline))
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
         return bid
 
-    def _baseline_id(self, baseline: np.ndarray) -> int:
-        blob, digest = np.asarray(baseline, "<f4").tobytes(), baseline_digest(baseline)
+    def _baseline_id(self, baseline: np.ndarray, digest: str) -> int:
+        blob = np.asarray(baseline, "<f4").tobytes()
         row = self.db.execute("SELECT id FROM baselines WHERE digest = ?", (digest,)).fetchone()
         if row:
             return row[0]
@@ -130,8 +130,9 @@ class RowStore:
         try:
             if within is not None:
                 within()
-            bid = self._baseline_id(baseline)
-            base_blob = np.asarray(baseline, "<f4").tobytes()  # in every row's code digest: converted once
+            base_digest = baseline_digest(baseline)
+            bid = self._baseline_id(baseline, base_digest)
+            base_named = base_digest.encode()  # every row's code digest names its baseline by the baseline's own
             keys = [(e.id, e.provenance.node_id if signer is None else signer) for e in exps]
             blocked = self.blocked(keys)
             present = self._present(keys)
@@ -144,7 +145,7 @@ class RowStore:
                     continue
                 eid, who = key
                 sign_blob, scale_blob = signs[i].astype("<u4").tobytes(), scales[i].astype("<f4").tobytes()
-                digest = _code_digest(sign_blob, scale_blob, base_blob)
+                digest = _code_digest(sign_blob, scale_blob, base_named)
                 vec = None if vectors is None or vectors[i] is None else np.asarray(vectors[i], "<f4").tobytes()
                 prov = exp.provenance
                 held = present.get(key)
@@ -425,10 +426,10 @@ class RowStore:
 
 
 def _code_digest(signs: bytes, scales: bytes, baseline: bytes) -> str:
-    """SHA-256 of a row's code: signs, scales, then the baseline (30 KB at d = 7680, not copied again)."""
-    h = hashlib.sha256(signs + scales)
-    h.update(baseline)
-    return h.hexdigest()
+    """SHA-256 of a row's code: signs, scales, then ``baseline``, its baseline's digest. Hashing the baseline itself
+    (30 KB at d = 7680) into every row cost 0.17 s of a 10,000-row round; rows stored before hold that
+    older form, which only breaks ties between two codes of one (id, signer) (`_rank`)."""
+    return hashlib.sha256(signs + scales + baseline).hexdigest()
 
 
 def _rank(digest: str) -> int:
