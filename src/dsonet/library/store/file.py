@@ -33,7 +33,6 @@ CREATE TABLE IF NOT EXISTS experiences (
     scope TEXT NOT NULL DEFAULT '', episodes INTEGER NOT NULL DEFAULT 0, agents INTEGER NOT NULL DEFAULT 0,
     UNIQUE (id, signer)
 );
-CREATE INDEX IF NOT EXISTS experiences_id ON experiences (id);
 CREATE INDEX IF NOT EXISTS experiences_signer ON experiences (signer, received);
 CREATE INDEX IF NOT EXISTS experiences_scope ON experiences (scope, id) WHERE scope != '';
 CREATE TABLE IF NOT EXISTS tombstones (id TEXT NOT NULL, signer TEXT NOT NULL, deleted_ms INTEGER NOT NULL,
@@ -100,6 +99,9 @@ def connect(path: Path) -> sqlite3.Connection:
             if held and column not in held:
                 db.execute(f"ALTER TABLE experiences ADD COLUMN {column} {declared}")
         _create_tables(db)
+        # UNIQUE (id, signer)'s own index serves every lookup by id; a second index on id alone cost
+        # each write a random page more per row (COMMIT 0.31 -> 0.19 s over a 10,000-row round)
+        db.execute("DROP INDEX IF EXISTS experiences_id")
         db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
     except DamagedFile:
         db.close()
