@@ -49,6 +49,7 @@ from dsonet.encoders import minilm
 from dsonet.encoders.cache import cached_encode
 from dsonet.experience import Experience, Provenance
 from dsonet.identity import NodeIdentity
+from dsonet.network.access import serving
 from dsonet.network.node import Node, NodeConfig
 from dsonet.network.transport import SENDER, InProcessHub, subject_for
 from dsonet.sim import corpus as corpus_mod
@@ -90,7 +91,7 @@ def time_round(encoder_id: str, docs: np.ndarray, queries: np.ndarray, repeats: 
         for p in payloads:
             soup.submit(p, now_ms=now)
         verify.append(time.perf_counter() - t)
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, serving() as blas_threads:  # BLAS as `dso node start` holds it
             c = time.process_time()
             seconds, seen, out = asyncio.run(_node_round(Path(tmp), payloads, signers, profile, now))
             cpu.append(time.process_time() - c)
@@ -103,7 +104,8 @@ def time_round(encoder_id: str, docs: np.ndarray, queries: np.ndarray, repeats: 
     return {"verify_seconds": float(np.median(verify)), "round_seconds": soup_s,
             "store_and_merge_seconds": max(0.0, total - float(np.median(verify)) - soup_s),
             "total_seconds": total, "node_rounds": len(seen), "cpu_seconds": float(np.median(cpu)),
-            "load_average_1min": os.getloadavg()[0], "cores": os.cpu_count(), **out, "phase_seconds": phases}
+            "load_average_1min": os.getloadavg()[0], "cores": os.cpu_count(), "blas_threads": blas_threads, **out,
+            "phase_seconds": phases}
 
 
 def _round_payloads(encoder_id: str, docs: np.ndarray, queries: np.ndarray):

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import json
 import math
-import threading
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
+from dsonet.codec.threads import one_blas_thread
 from dsonet.encoders.base import EncoderError, Kind, check_texts, l2_normalise
 from dsonet.encoders.wordpiece import WordPiece
 
@@ -160,7 +159,7 @@ class NumpyMiniLM:
         # a query or a few texts: one BLAS thread. Products this small wait on a second thread's
         # wake-up; on the busy 2-core machine one query took 46 ms on one thread, 570 ms on two.
         small = sum(map(len, ids)) <= ONE_THREAD_TOKENS
-        with _one_blas_thread() if small else nullcontext():
+        with one_blas_thread() if small else nullcontext():
             self._encode_ids(ids, out)
         return l2_normalise(out)
 
@@ -198,20 +197,6 @@ class NumpyMiniLM:
             x = layer_norm(x + gelu(x @ w["up_w"].T + w["up_b"]) @ w["down_w"].T + w["down_b"], *w["ln2"], self.eps)
         x = x.reshape(b, t, h)
         return (x * mask[:, :, None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)  # (B, H)
-
-
-_BLAS_LOCK = threading.Lock()  # the limit is process-wide: two threads' nested windows would restore it wrongly
-
-
-@contextmanager
-def _one_blas_thread():
-    with _BLAS_LOCK, _blas().limit(limits=1, user_api="blas"):
-        yield
-
-
-@lru_cache(maxsize=1)
-def _blas():
-    return ThreadpoolController()  # found once, on the first query (it scans the loaded libraries)
 
 
 @lru_cache(maxsize=1)

@@ -1,5 +1,4 @@
-"""The top eigenpairs of a fit's Gram matrix, numpy's BLAS held to one thread for short windows, and a
-small matrix-vector product that skips BLAS.
+"""The top eigenpairs of a fit's Gram matrix, and a small matrix-vector product that skips BLAS.
 
 The index's fitted stages (`dsonet.library.index.stages`: the coarse sketch, the subspace stage) need the
 top 64 or 128 principal directions of a 2,048-row sample at d = 7680: from its (s × s) Gram, whose
@@ -8,24 +7,11 @@ full `np.linalg.eigh` was most of a fit. `top_eigh` finds only those, by seeded 
 
 from __future__ import annotations
 
-import threading
-from contextlib import contextmanager
-from typing import Iterator
-
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
-_BLAS = ThreadpoolController()  # numpy's BLAS, found once (12 µs a limit, against 0.5 ms for threadpool_limits)
-_ONE_THREAD = threading.Lock()  # the limit is process-wide: nested windows from two threads would restore it wrongly
+from dsonet.codec.threads import one_blas_thread
+
 _SEED = 0x5EED_E16  # the start of `top_eigh`'s iteration
-
-
-@contextmanager
-def one_blas_thread() -> Iterator[None]:
-    """numpy's BLAS on one thread while the block runs (keep it short: other threads wanting a window
-    wait for it). A threaded BLAS call on small matrices waits on thread wake-ups, worse on a busy machine."""
-    with _ONE_THREAD, _BLAS.limit(limits=1):
-        yield
 
 
 def top_eigh(gram: np.ndarray, k: int, oversample: int = 64, steps: int = 6) -> tuple[np.ndarray, np.ndarray]:

@@ -14,7 +14,8 @@ import numpy as np
 
 from dsonet.codec import kernels
 from dsonet.codec.rotation import Rotation
-from dsonet.library.index.eigen import matvec, one_blas_thread, top_eigh
+from dsonet.codec.threads import one_blas_thread
+from dsonet.library.index.eigen import matvec, top_eigh
 
 GROW = 1.125  # capacity growth of the row arrays: amortised O(1) appends, at most 12.5% slack
 SKETCH_DIM = 64  # principal directions in the coarse sketch
