@@ -92,7 +92,8 @@ class NatsFleet:
         """Until every durable consumer of the stream (the nodes' and ours) has acknowledged all of it, up
         to its last message as the stream's leader knows it. A consumer's own count of what is pending
         comes from its leader's replica, which may not have stored the last publish yet (a quorum acked
-        it): that count alone read 0 with the poison still unread, and a held-out answer went without it."""
+        it): that count alone can read 0 before the poison is read (the likely cause of a CI run whose
+        poisoned condition was answered as if the poison had not come)."""
         js, stream = self.attacker.js, self.attacker.config.stream
         last = (await js.stream_info(stream)).state.last_seq
         deadline = time.monotonic() + timeout_s
