@@ -164,6 +164,9 @@ def test_the_same_fleet_runs_as_node_processes_over_a_nats_cluster(tmp_path, sma
     assert [c.name for c in report.conditions] == ["without", "own", "fleet", "poisoned", "after_feedback"]
     # the same prompts over another transport: every answer replayed, and the same accuracies
     assert report.config["answers"]["generated"] == 0 and report.config["answers"]["from_cache"] > 0
+    # the same lessons recalled first (a condition answered before a lesson arrived shows here), then the same answers
+    recalled = [(c.name, c.coverage, c.from_attackers) for c in report.conditions]
+    assert recalled == [(c.name, c.coverage, c.from_attackers) for c in in_process.conditions]
     assert [c.accuracy for c in report.conditions] == [c.accuracy for c in in_process.conditions]
     pids = [p.read_text().strip() for p in (tmp_path / "nats").glob("*.pid")]
     assert not any(pid and _alive(int(pid)) for pid in pids)  # the cluster is down
