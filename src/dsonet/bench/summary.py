@@ -356,7 +356,7 @@ def write_report(results: Path) -> Path:
             sections.append(f"Forged admitted: {data.get('forged_admitted')}, tampered: {data.get('tampered_admitted')}, "
                             f"replayed: {data.get('replayed_admitted')}; a node's whole round over 100 batches × 100 "
                             f"experiences at d = 7680 (verify, DeltaSoup, store, merge and refit): "
-                            f"{data.get('round_seconds_100x100_7680', float('nan')):.2f} s. Plot: `results/robustness.png`.")
+                            f"{data.get('round_seconds_100x100_7680') or float('nan'):.2f} s. Plot: `results/robustness.png`.")
             if data.get("node_attacks"):
                 sections.append(_node_attacks_section(data["node_attacks"]))
     for name, title in (("network", "Network (`dso bench network`); paper: ~29 KB per round of 100 at d = 768, 964 B per 7680-dim experience"),
