@@ -129,6 +129,29 @@ def test_a_refused_batch_read_again_counts_once_against_its_sender(tmp_path):
     assert (rejected, rows) == (1, 0)
 
 
+@pytest.mark.parametrize("second_seq, counts", [(1, (1, 0)), (2, (1, 1))])
+def test_a_stored_batch_delivered_again_is_no_replay_but_published_again_is(tmp_path, second_seq, counts):
+    """The stream delivers a message again (same seq, same stored time) when its ack came late or a consumer
+    was made again: it was read through, so it is skipped, not refused as a replay against its honest sender
+    (that once failed the demo's two-node test). The same bytes published again are a new message: a replay."""
+    async def main() -> tuple[tuple[int, int], int]:
+        config = NodeConfig(tmp_path, encoder=None, dim=DIM, encoder_id=PROFILE.encoder_id, rule="mean",
+                            batch_interval_s=3600)
+        node = await Node.open(config, InProcessHub().transport(), NodeIdentity.from_seed(b"reading-again"),
+                               profile=PROFILE)
+        (payload, signer), now = _payloads()[0], int(time.time() * 1000)
+        try:
+            for seq in (1, second_seq):
+                node.ingest.read_chunk([Message(payload, subject_for("dso", "batch", "math"), seq, now,
+                                                {SENDER: signer})])
+            peer = node.ingest.peers[signer[:64]]
+            return (peer.accepted, peer.rejected), (await node.stats())["library"]["rows"]
+        finally:
+            await node.close()
+
+    assert asyncio.run(main()) == (counts, ROWS)
+
+
 def test_the_ingest_thread_reads_on_while_the_index_is_refitted(tmp_path, monkeypatch):
     """A chunk that leaves the index due for a refit hands the fit to the fitter thread: the next chunk is
     read meanwhile (on two cores the node's round took a tenth longer while it waited), no second fit is

@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 TOMBSTONE = "tombstone"
 MAX_PEERS = 1024
 REFUSED_REMEMBERED = 4096  # refused messages whose count is kept (oldest forgotten first)
+HANDLED_REMEMBERED = 65_536  # stream messages known as read through (oldest forgotten first), 16 bytes each
 REFERENCE_ROWS = 256  # trusted rows (own, then trusted peers') added to every round's pool (see `round`)
 MAX_ROUND_ROWS = 4096  # a round closes early once this many rows wait
 # Batches held back from senders over their rate, in the ledger (see `defer_or_reject`), in bytes:
@@ -97,6 +98,11 @@ class Ingest:
         # messages already counted as refused: a chunk read again (redelivered by the stream, or after a heal)
         # refuses them again, and a peer's count is of batches, not of deliveries
         self._refused: OrderedDict[bytes, None] = OrderedDict()
+        # stream messages this reader has read through, by (seq, stored time): the stream delivers one again
+        # when its ack came late or was lost, or when a consumer is made again; read again, a batch stored
+        # the first time would be refused as a replay and counted against its honest sender (it failed the
+        # demo's two-node test). A stream made again restarts its seqs, but not its clock
+        self._handled: OrderedDict[tuple[int, int], None] = OrderedDict()
         self._merge_queued = False
         self._unmerged_rows = 0  # stored since the last merge, while a backlog was read
         # replay protection outlives a restart: the batches stored within the freshness window (with
@@ -111,13 +117,23 @@ class Ingest:
     # ------------------------------------------------------------------ a chunk of the stream
 
     def read_chunk(self, chunk: list[Message]) -> None:
+        fresh = [m for m in chunk if (m.seq, m.timestamp_ms) not in self._handled]
+        if len(fresh) < len(chunk):
+            log.debug("%d of %d messages delivered again, read through already: skipped",
+                      len(chunk) - len(fresh), len(chunk))
+        if not fresh:
+            return
         try:
-            self._handle_chunk(chunk)
+            self._handle_chunk(fresh)
         except (sqlite3.OperationalError, ValueError) as exc:  # a damaged row read while judging a round
             with self.state:
                 if not row_damage(exc) or not self.library.heal():
                     raise
-            self._handle_chunk(chunk)
+            self._handle_chunk(fresh)
+        for m in fresh:  # only once the whole chunk went through: a chunk that failed comes again, unacked
+            self._handled[m.seq, m.timestamp_ms] = None
+        while len(self._handled) > HANDLED_REMEMBERED:
+            self._handled.popitem(last=False)
 
     def _handle_chunk(self, chunk: list[Message]) -> None:
         """Verify every batch into the soup; a tombstone first closes the round so far (so it can
