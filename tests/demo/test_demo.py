@@ -92,7 +92,7 @@ def test_a_fleet_shares_a_lesson_and_refuses_a_forged_batch(tmp_path, kind):
     assert [(s.attack, s.experiences) for s in sent] == [("forgery", 1)]
     assert {e.provenance.node_id for e in final[1].experiences} == {final[0].node_id}
     for state in final:  # the forged batch claims an honest node's identity; both refused it
-        assert sum(p["rejected"] for p in state.peers) == 1
+        assert sum(p["rejected"] for p in state.peers) == 1, state.peers  # each peer's last error says why
 
 
 # The embedded 0.5B answers and writes lessons: on drift's code prompts SmolLM2's transformers path is the
