@@ -7,9 +7,10 @@ import pytest
 from dsonet.bench.agent_loop import INSTRUCTION
 from dsonet.encoders.minilm_numpy import numpy_minilm
 from dsonet.learn import drift
-from dsonet.learn.pairing import NEAR, Pairing, template
+from dsonet.learn.pairing import NEAR, SAME, Pairing, renamed, template
 
 TRAPZ = "AttributeError: module 'numpy' has no attribute 'trapz'"
+WRONG = "AssertionError: r = {'ndarray': {'dtype': 'int64', 'shape': [3, 3]}}, expected a different value"
 
 
 def _tasks(fact_id: str, n: int = 2):
@@ -80,3 +81,44 @@ def test_the_threshold_holds_the_drift_familys_instances_together_and_its_facts_
     assert np.median(scores[same]) > 0.99 and (scores[same] < NEAR).mean() < 0.1
     across = {tuple(sorted((ids[i], ids[j]))) for i, j in zip(*np.where(~same & (scores >= NEAR))) if ids[i] != ids[j]}
     assert across == {("numpy-alltrue", "numpy-sometrue")}
+
+
+def test_a_wrong_value_beside_code_that_ran_for_the_same_kind_of_task_gives_the_lesson_that_code_spells_out(encode):
+    """A wrong value names no fix; where another run's code ran for a task of the same kind almost word for
+    word (one fact's instances that differ only in their names and numbers), that code is the reference."""
+    first, second = _tasks("scipy-linalg-tril")
+    assert float(np.dot(*encode([template(_asked(first)), template(_asked(second))]))) >= SAME
+    pairing = Pairing(encode)
+    assert pairing.add(_asked(first), [("r = M[:3, :3]", WRONG)], []) == []
+    [(episode, lesson)] = pairing.add(_asked(second), [], [second.answer])
+    assert (episode.error, episode.fixed) == (WRONG, second.answer)
+    # the other task's code in this task's names: its matrix is mat there, M here (one letter: kept as it is)
+    assert lesson == ("When computing the lower triangle of the square matrix M (entries above the main diagonal set "
+                      "to zero), use np.tril(M).")
+
+
+def test_a_wrong_value_beside_code_that_ran_for_a_task_only_near_it_teaches_nothing(encode):
+    """Two instances of one fact whose texts differ beyond names and numbers (their frames' columns) are near,
+    not the same kind: a wrong value is no rule, and the other task's code may not answer this one."""
+    first, second = _tasks("pandas-append", 4)[2:]
+    score = float(np.dot(*encode([template(_asked(first)), template(_asked(second))])))
+    assert NEAR <= score < SAME
+    pairing = Pairing(encode)
+    pairing.add(_asked(second), [], [second.answer])
+    assert pairing.add(_asked(first), [("r = d", "AssertionError: r = {}, expected a different value")], []) == []
+
+
+def test_code_is_renamed_into_the_other_tasks_names_by_the_order_they_assign_them():
+    first, second = _tasks("scipy-linalg-tril")
+    assert renamed("r = np.tril(mat) + mat", second.question, first.question) == "r = np.tril(M) + M"
+    assert renamed("r = f(mat)", second.question, "Sum the list.") == "r = f(mat)"  # no names to match: as it was
+
+
+def test_same_holds_no_two_facts_together_and_most_of_a_facts_instances(encode):
+    tasks = [(f.id, _asked(t)) for f in drift.FACTS for t in drift.instances(f, 3, seed=0)]
+    vectors = encode([template(t) for _, t in tasks])
+    scores = vectors @ vectors.T
+    ids = np.array([i for i, _ in tasks])
+    same = (ids[:, None] == ids[None, :]) & ~np.eye(len(tasks), dtype=bool)
+    assert not (scores[~same & (ids[:, None] != ids[None, :])] >= SAME).any()
+    assert (scores[same] >= SAME).mean() > 0.6

@@ -50,16 +50,17 @@ def from_error(problem: str, code: str, error: str, reference: str, reference_pr
     return [_letters(f, variables) for f in dict.fromkeys(forms) if f and len(f.split()) <= MAX_WORDS]
 
 
-def from_reference(problem: str, code: str, reference: str) -> list[str]:
+def from_reference(problem: str, code: str, reference: str, reference_problem: str = "") -> list[str]:
     """Where an attempt failed with nothing to refuse (a wrong value, a name it never defined, no code),
     the lessons its instance's reference spells out, the most specific first: the task and the reference's
     right-hand side ("When computing ..., use np.isin(x, y)."), then the task and the library name the
-    reference calls and the attempt did not (dotted first). Empty without a task or such a name."""
+    reference calls and the attempt did not (dotted first). Empty without a task or such a name.
+    ``reference_problem``: as for `from_error`."""
     task = _task(problem)
     theirs = _ranked(_names(reference) - _names(code), reference)
     if not task or not theirs:
         return []
-    variables = set(_ASSIGNED.findall(problem))
+    variables = set(_ASSIGNED.findall(problem)) | set(_ASSIGNED.findall(reference_problem))
     rhs = reference.split("=", 1)[1].strip() if _ASSIGNED.match(reference) else ""
     forms = [f"When computing {task}, use {rhs}." if rhs and "\n" not in rhs else "",
              f"When computing {task}, use {theirs[0]}."]

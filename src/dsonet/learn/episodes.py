@@ -224,9 +224,23 @@ def lesson(episode: Episode) -> str | None:
     """The lesson the episode's error line spells out beside the code that ran (`code_lessons.from_error`):
     the most specific phrasing that restates nothing of this one task, or None where the error names
     nothing the failed code wrote. An episode paired across runs restates nothing of either task."""
+    return _general(episode, code_lessons.from_error(episode.task, episode.failed, episode.error, episode.fixed,
+                                                     episode.fixed_task))
+
+
+def lesson_from_code(episode: Episode) -> str | None:
+    """The lesson the code that ran spells out as a task's reference would (`code_lessons.from_reference`:
+    "When computing ..., use np.tril(x)."), for an episode whose error names no fix (a wrong value): the
+    most specific phrasing that restates nothing of either task, or None. Only where that code answered
+    the same task, or one of the same kind almost word for word (`pairing.SAME`): nothing here checks
+    that it answers this one."""
+    return _general(episode, code_lessons.from_reference(episode.task, episode.failed, episode.fixed,
+                                                         episode.fixed_task))
+
+
+def _general(episode: Episode, texts: list[str]) -> str | None:
     problems = list(dict.fromkeys(p for p in (episode.task, episode.fixed_task) if p))
-    for text in code_lessons.from_error(episode.task, episode.failed, episode.error, episode.fixed,
-                                        episode.fixed_task):
+    for text in texts:
         if all(parse.experiences(text, 1, problem=p, reference=episode.fixed).items for p in problems):
             return text
     return None

@@ -5,11 +5,19 @@ of its three tries. But the agents behind one proxy work through many near tasks
 never fixed another may have written right on its first try. A run's failure and another run's code
 that ran for a task of the same kind are the group's worst and best rollouts (the seeds' comparison
 within one query, near tasks standing for the query), with the environment as the reward: the pair is
-an `Episode` whose ``fixed`` code comes from the other run (``fixed_task``). It is kept only where
-its error line, set beside that code, spells out a rule lesson (`episodes.lesson`) whose replacement
-keeps a part of the refused name's spelling (`code_lessons.akin`: np.trapz -> np.trapezoid): nobody
-can re-run the pair in the caller's environment, and two near tasks may want different functions
-(np.alltrue and np.any answer tasks whose texts differ by one word).
+an `Episode` whose ``fixed`` code comes from the other run (``fixed_task``). Nobody can re-run the
+pair in the caller's environment, and two near tasks may want different functions (np.alltrue and
+np.any answer tasks whose texts differ by one word), so what it teaches depends on how near the tasks are:
+
+- near (``NEAR``): only the rule lesson its error line spells out beside that code (`episodes.lesson`),
+  where the replacement keeps a part of the refused name's spelling (`code_lessons.akin`: np.trapz ->
+  np.trapezoid);
+- the same kind almost word for word (``SAME``): the rule lesson whatever the replacement's spelling
+  (DataFrame.append -> pd.concat), and where the error names no fix (a wrong value, a name the code
+  that ran does not replace), the lesson the code that ran spells out as a reference would
+  (`episodes.lesson_from_code`: "When computing the lower triangle of ..., use np.tril(x)."). Such a
+  failure is what a small model's run seldom fixes and a larger agent's run on the same kind of task
+  gets right at once: the fleet's rollouts of one query.
 
 Tasks are compared with their variables and numbers written alike (`template`): two instances of one
 kind of task then read as one text, whatever each caller named its arrays.
@@ -25,19 +33,22 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
 
 from dsonet.learn.code_lessons import assigned, akin
-from dsonet.learn.episodes import Episode, lesson, remember
+from dsonet.learn.episodes import Episode, lesson, lesson_from_code, remember
 
 # cosine of two task templates' MiniLM embeddings above which the tasks are of one kind: on the drift
 # family (4 instances of each of its 89 facts), two instances of one fact score 0.996 at the median and
 # under 0.93 in 7% of pairs, and one pair of different facts scores above it (np.alltrue, np.sometrue:
 # `akin` keeps their lessons apart)
 NEAR = 0.93
+# above this, two tasks are one kind almost word for word: 66% of the pairs of one drift fact's instances
+# (as the bench's agents ask them), and no pair of two facts (np.alltrue beside np.sometrue: 0.986 at most)
+SAME = 0.99
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 SIZE = 2048  # attempts of each kind kept for pairing (oldest forgotten first)
 
@@ -86,8 +97,13 @@ class Pairing:
     def _explained(self, failed: _Attempt, candidates: list[_Attempt]) -> tuple[Episode, str] | None:
         for r in candidates:
             episode = Episode(failed.task, failed.code, failed.error or "", r.code, fixed_task=r.task)
-            text = lesson(episode)
-            if text is not None and (r.task == failed.task or akin(failed.code, episode.error, r.code)):
+            same = r.task == failed.task or float(self._vector(failed.task) @ self._vector(r.task)) >= SAME
+            # one kind of task: the code that ran, in this task's names, so that the lesson's call and task agree
+            read = replace(episode, fixed=renamed(r.code, r.task, failed.task)) if same else episode
+            text = lesson(read)
+            if text is not None and (same or akin(failed.code, episode.error, r.code)):
+                return episode, text
+            if same and text is None and (text := lesson_from_code(read)) is not None:
                 return episode, text
         return None
 
@@ -106,6 +122,16 @@ class Pairing:
 
     def _keep(self, table: OrderedDict, key, value=None) -> None:
         remember(table, key, value, 2 * self.size if table is self._vectors else self.size)  # a task per attempt
+
+
+def renamed(code: str, source: str, target: str) -> str:
+    """``code`` written for task ``source`` in the names of task ``target``, their variables matched in the
+    order the tasks assign them (as `template` writes both); unchanged where they assign different counts."""
+    theirs, ours = list(dict.fromkeys(assigned(source))), list(dict.fromkeys(assigned(target)))
+    if len(theirs) != len(ours):
+        return code
+    names = dict(zip(theirs, ours))
+    return re.sub(r"\b\w+\b", lambda m: names.get(m.group(0), m.group(0)), code)
 
 
 def template(task: str) -> str:
