@@ -41,9 +41,13 @@ def test_the_environment_says_an_error_line_an_assertion_about_r_or_that_it_pass
 
 def stale_then_reference(task) -> FastAPI:
     """Answers the task's stale line, then its reference, then (the closing request) one word; keeps each body."""
+    return instrument([f"```python\n{task.entry['stale']}\n```", f"```python\n{task.entry['reference']}\n```", "Done"])
+
+
+def instrument(replies: list[str]) -> FastAPI:
+    """An upstream that answers ``replies`` in turn (the last again once they run out); keeps each body."""
     app = FastAPI()
     app.state.requests = []
-    replies = [f"```python\n{task.entry['stale']}\n```", f"```python\n{task.entry['reference']}\n```", "Done"]
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
@@ -78,6 +82,41 @@ def test_a_run_that_fails_then_fixes_is_one_lesson_learned_once_from_what_the_pr
     assert [b["temperature"] for b in bodies] == [0.0, 0.7, 0.0] and bodies[-1]["max_tokens"] == 1
     assert bodies[-1]["messages"][-1]["content"] == PASSED
     memory.close()
+
+
+@needs_env
+def test_a_team_behind_one_learner_pairs_the_small_models_wrong_value_with_the_large_ones_code_that_ran(tmp_path):
+    """`--team`: two agents on two upstreams, their proxies sharing the node's learner. The small one's wrong value
+    names no fix and no run of its own fixes it; the large one writes the task's line at once and has nothing to
+    learn alone. Together they are an episode, and the lesson is the large one's call."""
+    task = drift.instances(drift.FACTS_BY_ID["scipy-linalg-tril"], 1, seed=0)[0]
+    memory = LocalMemory(Library(tmp_path / "lib.sqlite", encoder=default_encoder()))
+    learner = CountingLearner(memory)
+    small = instrument(["```python\nr = M.copy()\n```"] * 3 + ["Done"])
+    large = instrument([f"```python\n{task.entry['reference']}\n```", "Done"])
+    with Sandbox(preload=("numpy", "scipy")) as box, Served(small) as up_small, Served(large) as up_large, \
+            Served(create_app(memory, f"{up_small.url}/v1", learner=learner)) as px_small, \
+            Served(create_app(memory, f"{up_large.url}/v1", learner=learner)) as px_large:
+        check = locked(lambda t, r: drift.check(box, t, r))
+        agents = [Agent(0, f"{px.url}/v1", "m", check, tries=3) for px in (px_small, px_large)]
+        records = [a.solve(task) for a in agents]
+        for a in agents:
+            a.close()
+    assert [r.solved for r in records] == [False, True]
+    assert records[0].tries[0].said.startswith("AssertionError: r = ")
+    assert learner.counts() | {"requests": 0} == {"requests": 0, "episodes": 0, "paired": 1, "lessons": 1, "outcomes": 0}
+    (lesson,) = memory.all()
+    assert lesson.text == ("When computing the lower triangle of the square matrix M (entries above the main diagonal "
+                           "set to zero), use np.tril(M).")
+    memory.close()
+
+
+def test_team_needs_a_second_model_and_its_row_names_both():
+    result = CliRunner().invoke(bench_agents.cli, ["--team"])
+    assert result.exit_code == 2 and "--team needs a --practice-model" in result.output
+    plan = bench_agents.AgentsPlan(model="s", practice_model="l", team=True)
+    assert (plan.learner(), plan.practised_by()) == ("l", "l+s")
+    assert bench_agents.AgentsPlan(model="s", practice_model="l").practised_by() == "l"
 
 
 def _record(task_id: str, passed: list[bool], tokens: int = 100, lessons: tuple = ()) -> RunRecord:

@@ -34,7 +34,12 @@ condition may also hold lessons learned then (counted in ``phases.feedback``).
 ``practice_model`` (where given) is the model the learning phases' agents run (practice, feedback),
 served beside ``model``, which every held-out condition runs: the 0.5B seldom repairs its own error,
 so a fleet of 0.5B agents learns almost nothing from its own traffic, while the 1.5B's repairs can
-teach it; the row names both.
+teach it; the row names both. With ``team``, each node's learning proxy also serves an agent on
+``model`` in the practice phase, and both agents work through the node's practice tasks: one learner
+reads both (`TrafficLearner`, shared by the node's two learning proxies, as one proxy in front of a
+server of both models would be), so the smaller model's failures pair with the code of the larger
+one's that ran for the same task (`dsonet.learn.pairing`). The 1.5B alone, in practice, mostly writes
+right at once what it knows and never fixes what it does not: the contrast is between the two models.
 
 ``framework`` picks the agents of every phase: the bench's own loop (``loop``) or smolagents' own
 agent (``smolagents``, `dsonet.bench.agent_smolagents`); the row says which.
@@ -85,12 +90,17 @@ class AgentsPlan:
     retry_temperature: float = 0.7  # a retry samples (the first try is greedy): Training-free GRPO's temperature
     model: str = MODELS[0]
     practice_model: str = ""  # the model of the learning phases (practice, feedback); "": ``model``
+    team: bool = False  # with practice_model: an agent on ``model`` practises beside it, behind the same learner
     seed: int = 0  # rotates which agent practises on which facts
     framework: str = FRAMEWORKS[0]  # whose agents: the bench's loop, or a real framework's (`agents_fleet.FRAMEWORKS`)
 
     def learner(self) -> str:
         """The model the practice and feedback phases' agents run."""
         return self.practice_model or self.model
+
+    def practised_by(self) -> str:
+        """The row's ``practice_model``: the models whose agents practised ("" where only ``model``)."""
+        return f"{self.practice_model}+{self.model}" if self.team else self.practice_model
 
     def drift(self) -> DriftPlan:
         """The drift scenario's plan these sizes give (its splits, its facts in play)."""
@@ -123,10 +133,12 @@ class Steps:
         self.log(f"  {name}: first try {np.mean([r.first_try for r in runs]):.3f}, solved "
                  f"{np.mean([r.solved for r in runs]):.3f} ({time.perf_counter() - start:.0f} s)")
 
-    async def learn(self, name: str, jobs: list[list]) -> None:
-        """Agent k works through ``jobs[k]`` through its learning proxy; what each proxy's learner counted."""
+    async def learn(self, name: str, jobs: list[list], team: bool = False) -> None:
+        """Agent k works through ``jobs[k]`` through its learning proxy (with ``team``, its node's agent on the
+        held-out model too, behind the same learner); what each proxy's learner counted."""
         start, before = time.perf_counter(), [lr.counts() for lr in self.px.learners]
-        records = [r for agent in await asyncio.to_thread(work, self.px.learning, jobs, name) for r in agent]
+        agents, jobs = (self.px.learning + self.px.team, jobs + jobs) if team else (self.px.learning, jobs)
+        records = [r for agent in await asyncio.to_thread(work, agents, jobs, name) for r in agent]
         counts = [{k: v - b[k] for k, v in lr.counts().items()} for lr, b in zip(self.px.learners, before)]
         self.learning[name] = records
         self.phases[name] = {"runs": len(records), "solved": round(float(np.mean([r.solved for r in records])), 4)
@@ -153,10 +165,10 @@ async def run_fleet(plan: AgentsPlan, workdir: Path, log=print) -> dict:
         async with running(True, plan.agents, workdir, plan.model) as fleet:
             px = open_proxies(stack, [p.url for p in fleet.procs], {m: f"{s.url}/v1" for m, s in served.items()},
                               plan.model, plan.learner(), check, plan.tries, plan.answer_tokens,
-                              plan.retry_temperature, make)
+                              plan.retry_temperature, make, plan.team)
             steps = Steps(px, splits.held_out, log)
             await steps.condition("none")  # 1. the nodes are empty
-            await steps.learn("practice", [splits.train[i] for i in range(plan.agents)])  # 2.
+            await steps.learn("practice", [splits.train[i] for i in range(plan.agents)], plan.team)  # 2.
             await steps.condition("own")  # 3.
             await fleet.publish()  # 4. every node publishes what it holds and reads the others'
             await fleet.settle()
@@ -211,7 +223,7 @@ def run(plan: AgentsPlan, out: str = "agents", log=print) -> Path:
     result = row(plan.framework, plan.model, plan.tries, steps.runs, control, got["poison_ids"])
     counted = got["counted"]
     if plan.practice_model:
-        result["practice_model"] = plan.practice_model
+        result["practice_model"] = plan.practised_by()
     result |= {"poison_rows_hidden": counted["poison_rows_hidden"], "honest_rows_hidden": counted["honest_rows_hidden"],
                "episodes_learned": got["episodes"]["learned"], "episodes_paired": got["episodes"]["paired"],
                "episodes_in_histories": got["episodes"]["in_histories"],
@@ -259,6 +271,10 @@ def write_combined(names: list[str], out: str = "agents", results_dir: Path = RE
               help="The model the agents run while they learn (practice and feedback, served beside --model), where "
                    "it differs from the one measured on the held-out tasks: a fleet whose larger agents' repairs "
                    "teach the smaller ones. Default: --model.")
+@click.option("--team", is_flag=True,
+              help="With --practice-model: in the practice phase an agent on --model works through each node's tasks "
+                   "beside the one on --practice-model, behind the same learner, so the smaller model's failures "
+                   "pair with the larger one's code that ran for the same task. The row's practice_model names both.")
 @click.option("--framework", type=click.Choice(FRAMEWORKS), default=AgentsPlan.framework, show_default=True,
               help="Whose agents: the bench's own loop, or smolagents' ToolCallingAgent with a run_python tool "
                    "(pip install 'dsonet[frameworks]').")
@@ -267,8 +283,8 @@ def write_combined(names: list[str], out: str = "agents", results_dir: Path = RE
 @click.option("--combine", default=None, metavar="NAME,NAME",
               help="Run nothing: gather the rows of bench/results/NAME.json files (one per framework and model) "
                    "into OUT.json.")
-def cli(agents, facts, n_eval, tries, practice_per_fact, feedback_tasks, model, practice_model, framework, seed, out,
-        combine) -> None:
+def cli(agents, facts, n_eval, tries, practice_per_fact, feedback_tasks, model, practice_model, team, framework, seed,
+        out, combine) -> None:
     """Agents that learn on the job: honest coding agents (write a line of Python, run it in the
     sandbox, read the result, retry) each through its own `dso proxy --learn` and node on a NATS
     cluster, and a Byzantine node publishing the drift poison. Per condition (no lessons, the agent's
@@ -285,6 +301,7 @@ def cli(agents, facts, n_eval, tries, practice_per_fact, feedback_tasks, model, 
       dso bench agents --facts 2 --n-eval 4 --tries 1 --practice-per-fact 1 --feedback-tasks 2 --out agents-smoke
       dso bench agents --framework smolagents --facts 2 --n-eval 4 --feedback-tasks 2 --out agents-smolagents
       dso bench agents --practice-model qwen2.5-coder-1.5b --facts 20 --n-eval 100 --out agents-mixed
+      dso bench agents --practice-model qwen2.5-coder-1.5b --team --facts 20 --n-eval 100 --out agents-team
       dso bench agents --combine agents-paired,agents-smolagents-1.5b               both rows into agents.json
     """
     if combine:
@@ -294,10 +311,13 @@ def cli(agents, facts, n_eval, tries, practice_per_fact, feedback_tasks, model, 
         agent_type(framework)
     except ModuleNotFoundError as e:
         raise click.UsageError(str(e)) from e
+    practice_model = "" if practice_model in (None, model) else practice_model
+    if team and not practice_model:
+        raise click.UsageError(f"--team needs a --practice-model other than --model ({model}): the team is one agent "
+                               "on each")
     plan = replace(AgentsPlan(), agents=agents, facts=facts, n_eval=n_eval, tries=tries,
                    practice_per_fact=practice_per_fact, feedback_tasks=feedback_tasks, model=model,
-                   practice_model="" if practice_model in (None, model) else practice_model, framework=framework,
-                   seed=seed)
+                   practice_model=practice_model, team=team, framework=framework, seed=seed)
     log = lambda msg: click.echo(f"[{time.strftime('%H:%M:%S')}] {msg}")  # noqa: E731
     path = run(plan, out, log)
     click.echo(f"wrote {path}")

@@ -59,6 +59,7 @@ class CountingLearner(TrafficLearner):
 @dataclass
 class Proxies:
     learning: list[Solver] = field(default_factory=list)  # through a `--learn` proxy (practice, feedback)
+    team: list[Solver] = field(default_factory=list)  # on the held-out model, behind the same learner (practice)
     plain: list[Solver] = field(default_factory=list)  # through a proxy that only injects (held-out)
     learners: list[CountingLearner] = field(default_factory=list)
 
@@ -85,10 +86,11 @@ def agent_type(framework: str) -> type:
 
 def open_proxies(stack: ExitStack, node_urls: list[str], upstreams: dict[str, str], model: str, learning_model: str,
                  check: Callable[[Task, str], Check], tries: int, max_tokens: int, retry_temperature: float,
-                 make: type = Agent) -> Proxies:
+                 make: type = Agent, team: bool = False) -> Proxies:
     """Two proxies per node, started on ``stack`` (closed with it), and an agent of class ``make`` behind each
     (`agent_type`): the learning proxy's agent runs ``learning_model``, the plain one's ``model``, each
-    forwarded to its server (``upstreams``: model -> base URL)."""
+    forwarded to its server (``upstreams``: model -> base URL). With ``team``, a third, learning with the
+    same learner as the first, whose agent runs ``model``."""
     from dsonet.proxy.app import create_app  # loads uvicorn
 
     out = Proxies()
@@ -96,8 +98,11 @@ def open_proxies(stack: ExitStack, node_urls: list[str], upstreams: dict[str, st
         memory = NodeClient(url)  # the node's HTTP API is the proxy's memory, as `dso proxy --node` opens it
         stack.callback(memory.close)
         learner = CountingLearner(memory)
-        for app, agents, name in ((create_app(memory, upstreams[learning_model], learner=learner), out.learning,
-                                   learning_model), (create_app(memory, upstreams[model]), out.plain, model)):
+        proxies = [(create_app(memory, upstreams[learning_model], learner=learner), out.learning, learning_model),
+                   (create_app(memory, upstreams[model]), out.plain, model)]
+        if team:
+            proxies.append((create_app(memory, upstreams[model], learner=learner), out.team, model))
+        for app, agents, name in proxies:
             served = stack.enter_context(Served(app))
             agent = make(i, f"{served.url}/v1", name, check, tries, max_tokens, retry_temperature)
             stack.callback(agent.close)
