@@ -14,8 +14,11 @@ from dsonet.learn.llm import open_llm
 
 
 class _Server:
-    def __init__(self, fail_first: int = 0, delay: float = 0.05, always_fail: bool = False, reply=None):
-        self.lock = threading.Lock()
+    def __init__(self, fail_first: int = 0, delay: float = 0.05, always_fail: bool = False, reply=None,
+                 gather: int = 0):
+        """``gather``: a request waits (up to 5 s) until that many are in flight, so that a client that
+        sends them together is seen to, however slowly a loaded machine schedules their threads."""
+        self.lock = threading.Condition()
         self.in_flight = self.peak = self.requests = 0
         self.fail_left = fail_first
         outer = self
@@ -32,6 +35,8 @@ class _Server:
                     outer.peak = max(outer.peak, outer.in_flight)
                     fail = always_fail or outer.fail_left > 0
                     outer.fail_left -= 1
+                    outer.lock.notify_all()
+                    outer.lock.wait_for(lambda: outer.in_flight >= gather, timeout=5)
                 time.sleep(delay)
                 with outer.lock:
                     outer.in_flight -= 1
@@ -67,6 +72,7 @@ def server(request):
     s.close()
 
 
+@pytest.mark.parametrize("server", [{"gather": 3}], indirect=True)
 def test_requests_run_concurrently_up_to_the_limit_and_keep_order(server):
     llm = open_llm(server.url, "tiny", max_concurrency=3)
     out = llm.generate([user(f"q{i}") for i in range(9)], n=1, temperature=0)
