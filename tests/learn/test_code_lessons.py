@@ -177,3 +177,12 @@ def test_the_task_form_reads_the_tasks_line_only_when_the_agents_first_turn_goes
     error = "AttributeError: module 'numpy' has no attribute 'trapz'"
     alone, asked_so = (from_error(q, task.entry["stale"], error, task.answer)[0] for q in (task.question, asked))
     assert alone == asked_so and alone.startswith("When computing the integral of") and "Reply" not in asked_so
+
+
+def test_a_tests_verdict_on_a_value_refuses_nothing_it_quotes():
+    """Harnesses say a wrong value as an AssertionError quoting the value's fields: 'shape' there is data, not a
+    name the library refused (a paired run once learned "use np.tril(x), not shape")."""
+    problem = "M = np.eye(3)\nWrite one line of Python that assigns to r the lower triangle of the square matrix M."
+    error = "AssertionError: r = {'ndarray': {'dtype': 'int64', 'shape': [3, 3]}}, expected a different value"
+    assert from_error(problem, "r = M[:M.shape[0], :M.shape[0]]", error, "r = np.tril(M)") == []
+    assert repair(problem, "r = M[:M.shape[0], :M.shape[0]]", error, "r = np.tril(M)") is None
