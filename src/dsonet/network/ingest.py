@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 TOMBSTONE = "tombstone"
 MAX_PEERS = 1024
 REFUSED_REMEMBERED = 4096  # refused messages whose count is kept (oldest forgotten first)
-HANDLED_REMEMBERED = 65_536  # stream messages known as read through (oldest forgotten first), 16 bytes each
+HANDLED_REMEMBERED = 16_384  # stream messages known as read through (oldest forgotten first): about 3 MB
 REFERENCE_ROWS = 256  # trusted rows (own, then trusted peers') added to every round's pool (see `round`)
 MAX_ROUND_ROWS = 4096  # a round closes early once this many rows wait
 # Batches held back from senders over their rate, in the ledger (see `defer_or_reject`), in bytes:
