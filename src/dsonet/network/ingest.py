@@ -95,8 +95,9 @@ class Ingest:
         self._fitting: Future | None = None  # the refit started after a chunk, while it runs
         self.encode_texts, self.on_round = encode_texts, on_round
         self.peers: dict[str, Peer] = {}
-        # messages already counted as refused: a chunk read again (redelivered by the stream, or after a heal)
-        # refuses them again, and a peer's count is of batches, not of deliveries
+        # messages already counted as refused: a chunk read again before it went through (after a heal, or
+        # redelivered after its handler failed) refuses them again, and a peer's count is of batches, not of
+        # deliveries; a chunk that went through is skipped whole when it comes again (`_handled`)
         self._refused: OrderedDict[bytes, None] = OrderedDict()
         # stream messages this reader has read through, by (seq, stored time): the stream delivers one again
         # when its ack came late or was lost, or when a consumer is made again; read again, a batch stored
