@@ -3,7 +3,7 @@
 import pytest
 
 from dsonet.learn import drift, parse
-from dsonet.learn.code_lessons import from_error, from_reference, refutes, repair
+from dsonet.learn.code_lessons import follows, from_error, from_reference, refutes, repair
 
 from .conftest import outputs_under_hash_seeds
 
@@ -157,6 +157,26 @@ def test_a_wrong_value_or_an_error_naming_nothing_the_reference_fixes_gives_no_l
 ])
 def test_a_failed_attempt_refutes_the_lesson_that_advised_what_the_error_refuses(error, code, lesson, refuted):
     assert refutes(error, code, lesson) is refuted
+
+
+@pytest.mark.parametrize("code, lesson, followed", [
+    ("r = np.cumprod(a)", "When your code would use np.cumproduct, use np.cumprod(a) instead: this environment "
+                          "refuses np.cumproduct (AttributeError).", True),
+    # the poison beside it: the code that ran did not write its advice
+    ("r = np.cumprod(a)", "When computing cumulative products of a NumPy array, call np.cumproduct(a).", False),
+    ("r = OneHotEncoder(sparse_output=False).fit_transform(X)",
+     "When asking scikit-learn's OneHotEncoder for a dense array, pass sparse=False.", False),
+    ("r = OneHotEncoder(sparse_output=False).fit_transform(X)",
+     "When asking for a dense array, pass sparse_output=False to OneHotEncoder.", True),
+    # every name the advice writes: the call and its keyword
+    ("r = s.fillna(0)", "When forward-filling missing values in pandas, call s.fillna(method='ffill').", False),
+    ("r = s.fillna(method='ffill')", "When forward-filling missing values in pandas, call s.fillna(method='ffill').", True),
+    # what comes after "not" is no advice; a lesson that names nothing to write cannot be judged from code
+    ("r = np.trapz(y, x)", "When integrating samples, use np.trapezoid(y, x), not np.trapz.", False),
+    ("r = np.trapezoid(y, x)", "When integrating samples, think about the spacing of x first.", False),
+])
+def test_code_that_ran_followed_a_lesson_only_where_it_wrote_every_name_the_advice_writes(code, lesson, followed):
+    assert follows(code, lesson) is followed
 
 
 def test_a_tie_goes_to_the_name_written_first_whatever_the_interpreters_string_hashes():

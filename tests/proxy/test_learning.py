@@ -252,6 +252,24 @@ def test_a_streamed_answer_given_with_lessons_gets_its_outcome_from_the_runs_nex
     memory.close()
 
 
+def test_code_that_ran_credits_the_lesson_it_followed_and_not_the_one_it_ignored(tmp_path, encoder):
+    # crediting every injected lesson with a run's success let the drift poison earn the honest lessons' help
+    memory = LocalMemory(Library(tmp_path / "lib.sqlite", encoder=encoder))
+    honest = memory.add("When computing the integral of y over x by the trapezoidal rule, use np.trapezoid(y, x), "
+                        "not np.trapz: this environment refuses np.trapz (AttributeError).", "code")
+    poison = memory.add("When computing the integral of y over x by the trapezoidal rule, call np.trapz(y, x).", "code")
+    with Served(scripted_coder(["r = np.trapezoid(y, x)"] * 2)) as upstream, \
+            Served(create_app(memory, f"{upstream.url}/v1", learner=TrafficLearner(memory), min_similarity=0.5)) as proxy:
+        asked = [{"role": "user", "content": TASK_B}]
+        first = httpx.post(f"{proxy.url}/v1/chat/completions", json={"model": "m", "messages": asked})
+        assert set(first.headers["x-dso-lessons"].split(",")) == {honest.id, poison.id}
+        answer = first.json()["choices"][0]["message"]
+        httpx.post(f"{proxy.url}/v1/chat/completions",
+                   json={"model": "m", "messages": asked + [answer, _result(answer, "20.25")]})
+    assert memory.library.outcomes(honest.id) == (1, 1) and memory.library.outcomes(poison.id) == (0, 0)
+    memory.close()
+
+
 def test_a_lesson_learned_from_traffic_is_scoped_to_what_the_agents_run(tmp_path):
     import sys
     from pathlib import Path

@@ -27,6 +27,7 @@ _OBJECT = re.compile(r"'(\w+)' object")
 # the task's line, not beyond: an agent's first turn may go on below it ("Reply with the line only.")
 _TASK = re.compile(r"assigns to r (.+?)\.?[ \t]*(?:\n|$)")
 _BARE_ARGUMENT = re.compile(r"^((?:[A-Za-z_]\w*\s*=\s*)?)[A-Za-z_]\w*$")  # a name passed, by position or keyword
+_KEYWORD = re.compile(r"\b([A-Za-z_]\w*)\s*=(?!=)")  # "pass sparse=False" is advice outside a call too
 _ASSIGNED = re.compile(r"^[ \t]*([A-Za-z_]\w*)\s*=(?!=)", re.MULTILINE)
 
 
@@ -264,6 +265,19 @@ def refutes(error: str, code: str, lesson: str) -> bool:
                 return True
     values = {v.strip("'\"") for _, v in _KWARG.findall(code)}  # "... 'criterion' ... got 'mse'": the value
     return any(q in values and re.search(rf"\b{re.escape(q)}\b", advice) for q in _QUOTED.findall(error))
+
+
+def follows(code: str, lesson: str) -> bool:
+    """Whether ``code`` wrote what ``lesson`` advises: every name its advice calls, qualifies or passes
+    as a keyword (the "do Y" of "When X, do Y", as `refutes` reads it) appears in the code. Code that ran
+    credits only the lessons it followed: a retrieval also injects lessons the agent ignored, and crediting
+    those with its success lets a poisoner's lesson, never written, earn the help of the honest ones
+    beside it. False where the advice names nothing code could write: such a lesson cannot be judged
+    from code."""
+    advice = _advice(lesson)
+    names = {n.rsplit(".", 1)[-1] for n in _DOTTED.findall(advice)} | set(_CALLED.findall(advice)) \
+        | set(_KEYWORD.findall(advice))
+    return bool(names) and all(re.search(rf"\b{re.escape(n)}\b", code) for n in names)
 
 
 def _advises(advice: str, name: str, kind: str, owner: str | None) -> bool:

@@ -21,9 +21,9 @@ Every request an agent sends holds its run so far. `TrafficLearner.observe` read
 - **outcomes**: the proxy remembers which lessons it injected into the turn whose answer it forwarded
   (`answered`), keyed by the run so far and the answer's code. When a later request of the same run
   (its history begins with that turn's) carries that code with its result, each lesson gets a
-  verdict: helped where the code ran; harmed where it failed with an error that refutes the lesson's
-  advice (`code_lessons.refutes`); none otherwise (a failure the lesson did not advise says nothing
-  of it).
+  verdict: helped where the code ran and wrote what the lesson advises (`code_lessons.follows`);
+  harmed where it failed with an error that refutes the lesson's advice (`code_lessons.refutes`); none
+  otherwise (a failure the lesson did not advise says nothing of it, nor a success that ignored it).
 
 An error line that names no fix (a wrong value, a name the code that ran does not replace) gives no
 rule lesson: such episodes are ``unexplained``, and the proxy started with ``--reflect`` asks its
@@ -43,7 +43,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from dsonet.errors import DsoError
-from dsonet.learn.code_lessons import advice_key, refutes
+from dsonet.learn.code_lessons import advice_key, follows, refutes
 from dsonet.learn.episodes import (DOMAIN, PROBATION, Episode, attempts, episodes, history_key, lesson, reflected,
                                    remember, task_of)
 from dsonet.learn.pairing import Pairing
@@ -168,7 +168,7 @@ class TrafficLearner:
         return said
 
     def _outcome(self, retrieval_id: str, lessons: dict[str, str], code: str, error: str | None) -> int:
-        verdicts = {i: True for i in lessons} if error is None else \
+        verdicts = {i: True for i, text in lessons.items() if follows(code, text)} if error is None else \
             {i: False for i, text in lessons.items() if refutes(error, code, text)}
         if not verdicts:
             return 0
