@@ -12,9 +12,11 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
+from dsonet.bench.agent_loop import INSTRUCTION, PASSED
 from dsonet.bench.proxy import Served
 from dsonet.encoders import default_encoder
 from dsonet.encoders.minilm_numpy import numpy_minilm
+from dsonet.learn import drift
 from dsonet.learn.pairing import Pairing
 from dsonet.library import Library
 from dsonet.memory import LocalMemory
@@ -172,6 +174,27 @@ def test_one_runs_refused_call_and_another_runs_call_that_ran_for_the_same_kind_
     assert "use np.trapezoid(" in lesson.text and "refuses np.trapz" in lesson.text
     assert lesson.confidence == PROBATION
     assert learner.observe(right_first).episodes == learner.observe(never_fixed).episodes == []  # resent: nothing new
+    memory.close()
+
+
+def test_a_wrong_value_fixed_inside_one_run_gives_the_lesson_the_code_that_ran_spells_out(tmp_path, encoder):
+    """A wrong value names no fix; the code that then ran for the same task is read as its reference, as a pair
+    of runs of one kind is (no --reflect needed)."""
+    (task,) = drift.instances(drift.FACTS_BY_ID["scipy-linalg-tril"], 1, seed=0)
+    history = [{"role": "user", "content": f"{task.question}\n{INSTRUCTION}"},
+               {"role": "assistant", "content": "```python\nr = M[:3, :3]\n```"},
+               {"role": "user", "content": "AssertionError: r = {'ndarray': {'dtype': 'int64', 'shape': [3, 3]}}, "
+                                           "expected a different value"},
+               {"role": "assistant", "content": f"```python\n{task.answer}\n```"},
+               {"role": "user", "content": PASSED}]
+    memory = LocalMemory(Library(tmp_path / "lib.sqlite", encoder=encoder))
+    learner = TrafficLearner(memory)
+    learned = learner.observe(history)
+    (lesson,) = memory.all()
+    assert learned.lessons == [lesson.id] and learned.unexplained == []
+    assert lesson.text == ("When computing the lower triangle of the square matrix M (entries above the main diagonal "
+                           "set to zero), use np.tril(M).")
+    assert learner.observe(history).episodes == []  # resent: nothing new
     memory.close()
 
 

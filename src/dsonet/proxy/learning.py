@@ -26,9 +26,11 @@ Every request an agent sends holds its run so far. `TrafficLearner.observe` read
   otherwise (a failure the lesson did not advise says nothing of it, nor a success that ignored it).
 
 An error line that names no fix (a wrong value, a name the code that ran does not replace) gives no
-rule lesson: such episodes are ``unexplained``, and the proxy started with ``--reflect`` asks its
-upstream model to compare the two attempts (`episodes.reflection`) and keeps the lesson of its reply
-(`reflected`), on probation as well.
+rule lesson. The code that ran for the same task is then read as a task's reference would be
+(`episodes.lesson_from_code`: "When computing the lower triangle of M, use np.tril(M)."), as a pair of
+runs of one kind is. Where that gives nothing either (the fix was written out by hand), the episode is
+``unexplained``, and the proxy started with ``--reflect`` asks its upstream model to compare the two
+attempts (`episodes.reflection`) and keeps the lesson of its reply (`reflected`), on probation as well.
 
 An answer whose code never comes back with a result (the run's last) leaves its lessons without an
 outcome. A streamed answer is read once its stream has ended (`proxy.app.chat_answer`).
@@ -44,8 +46,8 @@ from dataclasses import dataclass, field
 
 from dsonet.errors import DsoError
 from dsonet.learn.code_lessons import advice_key, follows, refutes
-from dsonet.learn.episodes import (DOMAIN, PROBATION, Episode, attempts, episodes, history_key, lesson, reflected,
-                                   remember, task_of)
+from dsonet.learn.episodes import (DOMAIN, PROBATION, Episode, attempts, episodes, history_key, lesson,
+                                   lesson_from_code, reflected, remember, task_of)
 from dsonet.learn.pairing import Pairing
 from dsonet.library import Hits
 from dsonet.library.contract import Store
@@ -117,7 +119,7 @@ class TrafficLearner:
             pending = self._answered.pop(_turn_key(messages[:a.turn], a.code), None) if a.result is not None else None
             if pending is not None:
                 out.outcomes += self._outcome(*pending, a.code, a.error)
-        found = [(e, lesson(e)) for e in episodes(messages)]
+        found = [(e, lesson(e) or lesson_from_code(e)) for e in episodes(messages)]
         if self.pairing is not None:
             done = [(a.code, a.error) for a in tried if a.result is not None]  # error: None where it ran
             found += self.pairing.add(task_of(messages), [(c, e) for c, e in done if e], [c for c, e in done if not e])
