@@ -275,7 +275,7 @@ class Scenario:
     async def feedback(self) -> dict:
         """Every honest node's agent solves feedback tasks through its node's agent API, as a careful
         user's agent would: `recall` (lessons and a retrieval id), answer and run; then answer again
-        without each lesson in turn, and report per lesson what its absence changed (`POST /outcomes`
+        without each lesson in turn (but one the failed attempt followed into a refusal), and report per lesson what its absence changed (`POST /outcomes`
         with ``lessons``): helped where the task passed only with it, harmed where it passed only
         without it or where the attempt wrote what the lesson advised and the environment refused it
         (`code_lessons.refutes`: the 0.5B often fails without the lesson too, so leave-one-out alone
@@ -296,7 +296,13 @@ class Scenario:
                         for t in part.tasks}
             notes = lambda t: split_own(recalled[t.id], node_id)  # noqa: E731
             run = await asyncio.to_thread(answer, llm, part, None, retrieval, notes, plan.answer_tokens)
-            out = [(t, j) for t in part.tasks for j in range(len(recalled[t.id]))]
+            errors = {t.id: ("" if ok else part.explain(t, reply), reply)
+                      for t, ok, reply in zip(part.tasks, run.correct, run.texts)}
+            # a lesson the failed attempt followed into a refusal harmed whatever its absence would change:
+            # no answer without it is needed
+            refuted = {(t.id, j) for t in part.tasks for j, h in enumerate(recalled[t.id])
+                       if refutes(*errors[t.id], h.experience.text)}
+            out = [(t, j) for t in part.tasks for j in range(len(recalled[t.id])) if (t.id, j) not in refuted]
             variants = [replace(t, id=f"{t.id}~{j}") for t, j in out]
             left = {v.id: split_own([h for k, h in enumerate(recalled[t.id]) if k != j], node_id)
                     for v, (t, j) in zip(variants, out)}
@@ -304,11 +310,10 @@ class Scenario:
                                           plan.answer_tokens)
             without = {(t.id, j): ok for (t, j), ok in zip(out, loo.correct)}
             n = 0
-            for number, (task, ok, reply) in enumerate(zip(part.tasks, run.correct, run.texts), 1):
+            for number, (task, ok) in enumerate(zip(part.tasks, run.correct), 1):
                 hits = recalled[task.id]
-                error = "" if ok else part.explain(task, reply)
                 verdicts = {h.experience.id: bool(ok) for j, h in enumerate(hits)
-                            if bool(ok) != bool(without[task.id, j]) or refutes(error, reply, h.experience.text)}
+                            if (task.id, j) in refuted or bool(ok) != bool(without[task.id, j])}
                 if verdicts:
                     n += await fleet.outcome(i, hits.retrieval_id, lessons=verdicts)
                     harmed += sum(not v for v in verdicts.values())
