@@ -195,3 +195,23 @@ def test_combine_gathers_one_row_per_framework_and_model_and_refuses_two_for_one
     missing = CliRunner().invoke(bench_agents.cli, ["--combine", "a,zzz", "--out", "both"])
     assert missing.exit_code == 2 and "no zzz.json" in missing.output
     assert not (tmp_path / "bench" / "results" / "both.json").exists()
+
+
+def test_a_phase_shares_the_benchs_threads_among_the_models_it_runs(monkeypatch):
+    """The team's practice runs both models at once, a held-out phase only the agents' one: it then gets the
+    core the other model leaves (one idled there before)."""
+    class Threads:  # records what the bench asks of a served model
+        threads = None
+
+        def set_threads(self, n):
+            self.threads = n
+
+    monkeypatch.setattr(bench_agents, "default_threads", lambda: 1)  # a 2-core machine
+    small, large = Threads(), Threads()
+    cores = bench_agents.Cores({"0.5b": small, "1.5b": large})
+    cores.give("0.5b")
+    assert (small.threads, large.threads) == (2, None)
+    cores.give("1.5b", "0.5b")
+    assert (small.threads, large.threads) == (1, 1)
+    cores.give("1.5b")
+    assert (small.threads, large.threads) == (1, 2)

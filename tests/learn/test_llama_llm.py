@@ -49,6 +49,14 @@ def test_the_embedded_qwen_answers_greedily_shares_one_load_and_continues_a_pref
                          {"role": "assistant", "content": "When"}]
     text = llm.generate([lesson], n=1, temperature=0.0, max_tokens=40)[0].texts[0]
     assert text.startswith("When") and "\n" not in text
+    threads = llm.threads
+    try:  # a bench gives a model the cores another one has left: its answers stay the same
+        llm.set_threads(threads + 1)
+        assert llm.generate([lesson], n=1, temperature=0.0, max_tokens=40)[0].texts[0] == text
+    finally:
+        llm.set_threads(threads)
+    with pytest.raises(LLMError, match="at least 1"):
+        llm.set_threads(0)
 
 
 def test_a_job_alone_on_the_machine_gets_every_core_and_one_among_others_half(monkeypatch):

@@ -67,7 +67,7 @@ from dsonet.bench.report import RESULTS_DIR, format_table, write_results
 from dsonet.encoders.cache import cache_dir
 from dsonet.learn import drift
 from dsonet.learn.episodes import DOMAIN
-from dsonet.learn.llama_llm import MODELS as GGUF, LlamaCppLLM, gguf_path
+from dsonet.learn.llama_llm import MODELS as GGUF, LlamaCppLLM, default_threads, gguf_path
 from dsonet.learn.sandbox import Sandbox
 from dsonet.sim import adversary
 from dsonet.sim.report import hidden
@@ -109,6 +109,19 @@ class AgentsPlan:
                          train_per_fact=self.practice_per_fact, validation_per_fact=1,
                          held_out_per_fact=math.ceil(self.n_eval / change), held_out_per_control=1,
                          feedback_tasks=self.feedback_tasks, answer_tokens=self.answer_tokens, seeds=(self.seed,))
+
+
+class Cores:
+    """The threads the bench's served models decode on, shared by the models a phase runs: as many in all
+    as each model's `default_threads` together, what the team's practice (both models at once) takes. A
+    held-out phase runs the one model, which then has them all, where one core idled before."""
+
+    def __init__(self, llms: dict[str, LlamaCppLLM]):
+        self.llms, self.budget = llms, default_threads() * len(llms)
+
+    def give(self, *models: str) -> None:
+        for m in dict.fromkeys(models):
+            self.llms[m].set_threads(max(1, self.budget // len(set(models))))
 
 
 def feedback_jobs(splits: Splits, agents: int, per_agent: int) -> list[list]:
@@ -158,17 +171,22 @@ async def run_fleet(plan: AgentsPlan, workdir: Path, log=print) -> dict:
         f"practice tasks on {plan.agents} agents; {plan.feedback_tasks} feedback tasks each")
     byz = adversary.byzantine_nodes(plan.poisoners, "agents-byzantine")
     with Sandbox(preload=drift.PRELOAD) as sandbox, ExitStack() as stack:
-        served = {m: stack.enter_context(Served(serve_app(ServedModel.of(
-            LlamaCppLLM(gguf_path(m), GGUF[m].name, slots=max(plan.agents, 2)), m))))
-            for m in dict.fromkeys((plan.model, plan.learner()))}  # one server per model, as `dso llm serve` runs
+        llms = {m: LlamaCppLLM(gguf_path(m), GGUF[m].name, slots=max(plan.agents, 2))
+                for m in dict.fromkeys((plan.model, plan.learner()))}
+        served = {m: stack.enter_context(Served(serve_app(ServedModel.of(llm, m))))
+                  for m, llm in llms.items()}  # one server per model, as `dso llm serve` runs
+        cores = Cores(llms)
         check = locked(lambda task, reply: drift.check(sandbox, task, reply))
         async with running(True, plan.agents, workdir, plan.model) as fleet:
             px = open_proxies(stack, [p.url for p in fleet.procs], {m: f"{s.url}/v1" for m, s in served.items()},
                               plan.model, plan.learner(), check, plan.tries, plan.answer_tokens,
                               plan.retry_temperature, make, plan.team)
             steps = Steps(px, splits.held_out, log)
+            cores.give(plan.model)
             await steps.condition("none")  # 1. the nodes are empty
+            cores.give(*(plan.learner(), plan.model)[:1 + plan.team])
             await steps.learn("practice", [splits.train[i] for i in range(plan.agents)], plan.team)  # 2.
+            cores.give(plan.model)
             await steps.condition("own")  # 3.
             await fleet.publish()  # 4. every node publishes what it holds and reads the others'
             await fleet.settle()
@@ -176,7 +194,9 @@ async def run_fleet(plan: AgentsPlan, workdir: Path, log=print) -> dict:
             poison = await adversary.publish_poison(fleet, byz, facts_for(dplan), plan.model, DOMAIN)  # 5.
             await fleet.settle()
             await steps.condition("poisoned")
+            cores.give(plan.learner())
             await steps.learn("feedback", feedback_jobs(splits, plan.agents, plan.feedback_tasks))  # 6.
+            cores.give(plan.model)
             await steps.condition("poisoned_after_feedback")  # 7.
             learned, paired = sum(lr.episodes for lr in px.learners), sum(lr.paired for lr in px.learners)
             states = await fleet.close()

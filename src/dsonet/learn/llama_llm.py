@@ -197,6 +197,15 @@ class LlamaCppLLM:
         with self._lock:
             return self._engine.run(requests, intake)
 
+    def set_threads(self, threads: int) -> None:
+        """Decode on ``threads`` threads from the next request on (a request running now finishes first):
+        answers do not change, as each output value is still summed by one thread."""
+        if threads < 1:
+            raise LLMError(f"llm: threads {threads}; decode on at least 1")
+        with self._lock:
+            self.ctx.set_n_threads(threads, threads)
+            self.threads = threads
+
     def generate(self, chats: Sequence[Chat], n: int = 1, temperature: float = 0.7, max_tokens: int = 128,
                  seed: int | None = None, stop: Sequence[str] = ()) -> list[Completion]:
         check_args(chats, n, temperature, max_tokens)
