@@ -120,8 +120,9 @@ class Cores:
         self.llms, self.budget = llms, default_threads() * len(llms)
 
     def give(self, *models: str) -> None:
-        for m in dict.fromkeys(models):
-            self.llms[m].set_threads(max(1, self.budget // len(set(models))))
+        running = dict.fromkeys(models)
+        for m in running:
+            self.llms[m].set_threads(max(1, self.budget // len(running)))
 
 
 def feedback_jobs(splits: Splits, agents: int, per_agent: int) -> list[list]:

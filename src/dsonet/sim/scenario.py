@@ -275,8 +275,8 @@ class Scenario:
     async def feedback(self) -> dict:
         """Every honest node's agent solves feedback tasks through its node's agent API, as a careful
         user's agent would: `recall` (lessons and a retrieval id), answer and run; then answer again
-        without each lesson in turn (but one the failed attempt followed into a refusal), and report per lesson what its absence changed (`POST /outcomes`
-        with ``lessons``): helped where the task passed only with it, harmed where it passed only
+        without each lesson in turn (but one the failed attempt followed into a refusal), and report per
+        lesson what its absence changed (`POST /outcomes` with ``lessons``): helped where the task passed only with it, harmed where it passed only
         without it or where the attempt wrote what the lesson advised and the environment refused it
         (`code_lessons.refutes`: the 0.5B often fails without the lesson too, so leave-one-out alone
         rarely convicts a poison), nothing where it made no difference. Outcomes move the lessons'
