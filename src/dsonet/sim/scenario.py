@@ -276,14 +276,14 @@ class Scenario:
         """Every honest node's agent solves feedback tasks through its node's agent API, as a careful
         user's agent would: `recall` (lessons and a retrieval id), answer and run; then answer again
         without each lesson in turn (but one the failed attempt followed into a refusal), and report per
-        lesson what its absence changed (`POST /outcomes` with ``lessons``): helped where the task passed only with it, harmed where it passed only
-        without it or where the attempt wrote what the lesson advised and the environment refused it
-        (`code_lessons.refutes`: the 0.5B often fails without the lesson too, so leave-one-out alone
-        rarely convicts a poison), nothing where it made no difference. Outcomes move the lessons'
-        signers' reputation (``by_signer``: per node, each peer signer's [helped, harmed] outcomes;
-        ``convicted_after``: per node, after how many tasks its outcomes convicted each signer they
-        convict, by the reputation model's sign test). (Crediting every lesson of a retrieval with its
-        task's result cannot tell a wrong lesson from the right one beside it.)"""
+        lesson what its absence changed (`POST /outcomes` with ``lessons``): helped where the task passed
+        only with it, harmed where it passed only without it or where the attempt wrote what the lesson
+        advised and the environment refused it (`code_lessons.refutes`: the 0.5B often fails without the
+        lesson too, so leave-one-out alone rarely convicts a poison), nothing where it made no difference.
+        Outcomes move the lessons' signers' reputation (``by_signer``: per node, each peer signer's
+        [helped, harmed] outcomes; ``convicted_after``: per node, after how many tasks its outcomes
+        convicted each signer they convict, by the reputation model's sign test). (Crediting every lesson
+        of a retrieval with its task's result cannot tell a wrong lesson from the right one beside it.)"""
         fleet, splits, plan, retrieval = self.fleet, self.splits, self.plan, self.retrieval
         passed, reported, harmed, by_signer, convicted_after = [], [], 0, [], []
         for i, (node_id, llm) in enumerate(zip(fleet.node_ids, self.llms)):
