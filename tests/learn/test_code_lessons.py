@@ -170,7 +170,8 @@ def test_a_failed_attempt_refutes_the_lesson_that_advised_what_the_error_refuses
      "When asking for a dense array, pass sparse_output=False to OneHotEncoder.", True),
     # every name the advice writes: the call and its keyword
     ("r = s.fillna(0)", "When forward-filling missing values in pandas, call s.fillna(method='ffill').", False),
-    ("r = s.fillna(method='ffill')", "When forward-filling missing values in pandas, call s.fillna(method='ffill').", True),
+    ("r = s.fillna(method='ffill')", "When forward-filling missing values in pandas, call s.fillna(method='ffill').",
+     True),
     # what comes after "not" is no advice; a lesson that names nothing to write cannot be judged from code
     ("r = np.trapz(y, x)", "When integrating samples, use np.trapezoid(y, x), not np.trapz.", False),
     ("r = np.trapezoid(y, x)", "When integrating samples, think about the spacing of x first.", False),
