@@ -185,7 +185,7 @@ async def run_fleet(plan: AgentsPlan, workdir: Path, log=print) -> dict:
             steps = Steps(px, splits.held_out, log)
             cores.give(plan.model)
             await steps.condition("none")  # 1. the nodes are empty
-            cores.give(*(plan.learner(), plan.model)[:1 + plan.team])
+            cores.give(plan.learner(), *[plan.model] * plan.team)  # the team's agents run both models at once
             await steps.learn("practice", [splits.train[i] for i in range(plan.agents)], plan.team)  # 2.
             cores.give(plan.model)
             await steps.condition("own")  # 3.

@@ -296,12 +296,12 @@ class Scenario:
                         for t in part.tasks}
             notes = lambda t: split_own(recalled[t.id], node_id)  # noqa: E731
             run = await asyncio.to_thread(answer, llm, part, None, retrieval, notes, plan.answer_tokens)
-            errors = {t.id: ("" if ok else part.explain(t, reply), reply)
-                      for t, ok, reply in zip(part.tasks, run.correct, run.texts)}
             # a lesson the failed attempt followed into a refusal harmed whatever its absence would change:
             # no answer without it is needed
-            refuted = {(t.id, j) for t in part.tasks for j, h in enumerate(recalled[t.id])
-                       if refutes(*errors[t.id], h.experience.text)}
+            failed = [(t, part.explain(t, reply), reply) for t, ok, reply in zip(part.tasks, run.correct, run.texts)
+                      if not ok]
+            refuted = {(t.id, j) for t, error, reply in failed for j, h in enumerate(recalled[t.id])
+                       if refutes(error, reply, h.experience.text)}
             out = [(t, j) for t in part.tasks for j in range(len(recalled[t.id])) if (t.id, j) not in refuted]
             variants = [replace(t, id=f"{t.id}~{j}") for t, j in out]
             left = {v.id: split_own([h for k, h in enumerate(recalled[t.id]) if k != j], node_id)
