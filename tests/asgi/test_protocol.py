@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from dsonet.asgi import BearerToken, BodyLimit, server_config
-from dsonet.asgi.protocol import FD_RESERVE, MAX_CONNECTIONS, Limits, connection_cap
+from dsonet.asgi.protocol import FD_RESERVE, LINGER_BYTES, MAX_CONNECTIONS, Limits, connection_cap
 from dsonet.network.cluster_spec import free_ports
 
 PARTIAL_HEADERS = b"GET /health HTTP/1.1\r\nHost: node\r\nX-Slow: "  # headers that never end
@@ -168,6 +168,35 @@ def test_a_refusal_at_the_headers_closes_the_connection_without_reading_the_body
     answer, sent = _serving(token_app, Limits(), attack)
     assert answer.startswith(b"HTTP/1.1 401")
     assert sent < 8 * 2**20  # before: the whole 50 MB went in after the 401 (the attack streamed 300 MB)
+
+
+def test_a_client_still_sending_a_refused_body_reads_the_whole_refusal_and_a_clean_end():
+    """Closed at once, the node reset a connection whose refused body was still coming, and the
+    reset could discard the 413's unsent end (a fresh-clone CI run read its headers, then 0 of 78
+    body bytes). Now the close lingers: the client finishes sending and reads all of it."""
+    app = BodyLimit(_app, 1024)
+    body = b"x" * (LINGER_BYTES // 2)
+
+    async def attack(port, loop, client):
+        def send():
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.settimeout(5)
+            sock.sendall(b"POST /echo HTTP/1.1\r\nHost: node\r\nContent-Length: %d\r\n\r\n" % len(body))
+            head = sock.recv(4096, socket.MSG_PEEK)  # the refusal came before any of the body
+            sock.sendall(body)  # before: BrokenPipeError, the node had closed
+            answer = b""
+            while chunk := sock.recv(4096):
+                answer += chunk
+            sock.close()
+            return head, answer
+
+        return await loop.run_in_executor(None, send)
+
+    head, answer = _serving(app, Limits(), attack)
+    assert head.startswith(b"HTTP/1.1 413")
+    headers, _, payload = answer.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in headers.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    assert len(payload) == length and b"request body over 1024 bytes" in payload
 
 
 def test_the_connection_cap_stays_under_the_fd_limit():

@@ -20,8 +20,11 @@ Here:
   arrives whole is served even while slow ones fill the table; only when every connection is
   busy with a whole request is the new one refused;
 - a response sent before its request's body came in (a refusal: 401, 413) closes the connection:
-  the rest of the body is not read (a chunked body without a token streamed 300 MB to the node
-  before);
+  the rest of the body is not taken in (a chunked body without a token streamed 300 MB to the node
+  before). The close lingers, as nginx's does: the response is followed by a FIN, and what the
+  client is still sending is read and dropped for at most `LINGER_S` or `LINGER_BYTES`. Closed at
+  once, a socket with unread bytes sends a reset, which discards the response's unsent end: a
+  client sending a 2 MB body then read 413's headers and lost its body;
 - when descriptors run out all the same (a burst of connections accepted before the cap could shed
   any), asyncio stops accepting for a second and reports each failed accept to the loop's exception
   handler; `survive_loop_errors` makes that report one line every `NOTE_EVERY_S`, never a traceback,
@@ -52,6 +55,8 @@ MAX_CONNECTIONS = 512
 # descriptors kept for what is not a client's socket: the library file and its journal, NATS,
 # model files, logs, an upstream connection per proxied request (`fds_per_connection`)
 FD_RESERVE = 64
+LINGER_S = 1.0  # after a refusal sent before the body came in: how long the rest is read and dropped
+LINGER_BYTES = 2 * 2**20  # ... and how much of it: a refused body up to this size ends without a reset
 NOTE_EVERY_S = 10.0  # how often running out of descriptors is said while it lasts
 _OUT_OF_FDS = (errno.EMFILE, errno.ENFILE)
 _TIMEOUT_REPLY = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
@@ -135,6 +140,7 @@ def guarded_protocol(limits: Limits = Limits()) -> type:
 
     class GuardedH11(H11Protocol):
         def connection_made(self, transport) -> None:  # type: ignore[override]
+            self._lingered: int | None = None  # bytes dropped since a refusal; None before one
             super().connection_made(transport)
             if len(self.connections) > cap:
                 if not incoming:  # every connection is busy with a whole request: refuse this one
@@ -174,6 +180,11 @@ def guarded_protocol(limits: Limits = Limits()) -> type:
                 self.transport.close()
 
         def data_received(self, data: bytes) -> None:
+            if self._lingered is not None:
+                self._lingered += len(data)
+                if self._lingered > LINGER_BYTES:
+                    self.transport.close()
+                return
             super().data_received(data)
             if self not in incoming:
                 return
@@ -186,13 +197,19 @@ def guarded_protocol(limits: Limits = Limits()) -> type:
                 self._request_in()
 
         def on_response_complete(self) -> None:
-            if self.conn.their_state is h11.SEND_BODY:  # answered before the body came: do not read the rest
+            if self.conn.their_state is h11.SEND_BODY:  # answered before the body came: do not take the rest in
                 self._request_in()
-                self.transport.close()
+                self._linger()
             super().on_response_complete()
-            if (not self.transport.is_closing() and self not in incoming
+            if (not self.transport.is_closing() and self._lingered is None and self not in incoming
                     and self.conn.their_state in (h11.IDLE, h11.SEND_BODY)):
                 self._await_headers()  # the next request on a kept-alive connection gets its own deadline
+
+        def _linger(self) -> None:
+            self._lingered = 0
+            if self.transport.can_write_eof():
+                self.transport.write_eof()  # the FIN follows the response once it is sent
+            self.loop.call_later(LINGER_S, self.transport.close)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._request_in()
