@@ -84,6 +84,18 @@ def test_where_the_error_names_nothing_the_reference_spells_out_the_lesson():
     assert from_reference("Round it.", "r = 1", "r = np.round(v)") == []  # no task to say when
 
 
+def test_the_name_a_lesson_gives_is_the_call_a_conversion_wraps_not_the_conversion():
+    """Seen in a team's practice: the code that ran, ``np.array(nx.to_numpy_array(G))``, gave "use np.array."."""
+    problem = ("The code below has run.\n```python\nimport networkx as nx\nG = nx.path_graph(3)\n```\n"
+               "Write one line of Python that assigns to r the adjacency matrix of G as a dense array.")
+    assert from_reference(problem, "r = nx.adjacency_matrix(G).toarray()", "r = np.array(nx.to_numpy_array(G))")[-1] == (
+        "When computing the adjacency matrix of G as a dense array, use nx.to_numpy_array.")
+    floats = ("The code below has run.\n```python\nimport numpy as np\nvals = [1, 2]\n```\n"
+              "Write one line of Python that assigns to r vals as a float array.")
+    assert from_reference(floats, "r = np.asfarray(vals)", "r = np.asarray(vals, dtype=float)")[-1] == (
+        "When computing x as a float array, use np.asarray.")  # alone, a conversion is still the lesson
+
+
 def test_each_phrasing_says_less_of_the_task_than_the_one_before():
     """The task, then the call as the reference makes it, then the name alone: the learner keeps the first
     that restates nothing of the one problem (here its number 0.9, which only the name alone leaves out)."""

@@ -29,6 +29,7 @@ _TASK = re.compile(r"assigns to r (.+?)\.?[ \t]*(?:\n|$)")
 _BARE_ARGUMENT = re.compile(r"^((?:[A-Za-z_]\w*\s*=\s*)?)[A-Za-z_]\w*$")  # a name passed, by position or keyword
 _KEYWORD = re.compile(r"\b([A-Za-z_]\w*)\s*=(?!=)")  # "pass sparse=False" is advice outside a call too
 _ASSIGNED = re.compile(r"^[ \t]*([A-Za-z_]\w*)\s*=(?!=)", re.MULTILINE)
+_CONVERSIONS = {"array", "asarray", "tuple", "set"}  # calls (np.array, np.asarray...) that wrap a value, compute nothing
 
 
 def from_error(problem: str, code: str, error: str, reference: str, reference_problem: str = "") -> list[str]:
@@ -179,10 +180,12 @@ def _reached(written: str, name: str, used: str) -> str:
 
 def _ranked(names: set[str], code: str) -> list[str]:
     """Dotted names first, then the shorter, then the first written in ``code`` (the outer call of a
-    nested one), then by name. A total order: ties left to a set's order (``pd.unique`` or
-    ``pd.Series``, both 9 characters) made the lesson differ between interpreter runs, whose string
-    hashes differ."""
-    return sorted(names, key=lambda name: ("." not in name, len(name), code.find(name), name))
+    nested one), then by name; a call that only converts what it is given (`_CONVERSIONS`) comes last:
+    in ``np.array(nx.to_numpy_array(G))`` the lesson is the call inside ("use np.array." advised a
+    constructor). A total order: ties left to a set's order (``pd.unique`` or ``pd.Series``, both 9
+    characters) made the lesson differ between interpreter runs, whose string hashes differ."""
+    return sorted(names, key=lambda name: (name.rsplit(".", 1)[-1] in _CONVERSIONS, "." not in name, len(name),
+                                           code.find(name), name))
 
 
 def _names(code: str) -> set[str]:
