@@ -195,7 +195,8 @@ def test_a_client_still_sending_a_refused_body_reads_the_whole_refusal_and_a_cle
     head, answer = _serving(app, Limits(), attack)
     assert head.startswith(b"HTTP/1.1 413")
     headers, _, payload = answer.partition(b"\r\n\r\n")
-    length = int(next(line.split(b":")[1] for line in headers.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    length = next(int(line.split(b":")[1]) for line in headers.split(b"\r\n")
+                  if line.lower().startswith(b"content-length"))
     assert len(payload) == length and b"request body over 1024 bytes" in payload
 
 

@@ -88,8 +88,8 @@ def test_the_name_a_lesson_gives_is_the_call_a_conversion_wraps_not_the_conversi
     """Seen in a team's practice: the code that ran, ``np.array(nx.to_numpy_array(G))``, gave "use np.array."."""
     problem = ("The code below has run.\n```python\nimport networkx as nx\nG = nx.path_graph(3)\n```\n"
                "Write one line of Python that assigns to r the adjacency matrix of G as a dense array.")
-    assert from_reference(problem, "r = nx.adjacency_matrix(G).toarray()", "r = np.array(nx.to_numpy_array(G))")[-1] == (
-        "When computing the adjacency matrix of G as a dense array, use nx.to_numpy_array.")
+    lessons = from_reference(problem, "r = nx.adjacency_matrix(G).toarray()", "r = np.array(nx.to_numpy_array(G))")
+    assert lessons[-1] == "When computing the adjacency matrix of G as a dense array, use nx.to_numpy_array."
     floats = ("The code below has run.\n```python\nimport numpy as np\nvals = [1, 2]\n```\n"
               "Write one line of Python that assigns to r vals as a float array.")
     assert from_reference(floats, "r = np.asfarray(vals)", "r = np.asarray(vals, dtype=float)")[-1] == (

@@ -29,7 +29,7 @@ _TASK = re.compile(r"assigns to r (.+?)\.?[ \t]*(?:\n|$)")
 _BARE_ARGUMENT = re.compile(r"^((?:[A-Za-z_]\w*\s*=\s*)?)[A-Za-z_]\w*$")  # a name passed, by position or keyword
 _KEYWORD = re.compile(r"\b([A-Za-z_]\w*)\s*=(?!=)")  # "pass sparse=False" is advice outside a call too
 _ASSIGNED = re.compile(r"^[ \t]*([A-Za-z_]\w*)\s*=(?!=)", re.MULTILINE)
-_CONVERSIONS = {"array", "asarray", "tuple", "set"}  # calls (np.array, np.asarray...) that wrap a value, compute nothing
+_CONVERSIONS = {"array", "asarray", "tuple", "set"}  # np.array, np.asarray...: they wrap a value, compute nothing
 
 
 def from_error(problem: str, code: str, error: str, reference: str, reference_problem: str = "") -> list[str]:
