@@ -73,7 +73,7 @@ def demo(json_out: Path, fresh_answers: bool, **options) -> None:
     and fixes its line through `dso proxy --learn`, which files the lesson in its node; the node
     publishes it, and agent B (the 0.5B) passes a task it failed, on its first try.
 
-    The model's answers are kept in an answer cache: the first run generates them (about 13
+    The model's answers are kept in an answer cache: the first run generates them (about 12
     minutes on two quiet cores, the models' assembly included), a rerun replays them and runs
     everything else again (nodes, sharing, attacks, DeltaSoup, the sandboxed checks) in about a
     minute; --fresh-answers ignores the cache.
