@@ -200,6 +200,29 @@ def test_a_client_still_sending_a_refused_body_reads_the_whole_refusal_and_a_cle
     assert len(payload) == length and b"request body over 1024 bytes" in payload
 
 
+def test_refused_requests_whose_close_lingers_give_way_to_a_whole_request():
+    """A refusal's lingering close keeps its connection a second: a table full of them is shed as one full
+    of slow requests is, so a burst of oversized requests cannot lock a fresh client out."""
+    app = BodyLimit(_app, 1024)
+    oversized = b"POST /echo HTTP/1.1\r\nHost: node\r\nContent-Length: 100000\r\n\r\n"
+
+    async def attack(port, loop, client):
+        def refused():
+            socks = _open(port, 8, oversized)  # the whole table
+            for sock in socks:
+                sock.settimeout(5)
+                assert sock.recv(4096, socket.MSG_PEEK).startswith(b"HTTP/1.1 413")  # refused, now lingering
+            return socks
+
+        socks = await loop.run_in_executor(None, refused)
+        status = (await client.post("/echo", content=b"{}")).status_code
+        for sock in socks:
+            sock.close()
+        return status
+
+    assert _serving(app, Limits(max_connections=8), attack) == 200
+
+
 def test_the_connection_cap_stays_under_the_fd_limit():
     import resource
 

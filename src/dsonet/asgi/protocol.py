@@ -209,7 +209,8 @@ def guarded_protocol(limits: Limits = Limits()) -> type:
             self._lingered = 0
             if self.transport.can_write_eof():
                 self.transport.write_eof()  # the FIN follows the response once it is sent
-            self.loop.call_later(LINGER_S, self.transport.close)
+            # shed as a request still coming in is: refused requests must not fill the table
+            incoming[self] = self.loop.call_later(LINGER_S, self._give_up)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._request_in()
