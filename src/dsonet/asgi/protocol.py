@@ -23,9 +23,9 @@ Here:
   the rest of the body is not taken in (a chunked body without a token streamed 300 MB to the node
   before). The close lingers, as nginx's does: the response is followed by a FIN, and what the
   client is still sending is read and dropped for at most `LINGER_S` or `LINGER_BYTES` (a full
-  table sheds a lingering connection as it sheds a slow request). Closed at
-  once, a socket with unread bytes sends a reset, which discards the response's unsent end: a
-  client sending a 2 MB body then read 413's headers and lost its body;
+  table sheds a lingering connection as it sheds a slow request). Closed at once, a socket with
+  unread bytes sends a reset, which discards the response's unsent end: a client sending a 2 MB
+  body then read 413's headers and lost its body;
 - when descriptors run out all the same (a burst of connections accepted before the cap could shed
   any), asyncio stops accepting for a second and reports each failed accept to the loop's exception
   handler; `survive_loop_errors` makes that report one line every `NOTE_EVERY_S`, never a traceback,
