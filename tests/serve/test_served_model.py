@@ -14,7 +14,7 @@ from dsonet.bench.proxy import Served, free_port
 from dsonet.learn.chat import LLMError
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("cyllama")
+pytest.importorskip("llama_cpp")
 openai = pytest.importorskip("openai")
 
 MODEL = "qwen2.5-coder-0.5b"
@@ -97,15 +97,12 @@ def test_dso_proxy_answers_through_it_with_the_lesson_injected(server, tmp_path)
 
 
 def test_the_kept_template_is_the_models_own():
-    from cyllama.llama import llama_cpp as L
-
+    from dsonet.learn.llama_api import Model
     from dsonet.learn.llama_llm import gguf_path
 
-    L.disable_logging()
-    L.ggml_backend_load_all()
-    model = L.LlamaModel(str(gguf_path(MODEL)), L.LlamaModelParams())  # mapped, not read: under a second
+    model = Model(gguf_path(MODEL))  # mapped, not read: under a second
     kept = (Path(__file__).parent / "qwen2.5_chat_template.jinja").read_text()
-    assert model.get_default_chat_template() == kept
+    assert model.chat_template() == kept
 
 
 def test_sigterm_stops_it_cleanly(server):

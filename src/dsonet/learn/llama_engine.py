@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from dsonet.learn.chat import LLMError
+from dsonet.learn.llama_api import Batch, Context, Sampler, Vocab
 
 
 @dataclass
@@ -81,12 +82,12 @@ MIN_COPY = 32  # prompt tokens a copied prefix must save: a copy moves the sourc
 class SlotEngine:
     """Runs `Request`s on a llama.cpp context created with ``n_seq_max = slots``, a KV stream each."""
 
-    def __init__(self, L, ctx, vocab, slots: int, n_ctx: int, n_batch: int):
-        self._L, self.ctx, self.vocab = L, ctx, vocab
+    def __init__(self, ctx: Context, vocab: Vocab, slots: int, n_ctx: int, n_batch: int):
+        self.ctx, self.vocab = ctx, vocab
         self.slots = [_Slot() for _ in range(slots)]
         self.n_ctx, self.n_batch = n_ctx, n_batch
         self._step = 0
-        self._batch = L.LlamaBatch(n_tokens=max(n_batch, slots), embd=0, n_seq_max=slots)
+        self._batch = Batch(max(n_batch, slots), slots)
 
     # -- one call ------------------------------------------------------------------------
     def run(self, requests: Sequence[Request], intake: Callable[[], Sequence[Request]] | None = None
@@ -131,13 +132,13 @@ class SlotEngine:
         if common_prefix(source.cached, want) >= keep + MIN_COPY:
             # across streams llama.cpp copies whole sequences only: take the source's, then cut it back
             keep = common_prefix(source.cached, want)
-            self.ctx.memory_seq_rm(tid, -1, -1)
-            self.ctx.memory_seq_cp(self.slots.index(source), tid, -1, -1)
-        self.ctx.memory_seq_rm(tid, keep, -1)
+            self.ctx.forget(tid)
+            self.ctx.copy(self.slots.index(source), tid)
+        self.ctx.forget(tid, keep)
         target.cached = req.tokens[:keep]
         self._prefill(tid, target, req.tokens[keep:])
         target.request, target.index, target.out, target.sent, target.used = req, i, [], 0, self._step
-        target.sampler = self._sampler(req)
+        target.sampler = Sampler(self.vocab, req.temperature, req.seed, req.grammar)
         self._accept(target, target.sampler.sample(self.ctx, -1), done)
         return True
 
@@ -146,21 +147,9 @@ class SlotEngine:
             chunk = tokens[start:start + self.n_batch]
             self._batch.clear()
             for j, tok in enumerate(chunk):
-                self._batch.add(tok, len(slot.cached) + j, [sid], start + j == len(tokens) - 1)
+                self._batch.add(tok, len(slot.cached) + j, sid, start + j == len(tokens) - 1)
             self.ctx.decode(self._batch)
             slot.cached += chunk
-
-    def _sampler(self, req: Request):
-        L = self._L
-        sampler = L.LlamaSampler(L.LlamaSamplerChainParams())
-        if req.grammar:
-            sampler.add_grammar(self.vocab, req.grammar, "root")
-        if req.temperature == 0:
-            sampler.add_greedy()
-        else:  # plain temperature sampling over the full distribution (top_p = 1), as the paper's rollouts
-            sampler.add_temp(req.temperature)
-            sampler.add_dist(req.seed & 0xFFFFFFFF)
-        return sampler
 
     # -- generation: one token of every active sequence per decode --------------------------
     def _decode_step(self, done: list) -> None:
@@ -172,7 +161,7 @@ class SlotEngine:
             return
         self._batch.clear()
         for sid, s in active:
-            self._batch.add(s.out[-1], len(s.cached), [sid], True)
+            self._batch.add(s.out[-1], len(s.cached), sid, True)
         self.ctx.decode(self._batch)
         self._step += 1
         for row, (sid, s) in enumerate(active):

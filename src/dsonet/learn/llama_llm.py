@@ -1,4 +1,4 @@
-"""The embedded LLM: Qwen2.5-Coder-Instruct (Q4_K_M GGUF) run in-process by llama.cpp (`cyllama`).
+"""The embedded LLM: Qwen2.5-Coder-Instruct (Q4_K_M GGUF) run in-process by llama.cpp (`llama_api`).
 
 Where the weights come from: Qwen2.5-Coder-1.5B-Instruct and -0.5B-Instruct (Alibaba's Qwen
 team, Apache-2.0 upstream; the GGUF metadata names Qwen), quantised to Q4_K_M and shipped in
@@ -12,7 +12,7 @@ Generation decodes up to ``SLOTS`` independent sequences together (`llama_engine
 samples of one rollout group, a condition's held-out items, the gate's items. Each slot keeps the
 KV cache of its last prompt, and a new prompt starts from the longest prefix any slot holds, so a
 group's samples and prompts that share a system message prefill it once. Threads: llama.cpp's threads
-busy-wait for each other, so a thread that shares its core collapses the speed: the binding's
+busy-wait for each other, so a thread that shares its core collapses the speed: llama.cpp's
 default of 4 on 2 cores runs at ~1 token/s, and on our shared 2-core machine (load ~8) the
 1.5B model gave 0.7 tokens/s with 2 threads against 3.6 with 1. We use half the cores (at
 least 1, at most 4), or ``DSONET_LLM_THREADS``. A job that has the machine to itself asks for
@@ -36,6 +36,7 @@ from typing import Callable, Sequence
 
 from dsonet.encoders.cache import cache_dir
 from dsonet.learn.chat import Chat, Completion, LLMError, check_args
+from dsonet.learn.llama_api import Context, Model
 from dsonet.learn.llama_engine import Generated, Request, SlotEngine
 
 
@@ -141,33 +142,21 @@ class LlamaCppLLM:
 
     def __init__(self, path: str | Path, name: str | None = None, threads: int | None = None, n_ctx: int = N_CTX,
                  n_batch: int = 512, slots: int = SLOTS):
-        from cyllama.llama import llama_cpp as L
-
         path = Path(path)
         if not path.is_file():
             raise LLMError(f"model: {path} is not a file; pass a .gguf file")
         if slots < 1:
             raise LLMError(f"llm: slots {slots}; decode at least 1 sequence at a time")
-        L.disable_logging()
-        L.ggml_backend_load_all()
-        self._L = L
-        try:
-            self.model = L.LlamaModel(str(path), L.LlamaModelParams())
-        except Exception as exc:  # the binding raises ValueError/RuntimeError on a bad file
-            raise LLMError(f"model: llama.cpp cannot load {path}: {exc}") from exc
-        self.vocab = self.model.get_vocab()
+        self.model = Model(path)
+        self.vocab = self.model.vocab
         self.threads = threads or default_threads()
-        params = L.LlamaContextParams()
-        params.n_ctx, params.n_batch, params.n_seq_max = n_ctx * slots, n_batch, slots  # a stream of n_ctx each
-        params.n_threads = params.n_threads_batch = self.threads
-        self.ctx = L.LlamaContext(self.model, params)
-        self.ctx.set_n_threads(self.threads, self.threads)
+        self.ctx = Context(self.model, n_ctx, n_batch, slots, self.threads)
         self.n_ctx, self.n_batch, self.slots = n_ctx, n_batch, slots
-        self._template = self.model.get_default_chat_template()
+        self._template = self.model.chat_template()
         if not self._template:
             raise LLMError(f"model: {path} carries no chat template")
         self._name = name or path.stem
-        self._engine = SlotEngine(L, self.ctx, self.vocab, slots, n_ctx, n_batch)
+        self._engine = SlotEngine(self.ctx, self.vocab, slots, n_ctx, n_batch)
         self._lock = threading.Lock()
 
     @property
@@ -180,8 +169,7 @@ class LlamaCppLLM:
         """The templated prompt; a final assistant message is the start of the reply (prefill)."""
         prefix = chat[-1]["content"] if chat and chat[-1]["role"] == "assistant" else None
         turns = chat[:-1] if prefix is not None else chat
-        messages = [self._L.LlamaChatMessage(role=m["role"], content=m["content"]) for m in turns]
-        return self.model.chat_apply_template(self._template, messages, True) + (prefix or "")
+        return self.model.apply_template(self._template, turns, True) + (prefix or "")
 
     def tokenize(self, prompt: str) -> list[int]:
         """A templated prompt's tokens (special tokens such as <|im_start|> parsed as such)."""
@@ -204,7 +192,7 @@ class LlamaCppLLM:
         if threads < 1:
             raise LLMError(f"llm: threads {threads}; decode on at least 1")
         with self._lock:
-            self.ctx.set_n_threads(threads, threads)
+            self.ctx.set_threads(threads)
             self.threads = threads
 
     def generate(self, chats: Sequence[Chat], n: int = 1, temperature: float = 0.7, max_tokens: int = 128,

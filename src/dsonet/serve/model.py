@@ -31,4 +31,4 @@ class ServedModel:
     def of(cls, llm: LlamaCppLLM, name: str | None = None) -> "ServedModel":
         """The embedded model; ``name`` (say its key, qwen2.5-coder-0.5b) is listed first, its file's name too."""
         return cls(names=tuple(dict.fromkeys(n for n in (name, llm.name) if n)), n_ctx=llm.n_ctx, slots=llm.slots,
-                   template=ChatTemplate(llm.model.get_default_chat_template()), tokenize=llm.tokenize, run=llm.run)
+                   template=ChatTemplate(llm.model.chat_template()), tokenize=llm.tokenize, run=llm.run)
