@@ -4,7 +4,7 @@ The public Python API mirrors the `dso` command line; see the README.
 
 Imports sit at the top of a module, so its head shows what it depends on. A function imports
 lazily only (1) a heavy optional dependency (a module only an extra installs, as listed in
-`dsonet.cli.main.EXTRAS`: torch, transformers, cyllama, mcp...; or uvicorn, langchain_core,
+`dsonet.cli.main.EXTRAS`: torch, transformers, llama_cpp, mcp...; or uvicorn, langchain_core,
 huggingface_hub) or a dsonet module that loads one when imported, so that the core install
 works without them and does not pay for them; (2) in `dsonet.cli`, a module that
 `dso --help` does not load already, so that each command starts fast; (3) scipy's sparse

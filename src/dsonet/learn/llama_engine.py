@@ -23,10 +23,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from dsonet.learn.chat import LLMError
-from dsonet.learn.llama_api import Batch, Context, Sampler, Vocab
+
+if TYPE_CHECKING:
+    from dsonet.learn.llama_api import Context, Vocab
 
 
 @dataclass
@@ -83,7 +85,11 @@ class SlotEngine:
     """Runs `Request`s on a llama.cpp context created with ``n_seq_max = slots``, a KV stream each."""
 
     def __init__(self, ctx: Context, vocab: Vocab, slots: int, n_ctx: int, n_batch: int):
-        self.ctx, self.vocab = ctx, vocab
+        # llama.cpp itself loads with the first engine: `Request` and `Generated` alone (the answer cache's,
+        # the server's) must not pull it in
+        from dsonet.learn.llama_api import Batch, Sampler
+
+        self.ctx, self.vocab, self._sampler = ctx, vocab, Sampler
         self.slots = [_Slot() for _ in range(slots)]
         self.n_ctx, self.n_batch = n_ctx, n_batch
         self._step = 0
@@ -138,7 +144,7 @@ class SlotEngine:
         target.cached = req.tokens[:keep]
         self._prefill(tid, target, req.tokens[keep:])
         target.request, target.index, target.out, target.sent, target.used = req, i, [], 0, self._step
-        target.sampler = Sampler(self.vocab, req.temperature, req.seed, req.grammar)
+        target.sampler = self._sampler(self.vocab, req.temperature, req.seed, req.grammar)
         self._accept(target, target.sampler.sample(self.ctx, -1), done)
         return True
 

@@ -36,7 +36,6 @@ from typing import Callable, Sequence
 
 from dsonet.encoders.cache import cache_dir
 from dsonet.learn.chat import Chat, Completion, LLMError, check_args
-from dsonet.learn.llama_api import Context, Model
 from dsonet.learn.llama_engine import Generated, Request, SlotEngine
 
 
@@ -142,6 +141,8 @@ class LlamaCppLLM:
 
     def __init__(self, path: str | Path, name: str | None = None, threads: int | None = None, n_ctx: int = N_CTX,
                  n_batch: int = 512, slots: int = SLOTS):
+        from dsonet.learn.llama_api import Context, Model  # llama.cpp: loaded with a model, not with this module
+
         path = Path(path)
         if not path.is_file():
             raise LLMError(f"model: {path} is not a file; pass a .gguf file")
