@@ -29,6 +29,8 @@ C.llama_backend_init()
 
 
 class Vocab:
+    """A model's tokenizer: text to token ids and back, and which ids end a generation."""
+
     def __init__(self, ptr, owner: object):
         self._ptr, self._owner = ptr, owner  # the model owns the vocabulary: keep it alive
 
