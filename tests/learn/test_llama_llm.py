@@ -62,12 +62,29 @@ def test_the_embedded_qwen_answers_greedily_shares_one_load_and_continues_a_pref
 def test_a_job_alone_on_the_machine_gets_every_core_and_one_among_others_half(monkeypatch):
     monkeypatch.delenv("DSONET_LLM_THREADS", raising=False)
     monkeypatch.setattr(llama_llm, "_cores", lambda: 2)
-    monkeypatch.setattr(llama_llm.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
+    monkeypatch.setattr(llama_llm, "busy_cores", lambda: 0.1)
     assert llama_llm.idle_threads() == 2 and llama_llm.default_threads() == 1
-    monkeypatch.setattr(llama_llm.os, "getloadavg", lambda: (1.2, 1.0, 0.9))  # another job holds a core
+    monkeypatch.setattr(llama_llm, "busy_cores", lambda: 1.2)  # another job holds a core
     assert llama_llm.idle_threads() == 1
     monkeypatch.setattr(llama_llm, "_cores", lambda: 16)
-    monkeypatch.setattr(llama_llm.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(llama_llm, "busy_cores", lambda: 0.0)
     assert llama_llm.idle_threads() == 4  # at most 4, as default_threads
     monkeypatch.setenv("DSONET_LLM_THREADS", "3")
     assert llama_llm.idle_threads() == llama_llm.default_threads() == 3
+
+
+def test_busy_cores_reads_what_is_busy_now_not_the_minutes_old_load_average():
+    import threading
+    import time
+
+    stop = time.monotonic() + 1.5
+
+    def spin():
+        while time.monotonic() < stop:
+            pass
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()  # one core busy for 1.5 s: the one-minute load average would rise by about 0.02
+    busy = llama_llm.busy_cores(window=1.0)
+    spinner.join()
+    assert busy >= 0.7

@@ -28,6 +28,7 @@ import hashlib
 import importlib
 import os
 import threading
+import time
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -121,12 +122,35 @@ def default_threads() -> int:
 
 
 def idle_threads() -> int:
-    """Every core (at most 4) where the machine is otherwise idle now (one-minute load under half a core),
+    """Every core (at most 4) where the machine is otherwise idle now (under half a core busy, `busy_cores`),
     else `default_threads`, or ``DSONET_LLM_THREADS``. For a long job that owns the machine (`dso demo`):
     what is idle at its start stays so while it runs, which a test among others cannot say."""
     if os.environ.get("DSONET_LLM_THREADS"):
         return int(os.environ["DSONET_LLM_THREADS"])
-    return max(1, min(_cores(), 4)) if os.getloadavg()[0] < 0.5 else default_threads()
+    return max(1, min(_cores(), 4)) if busy_cores() < 0.5 else default_threads()
+
+
+def busy_cores(window: float = 1.0) -> float:
+    """Cores kept busy over the last ``window`` seconds (/proc/stat), or the one-minute load average where
+    there is no /proc/stat. The load average lags by minutes: right after `make install` compiled
+    llama.cpp it still read 2 on a machine gone idle, and `make demo` then ran on one thread (13 min 05 s
+    against 7 min 09 s on two)."""
+    try:
+        busy0, idle0 = _cpu_ticks()
+        time.sleep(window)
+        busy1, idle1 = _cpu_ticks()
+    except (OSError, ValueError, IndexError):
+        return os.getloadavg()[0]
+    total = (busy1 - busy0) + (idle1 - idle0)
+    return (os.cpu_count() or 1) * (busy1 - busy0) / total if total > 0 else 0.0
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """The machine's busy and idle clock ticks since boot, all CPUs (/proc/stat's first line)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    idle = ticks[3] + ticks[4]
+    return sum(ticks) - idle, idle
 
 
 def _cores() -> int:
