@@ -53,3 +53,31 @@ def test_anything_that_decides_a_sequence_is_in_its_key(tmp_path):
     assert len(engine.seen) == len(variants)
     CachedRuns(engine.run, "other model", tmp_path / "answers.sqlite")([base])
     assert len(engine.seen) == len(variants) + 1
+
+
+class Chats:
+    """A stand-in chat model that answers with the question's length and counts what reached it."""
+
+    name = "stand-in"
+
+    def __init__(self):
+        self.asked = 0
+
+    def generate(self, chats, n=1, temperature=0.7, max_tokens=128, seed=None):
+        from dsonet.learn.chat import Completion
+
+        self.asked += len(chats)
+        return [Completion(tuple(f"{len(c[-1]['content'])}" for _ in range(n)), 5, n) for c in chats]
+
+
+def test_cached_says_what_generate_would_replay_without_generating(tmp_path):
+    from dsonet.learn.cache import CachedLLM
+    from dsonet.learn.chat import user
+
+    model = Chats()
+    llm = CachedLLM(model, tmp_path / "answers.sqlite")
+    llm.generate([user("abc")], n=2, temperature=0.0, max_tokens=8, seed=0)
+    hit, miss, other_n = (llm.cached([user(q)], n, 0.0, 8, 0)[0] for q, n in (("abc", 2), ("abcd", 2), ("abc", 1)))
+    assert hit is not None and hit.texts == ("3", "3") and hit.completion_tokens == 2
+    assert miss is None and other_n is None  # another question or another n is another answer
+    assert model.asked == 1 and (llm.hits, llm.misses) == (0, 1)  # looking is neither a hit nor a miss

@@ -47,16 +47,22 @@ class CachedLLM:
                           sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode()).hexdigest()
 
+    def cached(self, chats: Sequence[Chat], n: int = 1, temperature: float = 0.7, max_tokens: int = 128,
+               seed: int | None = None) -> list[Completion | None]:
+        """What `generate` would replay from disk for each chat (None where it would have to generate)."""
+        out: list[Completion | None] = []
+        with self._lock:
+            for chat in chats:
+                row = self.db.execute("SELECT texts, prompt_tokens, completion_tokens FROM answers WHERE key = ?",
+                                      (self._key(chat, n, temperature, max_tokens, seed),)).fetchone()
+                out.append(None if row is None else Completion(tuple(json.loads(row[0])), row[1], row[2]))
+        return out
+
     def generate(self, chats: Sequence[Chat], n: int = 1, temperature: float = 0.7, max_tokens: int = 128,
                  seed: int | None = None) -> list[Completion]:
         check_args(chats, n, temperature, max_tokens)
         keys = [self._key(c, n, temperature, max_tokens, seed) for c in chats]
-        out: list[Completion | None] = []
-        with self._lock:
-            for key in keys:
-                row = self.db.execute("SELECT texts, prompt_tokens, completion_tokens FROM answers WHERE key = ?",
-                                      (key,)).fetchone()
-                out.append(None if row is None else Completion(tuple(json.loads(row[0])), row[1], row[2]))
+        out = self.cached(chats, n, temperature, max_tokens, seed)
         todo = [i for i, c in enumerate(out) if c is None]
         self.hits += len(chats) - len(todo)
         self.misses += len(todo)
