@@ -59,7 +59,7 @@ def test_the_rates_are_measured_on_the_real_model_and_decoding_two_is_slower_per
 
     llm = open_llm(None, "qwen2.5-coder-0.5b")
     prompts = [llm.tokenize(llm.chat_prompt(c)) for c in workload(4)]
-    prefill, decode = rates("qwen2.5-coder-0.5b", prompts, threads=1, k=2, steps=4)
+    prefill, decode = rates("qwen2.5-coder-0.5b", prompts, threads=1, k=2, steps=4, passes=1)
     assert prefill > decode > 0  # two tokens a step use the weights less well than a prompt's ~100
     with pytest.raises(LLMError, match="1 prompts fit a batch of 512 tokens; the decode rate needs 2"):
         rates("qwen2.5-coder-0.5b", prompts[:1], threads=1, k=2)
