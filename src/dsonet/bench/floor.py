@@ -35,7 +35,7 @@ from typing import Sequence
 import click
 
 from dsonet.bench import drift
-from dsonet.bench.report import RESULTS_DIR, format_table, write_results
+from dsonet.bench.report import format_table, write_results
 from dsonet.encoders.cache import cache_dir
 from dsonet.learn.cache import CachedLLM
 from dsonet.learn.chat import Chat, Completion, LLMError
@@ -143,8 +143,8 @@ class Work:
 def replay(model: str, seed: int, reflector: str | None) -> tuple[dict[str, list[tuple[Chat, Completion]]], float]:
     """Every distinct chat each model was asked in the cached seed, by model name, and the replay's wall time."""
     path = cache_dir() / "bench-learn" / "drift-answers.sqlite"
-    agent, other = Recording(CachedLLM(open_llm(None, model), path)), Recording(CachedLLM(open_llm(None, OTHER[model]), path))
-    teacher = Recording(CachedLLM(open_llm(None, reflector or REFLECTOR), path))
+    agent, other, teacher = (Recording(CachedLLM(open_llm(None, key), path))
+                             for key in (model, OTHER[model], reflector or REFLECTOR))
     with tempfile.TemporaryDirectory(prefix="dso-floor-") as root:
         start = time.perf_counter()
         asyncio.run(drift.run_seed(agent, other, teacher, drift.FULL, seed, Path(root), log=lambda _: None))
@@ -166,7 +166,8 @@ def work(key: str, asked: list[tuple[Chat, Completion]], threads: int, k: int) -
 @click.command()
 @click.option("--model", default="qwen2.5-coder-0.5b", show_default=True, type=click.Choice(sorted(OTHER)),
               help="The seed's evaluated agent (the other embedded model is the fleet's other agent).")
-@click.option("--seed", default=0, show_default=True, help="The learning seed, already run cold with this DSONET_CACHE.")
+@click.option("--seed", default=0, show_default=True,
+              help="The learning seed, already run cold with this DSONET_CACHE.")
 @click.option("--reflector", default=None, help=f"The seed's reflector (default {REFLECTOR}).")
 @click.option("--k", default=64, show_default=True, help="Sequences decoded together for the decode rate shown beside.")
 @click.option("--measured", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
@@ -187,7 +188,10 @@ def cli(model: str, seed: int, reflector: str | None, k: int, measured: Path | N
     except NotReplayed as exc:
         raise click.ClickException(str(exc)) from exc
     keys = {spec.name: key for key, spec in MODELS.items()}
-    parts = [work(keys[name], chats, threads, k) for name, chats in asked.items()]
+    parts = []
+    for name, chats in asked.items():
+        click.echo(f"measuring {name} on {threads} threads ...")
+        parts.append(work(keys[name], chats, threads, k))
     floor_s = sum(p.floor_s for p in parts) + other_s
     measured_s = json.loads(measured.read_text())["facts"]["wall_s"] if measured else None
     rows = [asdict(p) | {"floor_min": round(p.floor_s / 60, 1)} for p in parts]
