@@ -20,3 +20,24 @@ def minilm():
     from dsonet.encoders import minilm
 
     return minilm()
+
+
+class StandInChats:
+    """A chat model that answers each chat with its last message's length and counts the chats it was asked.
+    Only for tests whose subject is what sits around a model (a cache, a replay), never the model."""
+
+    name = "stand-in"
+
+    def __init__(self):
+        self.asked = 0
+
+    def generate(self, chats, n=1, temperature=0.7, max_tokens=128, seed=None):
+        from dsonet.learn.chat import Completion
+
+        self.asked += len(chats)
+        return [Completion((str(len(c[-1]["content"])),) * n, 5, 3 * n) for c in chats]
+
+
+@pytest.fixture
+def stand_in_chats():
+    return StandInChats()

@@ -7,7 +7,7 @@ import pytest
 
 from dsonet.bench.floor import NotReplayed, Recording, Work, distinct_prefix_tokens
 from dsonet.learn.cache import CachedLLM
-from dsonet.learn.chat import Completion, user
+from dsonet.learn.chat import user
 
 
 def test_distinct_prefixes_count_every_shared_prefix_once():
@@ -24,24 +24,13 @@ def test_the_floor_prices_every_token_at_the_prefill_rate():
     assert math.isclose(w.floor_s, 15.0)
 
 
-class Model:
-    name = "stand-in"
-
-    def __init__(self):
-        self.asked = 0
-
-    def generate(self, chats, n=1, temperature=0.7, max_tokens=128, seed=None):
-        self.asked += len(chats)
-        return [Completion(("ok",) * n, 7, 3 * n) for _ in chats]
-
-
-def test_a_replay_records_each_distinct_chat_once_and_refuses_one_the_cache_lacks(tmp_path):
-    model = Model()
+def test_a_replay_records_each_distinct_chat_once_and_refuses_one_the_cache_lacks(tmp_path, stand_in_chats):
+    model = stand_in_chats
     cached = CachedLLM(model, tmp_path / "answers.sqlite")
     cached.generate([user("a"), user("b")], n=2, temperature=0.7, max_tokens=8, seed=1)
     replay = Recording(cached)
     out = replay.generate([user("a"), user("b"), user("a")], n=2, temperature=0.7, max_tokens=8, seed=1)
-    assert [c.texts for c in out] == [("ok", "ok")] * 3 and len(replay.asked) == 2
+    assert [c.texts for c in out] == [("1", "1")] * 3 and len(replay.asked) == 2
     assert sum(c.completion_tokens for _, c in replay.asked.values()) == 12
     with pytest.raises(NotReplayed, match=r"stand-in: 1 of 2 answers are not in .*answers.sqlite; run the seed"):
         replay.generate([user("a"), user("c")], n=2, temperature=0.7, max_tokens=8, seed=1)

@@ -1,6 +1,7 @@
-"""`CachedRuns`: a served model's sequences kept on disk and replayed as the engine would hand them over.
-The engine here is a stand-in that records what reached it: the subject is the cache's bookkeeping (the real
-engine's replay is in tests/demo/test_job.py)."""
+"""`CachedRuns`: a served model's sequences kept on disk and replayed as the engine would hand them over; and
+`CachedLLM.cached`, what a chat model's cache would replay. The engine and the chat model here are stand-ins
+that record what reached them: the subject is the caches' bookkeeping (the real engine's replay is in
+tests/demo/test_job.py)."""
 
 from dsonet.learn.cache import CachedRuns
 from dsonet.learn.llama_engine import Generated, Request
@@ -55,29 +56,14 @@ def test_anything_that_decides_a_sequence_is_in_its_key(tmp_path):
     assert len(engine.seen) == len(variants) + 1
 
 
-class Chats:
-    """A stand-in chat model that answers with the question's length and counts what reached it."""
-
-    name = "stand-in"
-
-    def __init__(self):
-        self.asked = 0
-
-    def generate(self, chats, n=1, temperature=0.7, max_tokens=128, seed=None):
-        from dsonet.learn.chat import Completion
-
-        self.asked += len(chats)
-        return [Completion(tuple(f"{len(c[-1]['content'])}" for _ in range(n)), 5, n) for c in chats]
-
-
-def test_cached_says_what_generate_would_replay_without_generating(tmp_path):
+def test_cached_says_what_generate_would_replay_without_generating(tmp_path, stand_in_chats):
     from dsonet.learn.cache import CachedLLM
     from dsonet.learn.chat import user
 
-    model = Chats()
+    model = stand_in_chats
     llm = CachedLLM(model, tmp_path / "answers.sqlite")
     llm.generate([user("abc")], n=2, temperature=0.0, max_tokens=8, seed=0)
     hit, miss, other_n = (llm.cached([user(q)], n, 0.0, 8, 0)[0] for q, n in (("abc", 2), ("abcd", 2), ("abc", 1)))
-    assert hit is not None and hit.texts == ("3", "3") and hit.completion_tokens == 2
+    assert hit is not None and hit.texts == ("3", "3") and hit.completion_tokens == 6
     assert miss is None and other_n is None  # another question or another n is another answer
     assert model.asked == 1 and (llm.hits, llm.misses) == (0, 1)  # looking is neither a hit nor a miss
