@@ -19,7 +19,7 @@ BENCHMARKS = {
     "relevance": ("dsonet.bench.relevance:cli", "Relevance: injection precision/recall/silence, each scoring, cold cost."),
     "coldstart": ("dsonet.bench.coldstart:cli", "Cold `dso search` at 10k rows (numpy vs torch encoder), import time, core install size."),
     "gate": ("dsonet.bench.gate_audit:cli", "The learner's execution gate on hand-checked drift lessons: how many wrong ones it keeps."),
-    "floor": ("dsonet.bench.floor:cli", "The least time one cold drift seed can take here: its distinct prompt prefixes and generated tokens at llama.cpp's best rates."),
+    "floor": ("dsonet.bench.floor:cli", "The least time one cold drift seed can take here: its distinct prompt prefixes and generated tokens at llama.cpp's prefill rate."),
     "llm": ("dsonet.bench.llm:cli", "The embedded LLM: answers/s at 1-16 sequences decoded together, beside llama.cpp's batched generator."),
     "agents": ("dsonet.bench.agents:cli", "Coding agents learning on the job through `dso proxy --learn` on a NATS fleet, poisoned: first-try pass, tokens per solved task."),
     "page": ("dsonet.bench.page:cli", "The node's web page on a 100k-row library: ms per page, filters and deep pages (target 200 ms)."),

@@ -50,11 +50,14 @@ class CachedLLM:
     def cached(self, chats: Sequence[Chat], n: int = 1, temperature: float = 0.7, max_tokens: int = 128,
                seed: int | None = None) -> list[Completion | None]:
         """What `generate` would replay from disk for each chat (None where it would have to generate)."""
+        return self._stored([self._key(c, n, temperature, max_tokens, seed) for c in chats])
+
+    def _stored(self, keys: Sequence[str]) -> list[Completion | None]:
         out: list[Completion | None] = []
         with self._lock:
-            for chat in chats:
+            for key in keys:
                 row = self.db.execute("SELECT texts, prompt_tokens, completion_tokens FROM answers WHERE key = ?",
-                                      (self._key(chat, n, temperature, max_tokens, seed),)).fetchone()
+                                      (key,)).fetchone()
                 out.append(None if row is None else Completion(tuple(json.loads(row[0])), row[1], row[2]))
         return out
 
@@ -62,7 +65,7 @@ class CachedLLM:
                  seed: int | None = None) -> list[Completion]:
         check_args(chats, n, temperature, max_tokens)
         keys = [self._key(c, n, temperature, max_tokens, seed) for c in chats]
-        out = self.cached(chats, n, temperature, max_tokens, seed)
+        out = self._stored(keys)
         todo = [i for i, c in enumerate(out) if c is None]
         self.hits += len(chats) - len(todo)
         self.misses += len(todo)
