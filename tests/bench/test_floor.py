@@ -20,7 +20,7 @@ def test_distinct_prefixes_count_every_shared_prefix_once():
 
 def test_the_floor_prices_every_token_at_the_prefill_rate():
     w = Work("m", prompts=10, prompt_tokens=2000, distinct_prefix_tokens=1000, generated_tokens=500,
-             prefill_tokens_per_s=100.0, decode_tokens_per_s=40.0, k=64)
+             prefill_tokens_per_s=100.0, decode_tokens_per_s=40.0, batch=64)
     assert math.isclose(w.floor_s, 15.0)
 
 

@@ -132,8 +132,8 @@ class Work:
     distinct_prefix_tokens: int
     generated_tokens: int
     prefill_tokens_per_s: float
-    decode_tokens_per_s: float  # at `k` sequences together
-    k: int
+    decode_tokens_per_s: float  # at `batch` sequences together
+    batch: int
 
     @property
     def floor_s(self) -> float:
@@ -155,12 +155,12 @@ def replay(model: str, seed: int, reflector: str | None) -> tuple[dict[str, list
     return {name: list(chats.values()) for name, chats in asked.items()}, wall
 
 
-def work(key: str, asked: list[tuple[Chat, Completion]], threads: int, k: int) -> Work:
+def work(key: str, asked: list[tuple[Chat, Completion]], threads: int, batch: int) -> Work:
     llm = open_llm(None, key)
     prompts = [llm.tokenize(llm.chat_prompt(chat)) for chat, _ in asked]
-    prefill, decode = rates(key, prompts, threads, k)
+    prefill, decode = rates(key, prompts, threads, batch)
     return Work(MODELS[key].name, len(prompts), sum(map(len, prompts)), distinct_prefix_tokens(prompts),
-                sum(c.completion_tokens for _, c in asked), round(prefill, 1), round(decode, 1), k)
+                sum(c.completion_tokens for _, c in asked), round(prefill, 1), round(decode, 1), batch)
 
 
 @click.command()
@@ -169,10 +169,11 @@ def work(key: str, asked: list[tuple[Chat, Completion]], threads: int, k: int) -
 @click.option("--seed", default=0, show_default=True,
               help="The learning seed, already run cold with this DSONET_CACHE.")
 @click.option("--reflector", default=None, help=f"The seed's reflector (default {REFLECTOR}).")
-@click.option("--k", default=64, show_default=True, help="Sequences decoded together for the decode rate shown beside.")
+@click.option("--batch", default=64, show_default=True,
+              help="Sequences decoded together for the decode rate shown beside the floor.")
 @click.option("--measured", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="The seed's result file (bench/results/...-seed<S>.json): its wall time goes beside the floor.")
-def cli(model: str, seed: int, reflector: str | None, k: int, measured: Path | None) -> None:
+def cli(model: str, seed: int, reflector: str | None, batch: int, measured: Path | None) -> None:
     """The least time one cold drift seed can take on this machine: its distinct prompt prefixes and its
     generated tokens, all at llama.cpp's prefill rate, and the rest of the run replayed from the answer
     cache. Writes bench/results/floor.json.
@@ -191,7 +192,7 @@ def cli(model: str, seed: int, reflector: str | None, k: int, measured: Path | N
     parts = []
     for name, chats in asked.items():
         click.echo(f"measuring {name} on {threads} threads ...")
-        parts.append(work(keys[name], chats, threads, k))
+        parts.append(work(keys[name], chats, threads, batch))
     floor_s = sum(p.floor_s for p in parts) + other_s
     measured_s = json.loads(measured.read_text())["facts"]["wall_s"] if measured else None
     rows = [asdict(p) | {"floor_min": round(p.floor_s / 60, 1)} for p in parts]
