@@ -186,14 +186,21 @@ def seed_name(model: str, seed: int, probation: bool = False) -> str:
     return f"learn-drift-{'probation-' if probation else ''}{model.replace('/', '_')}-seed{seed}"
 
 
-def run(model: str, plan: DriftPlan, quick: bool = False, reflector: str | None = None, log=print) -> list[Path]:
-    """Each learning seed of ``plan`` with ``model`` as the evaluated agent: one result file per seed
-    (bench/results/learn-drift-<model>-seed<s>.json), so a long run goes in chunks, pooled by `combine`."""
+def cached_models(model: str, reflector: str | None = None, quick: bool = False
+                  ) -> tuple[CachedLLM, CachedLLM, CachedLLM]:
+    """The seed's agent (``model``), the fleet's other agent and the reflector, on the bench's one answer cache."""
     if model not in OTHER:
         raise ValueError(f"model: {model!r}; the drift fleet mixes the embedded models, choose one of {sorted(OTHER)}")
     cache = cache_dir() / "bench-learn" / ("drift-answers-quick.sqlite" if quick else "drift-answers.sqlite")
-    agent, other = CachedLLM(open_llm(None, model), cache), CachedLLM(open_llm(None, OTHER[model]), cache)
-    teacher = CachedLLM(open_llm(None, reflector or REFLECTOR), cache)
+    agent, other, teacher = (CachedLLM(open_llm(None, key), cache)
+                             for key in (model, OTHER[model], reflector or REFLECTOR))
+    return agent, other, teacher
+
+
+def run(model: str, plan: DriftPlan, quick: bool = False, reflector: str | None = None, log=print) -> list[Path]:
+    """Each learning seed of ``plan`` with ``model`` as the evaluated agent: one result file per seed
+    (bench/results/learn-drift-<model>-seed<s>.json), so a long run goes in chunks, pooled by `combine`."""
+    agent, other, teacher = cached_models(model, reflector, quick)
     # a plan with probation learns other lessons: its nodes and result files stand apart (the answers are shared)
     runs = ("drift-quick" if quick else "drift") + ("-probation" if plan.probation else "")
     root = cache_dir() / "bench-learn" / runs / model

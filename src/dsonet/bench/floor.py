@@ -36,7 +36,6 @@ import click
 
 from dsonet.bench import drift
 from dsonet.bench.report import format_table, write_results
-from dsonet.encoders.cache import cache_dir
 from dsonet.learn.cache import CachedLLM
 from dsonet.learn.chat import Chat, Completion, LLMError
 from dsonet.learn.llama_llm import MODELS, LlamaCppLLM, default_threads, gguf_path
@@ -142,9 +141,7 @@ class Work:
 
 def replay(model: str, seed: int, reflector: str | None) -> tuple[dict[str, list[tuple[Chat, Completion]]], float]:
     """Every distinct chat each model was asked in the cached seed, by model name, and the replay's wall time."""
-    path = cache_dir() / "bench-learn" / "drift-answers.sqlite"
-    agent, other, teacher = (Recording(CachedLLM(open_llm(None, key), path))
-                             for key in (model, OTHER[model], reflector or REFLECTOR))
+    agent, other, teacher = map(Recording, drift.cached_models(model, reflector))
     with tempfile.TemporaryDirectory(prefix="dso-floor-") as root:
         start = time.perf_counter()
         asyncio.run(drift.run_seed(agent, other, teacher, drift.FULL, seed, Path(root), log=lambda _: None))
